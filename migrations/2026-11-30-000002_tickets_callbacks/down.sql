@@ -1,0 +1,3 @@
+DROP TABLE reconciliation_runs;
+DROP TABLE exception_tickets;
+DROP TABLE payment_callbacks;

@@ -1,0 +1,159 @@
+//! Who is calling: HS256 JWTs with `sub`, `role`, `exp` and an optional `stores` list.
+
+use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
+use serde::{Deserialize, Serialize};
+
+use crate::domain::Actor;
+use crate::error::{AppError, AppResult};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    Member,
+    Admin,
+    Ops,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Member => "member",
+            Role::Admin => "admin",
+            Role::Ops => "ops",
+        }
+    }
+    pub fn parse(s: &str) -> Option<Role> {
+        match s {
+            "member" => Some(Role::Member),
+            "admin" => Some(Role::Admin),
+            "ops" => Some(Role::Ops),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Claims {
+    pub sub: String,
+    pub role: String,
+    pub exp: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stores: Option<Vec<String>>,
+}
+
+/// An authenticated caller.
+#[derive(Debug, Clone)]
+pub struct Viewer {
+    pub role: Role,
+    pub subject: String,
+    /// For members: their member id.
+    pub member_id: Option<i64>,
+    /// For admins limited to some stores.
+    pub stores: Option<Vec<i64>>,
+}
+
+impl Viewer {
+    pub fn actor(&self) -> Actor {
+        match self.role {
+            Role::Member => Actor::member(self.member_id.unwrap_or_default()),
+            Role::Admin => Actor::admin(self.subject.clone()),
+            Role::Ops => Actor::ops(self.subject.clone()),
+        }
+    }
+
+    pub fn require(&self, roles: &[Role]) -> AppResult<()> {
+        if roles.contains(&self.role) {
+            Ok(())
+        } else {
+            Err(AppError::Forbidden(format!(
+                "role {} may not do this",
+                self.role.as_str()
+            )))
+        }
+    }
+
+    /// Whether this caller may see data of `store_id` (members are checked by ownership).
+    pub fn sees_store(&self, store_id: i64) -> bool {
+        match &self.stores {
+            Some(list) if self.role == Role::Admin => list.contains(&store_id),
+            _ => true,
+        }
+    }
+
+    /// Refuses a staff member acting on a store outside their `stores` claim.
+    pub fn require_store(&self, store_id: i64) -> AppResult<()> {
+        if self.sees_store(store_id) {
+            Ok(())
+        } else {
+            Err(AppError::Forbidden(format!(
+                "no access to store {store_id}"
+            )))
+        }
+    }
+}
+
+pub fn issue_token(
+    secret: &str,
+    role: Role,
+    sub: &str,
+    stores: Option<Vec<String>>,
+    ttl: std::time::Duration,
+) -> String {
+    let claims = Claims {
+        sub: sub.to_string(),
+        role: role.as_str().to_string(),
+        exp: chrono::Utc::now().timestamp() + ttl.as_secs() as i64,
+        stores,
+    };
+    jsonwebtoken::encode(
+        &Header::new(Algorithm::HS256),
+        &claims,
+        &EncodingKey::from_secret(secret.as_bytes()),
+    )
+    .expect("HS256 encoding cannot fail")
+}
+
+/// Checks a bearer token (with or without the `Bearer ` prefix).
+pub fn verify(secret: &str, header_value: &str) -> AppResult<Viewer> {
+    let token = header_value
+        .trim()
+        .strip_prefix("Bearer ")
+        .or_else(|| header_value.trim().strip_prefix("bearer "))
+        .unwrap_or(header_value)
+        .trim();
+    let mut validation = Validation::new(Algorithm::HS256);
+    validation.set_required_spec_claims(&["exp", "sub"]);
+    validation.leeway = 5;
+    let data = jsonwebtoken::decode::<Claims>(
+        token,
+        &DecodingKey::from_secret(secret.as_bytes()),
+        &validation,
+    )
+    .map_err(|e| AppError::Unauthenticated(format!("invalid token: {e}")))?;
+    let claims = data.claims;
+    let role = Role::parse(&claims.role)
+        .ok_or_else(|| AppError::Unauthenticated(format!("unknown role {:?}", claims.role)))?;
+    if claims.sub.is_empty() {
+        return Err(AppError::Unauthenticated("empty subject".into()));
+    }
+    let member_id = match role {
+        Role::Member => Some(claims.sub.parse::<i64>().map_err(|_| {
+            AppError::Unauthenticated("a member token's sub must be a member id".into())
+        })?),
+        _ => None,
+    };
+    let stores = match claims.stores {
+        None => None,
+        Some(list) => Some(
+            list.iter()
+                .map(|s| s.parse::<i64>())
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|_| AppError::Unauthenticated("stores must be store ids".into()))?,
+        ),
+    };
+    Ok(Viewer {
+        role,
+        subject: claims.sub,
+        member_id,
+        stores,
+    })
+}

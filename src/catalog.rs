@@ -1,0 +1,241 @@
+//! Stores, members and what the studios sell; wallet top-ups.
+
+use chrono::{DateTime, Utc};
+use diesel::prelude::*;
+use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
+
+use crate::db::models::{ClassPack, CoachSlot, Member, MembershipPlan, Store};
+use crate::db::schema::{
+    class_packs, coach_slots, members, membership_plans, stores, wallet_ledger,
+};
+use crate::error::{AppError, AppResult};
+use crate::orders::{wallet_move, Ctx};
+
+fn name_ok(field: &str, value: &str) -> AppResult<String> {
+    let v = value.trim();
+    if v.is_empty() || v.chars().count() > 100 {
+        return Err(AppError::bad(format!(
+            "{field} must be 1 to 100 characters"
+        )));
+    }
+    Ok(v.to_string())
+}
+
+fn price_ok(price_cents: i32) -> AppResult<i64> {
+    if price_cents <= 0 {
+        return Err(AppError::bad("priceCents must be positive"));
+    }
+    Ok(i64::from(price_cents))
+}
+
+pub async fn create_store(
+    conn: &mut AsyncPgConnection,
+    name: &str,
+    code: &str,
+) -> AppResult<Store> {
+    let name = name_ok("name", name)?;
+    let code = code.trim();
+    if code.is_empty()
+        || code.len() > 32
+        || !code
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    {
+        return Err(AppError::bad(
+            "code must be 1 to 32 letters, digits, - or _",
+        ));
+    }
+    Ok(diesel::insert_into(stores::table)
+        .values((stores::name.eq(name), stores::code.eq(code)))
+        .returning(Store::as_returning())
+        .get_result(conn)
+        .await?)
+}
+
+pub async fn require_store(conn: &mut AsyncPgConnection, store_id: i64) -> AppResult<Store> {
+    stores::table
+        .find(store_id)
+        .select(Store::as_select())
+        .get_result(conn)
+        .await
+        .optional()?
+        .ok_or_else(|| AppError::NotFound(format!("store {store_id}")))
+}
+
+pub async fn create_member(
+    conn: &mut AsyncPgConnection,
+    store_id: i64,
+    name: &str,
+    phone: &str,
+) -> AppResult<Member> {
+    let name = name_ok("name", name)?;
+    let phone: String = phone
+        .chars()
+        .filter(|c| !c.is_whitespace() && *c != '-')
+        .collect();
+    let digits = phone.strip_prefix('+').unwrap_or(&phone);
+    if !(5..=20).contains(&digits.len()) || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(AppError::bad("phone must be 5 to 20 digits"));
+    }
+    require_store(conn, store_id).await?;
+    Ok(diesel::insert_into(members::table)
+        .values((
+            members::store_id.eq(store_id),
+            members::name.eq(name),
+            members::phone.eq(phone),
+        ))
+        .returning(Member::as_returning())
+        .get_result(conn)
+        .await?)
+}
+
+pub async fn create_membership_plan(
+    conn: &mut AsyncPgConnection,
+    store_id: i64,
+    name: &str,
+    duration_days: i32,
+    price_cents: i32,
+) -> AppResult<MembershipPlan> {
+    let name = name_ok("name", name)?;
+    if !(1..=3660).contains(&duration_days) {
+        return Err(AppError::bad("durationDays must be between 1 and 3660"));
+    }
+    let price = price_ok(price_cents)?;
+    require_store(conn, store_id).await?;
+    Ok(diesel::insert_into(membership_plans::table)
+        .values((
+            membership_plans::store_id.eq(store_id),
+            membership_plans::name.eq(name),
+            membership_plans::duration_days.eq(duration_days),
+            membership_plans::price_cents.eq(price),
+        ))
+        .returning(MembershipPlan::as_returning())
+        .get_result(conn)
+        .await?)
+}
+
+pub async fn create_class_pack(
+    conn: &mut AsyncPgConnection,
+    store_id: i64,
+    name: &str,
+    sessions: i32,
+    price_cents: i32,
+    stock: Option<i32>,
+) -> AppResult<ClassPack> {
+    let name = name_ok("name", name)?;
+    if !(1..=1000).contains(&sessions) {
+        return Err(AppError::bad("sessions must be between 1 and 1000"));
+    }
+    if stock.is_some_and(|s| s < 0) {
+        return Err(AppError::bad("stock may not be negative"));
+    }
+    let price = price_ok(price_cents)?;
+    require_store(conn, store_id).await?;
+    Ok(diesel::insert_into(class_packs::table)
+        .values((
+            class_packs::store_id.eq(store_id),
+            class_packs::name.eq(name),
+            class_packs::sessions.eq(sessions),
+            class_packs::price_cents.eq(price),
+            class_packs::stock.eq(stock),
+        ))
+        .returning(ClassPack::as_returning())
+        .get_result(conn)
+        .await?)
+}
+
+#[allow(clippy::too_many_arguments)]
+pub async fn create_coach_slot(
+    conn: &mut AsyncPgConnection,
+    store_id: i64,
+    coach_name: &str,
+    starts_at: DateTime<Utc>,
+    ends_at: DateTime<Utc>,
+    capacity: i32,
+    price_cents: i32,
+) -> AppResult<CoachSlot> {
+    let coach = name_ok("coachName", coach_name)?;
+    if ends_at <= starts_at {
+        return Err(AppError::bad("endsAt must be after startsAt"));
+    }
+    if !(1..=1000).contains(&capacity) {
+        return Err(AppError::bad("capacity must be between 1 and 1000"));
+    }
+    let price = price_ok(price_cents)?;
+    require_store(conn, store_id).await?;
+    Ok(diesel::insert_into(coach_slots::table)
+        .values((
+            coach_slots::store_id.eq(store_id),
+            coach_slots::coach_name.eq(coach),
+            coach_slots::starts_at.eq(starts_at),
+            coach_slots::ends_at.eq(ends_at),
+            coach_slots::capacity.eq(capacity),
+            coach_slots::remaining.eq(capacity),
+            coach_slots::price_cents.eq(price),
+        ))
+        .returning(CoachSlot::as_returning())
+        .get_result(conn)
+        .await?)
+}
+
+/// Adds money to a wallet. The reference (the desk's receipt number, the payment serial) makes
+/// it idempotent: the same reference for the same member is applied once.
+pub async fn top_up_wallet(
+    conn: &mut AsyncPgConnection,
+    member_id: i64,
+    amount_cents: i32,
+    reference: &str,
+    ctx: &Ctx,
+) -> AppResult<Member> {
+    if amount_cents <= 0 {
+        return Err(AppError::bad("amountCents must be positive"));
+    }
+    let reference = reference.trim();
+    if reference.is_empty() || reference.len() > 128 {
+        return Err(AppError::bad("reference must be 1 to 128 characters"));
+    }
+    conn.transaction(async |conn| -> AppResult<Member> {
+        let member: Member = members::table
+            .find(member_id)
+            .select(Member::as_select())
+            .for_update()
+            .get_result(conn)
+            .await
+            .optional()?
+            .ok_or_else(|| AppError::NotFound(format!("member {member_id}")))?;
+        let earlier: Option<i64> = wallet_ledger::table
+            .filter(wallet_ledger::member_id.eq(member_id))
+            .filter(wallet_ledger::kind.eq("TOP_UP"))
+            .filter(wallet_ledger::reference.eq(reference))
+            .select(wallet_ledger::balance_delta)
+            .get_result(conn)
+            .await
+            .optional()?;
+        match earlier {
+            Some(amount) if amount == i64::from(amount_cents) => return Ok(member),
+            Some(amount) => {
+                return Err(AppError::Conflict(format!(
+                    "reference {reference} was already used for a top-up of {amount} cents"
+                )))
+            }
+            None => {}
+        }
+        wallet_move(
+            conn,
+            member_id,
+            "TOP_UP",
+            i64::from(amount_cents),
+            0,
+            None,
+            Some(reference),
+            ctx,
+        )
+        .await?;
+        Ok(members::table
+            .find(member_id)
+            .select(Member::as_select())
+            .get_result(conn)
+            .await?)
+    })
+    .await
+}

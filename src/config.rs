@@ -1,0 +1,171 @@
+//! Configuration from the environment, as the contract's table lists it. Every variable has
+//! a default that works on a developer's machine; production sets the secrets.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// `None`: a private PostgreSQL cluster under `./.fitorder/pg`.
+    pub database_url: Option<String>,
+    pub addr: String,
+    pub jwt_secret: String,
+    /// True when the secret was made up at start (dev mode): tokens are printed then.
+    pub jwt_secret_generated: bool,
+    pub order_timeout: Duration,
+    pub scan_interval: Duration,
+    pub retry_base: Duration,
+    pub max_attempts: i32,
+    pub downstream_timeout: Duration,
+    pub door_access_url: Option<String>,
+    pub ai_access_url: Option<String>,
+    pub statement_dir: PathBuf,
+    pub timezone: chrono_tz::Tz,
+    pub wechatpay: WechatPayConfig,
+    pub alipay: AlipayConfig,
+    /// GraphQL: queries costlier than this are refused before they run.
+    pub max_complexity: usize,
+    pub max_depth: usize,
+    /// Largest request body accepted on any route.
+    pub max_body_bytes: usize,
+    pub db_pool_size: usize,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct WechatPayConfig {
+    pub mch_id: Option<String>,
+    pub apiv3_key: Option<String>,
+    pub platform_public_key: Option<PathBuf>,
+    pub api_base: Option<String>,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct AlipayConfig {
+    pub app_id: Option<String>,
+    pub public_key: Option<PathBuf>,
+    pub api_base: Option<String>,
+}
+
+/// Lines printed by `fitorder --help`: every variable, its default and meaning.
+pub const ENV_HELP: &str = "\
+Environment:
+  DATABASE_URL                   PostgreSQL to use (default: private cluster under ./.fitorder/pg)
+  FITORDER_ADDR                  listen address (default 127.0.0.1:8080)
+  FITORDER_JWT_SECRET            HS256 secret (default: random, printed with dev tokens)
+  FITORDER_ORDER_TIMEOUT         online order expiry, humantime (default 15m)
+  FITORDER_SCAN_INTERVAL         fallback expiry scan period (default 60s)
+  FITORDER_RETRY_BASE            first compensation retry delay (default 30s)
+  FITORDER_MAX_ATTEMPTS          attempts before DEAD (default 5)
+  FITORDER_DOWNSTREAM_TIMEOUT    per downstream call (default 3s)
+  FITORDER_DOOR_ACCESS_URL       door access endpoint (unset: simulator)
+  FITORDER_AI_ACCESS_URL         AI device endpoint (unset: simulator)
+  FITORDER_STATEMENT_DIR         where bills are read (default ./statements)
+  FITORDER_TIMEZONE              business day timezone (default Asia/Shanghai)
+  FITORDER_MAX_COMPLEXITY        GraphQL complexity limit (default 20000)
+  FITORDER_MAX_BODY_BYTES        request body limit (default 1048576)
+  FITORDER_DB_POOL_SIZE          connections per process (default 16)
+  WECHATPAY_MCH_ID, WECHATPAY_APIV3_KEY, WECHATPAY_PLATFORM_PUBLIC_KEY, WECHATPAY_API_BASE
+  ALIPAY_APP_ID, ALIPAY_PUBLIC_KEY, ALIPAY_API_BASE
+";
+
+fn var(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
+}
+
+fn duration(name: &str, default: &str) -> Result<Duration> {
+    let raw = var(name).unwrap_or_else(|| default.to_string());
+    humantime::parse_duration(&raw)
+        .with_context(|| format!("{name}={raw:?} is not a duration like 15m or 2s"))
+}
+
+fn number<T: std::str::FromStr>(name: &str, default: T) -> Result<T> {
+    match var(name) {
+        None => Ok(default),
+        Some(raw) => raw
+            .parse()
+            .map_err(|_| anyhow::anyhow!("{name}={raw:?} is not a number")),
+    }
+}
+
+impl Config {
+    pub fn from_env() -> Result<Config> {
+        let (jwt_secret, jwt_secret_generated) = match var("FITORDER_JWT_SECRET") {
+            Some(s) => (s, false),
+            None => (random_secret(), true),
+        };
+        let tz_name = var("FITORDER_TIMEZONE").unwrap_or_else(|| "Asia/Shanghai".into());
+        let timezone = tz_name.parse::<chrono_tz::Tz>().map_err(|_| {
+            anyhow::anyhow!("FITORDER_TIMEZONE={tz_name:?} is not an IANA time zone")
+        })?;
+        let max_attempts: i32 = number("FITORDER_MAX_ATTEMPTS", 5)?;
+        anyhow::ensure!(
+            max_attempts >= 1,
+            "FITORDER_MAX_ATTEMPTS must be at least 1"
+        );
+        Ok(Config {
+            database_url: var("DATABASE_URL"),
+            addr: var("FITORDER_ADDR").unwrap_or_else(|| "127.0.0.1:8080".into()),
+            jwt_secret,
+            jwt_secret_generated,
+            order_timeout: duration("FITORDER_ORDER_TIMEOUT", "15m")?,
+            scan_interval: duration("FITORDER_SCAN_INTERVAL", "60s")?,
+            retry_base: duration("FITORDER_RETRY_BASE", "30s")?,
+            max_attempts,
+            downstream_timeout: duration("FITORDER_DOWNSTREAM_TIMEOUT", "3s")?,
+            door_access_url: var("FITORDER_DOOR_ACCESS_URL"),
+            ai_access_url: var("FITORDER_AI_ACCESS_URL"),
+            statement_dir: var("FITORDER_STATEMENT_DIR")
+                .unwrap_or_else(|| "./statements".into())
+                .into(),
+            timezone,
+            wechatpay: WechatPayConfig {
+                mch_id: var("WECHATPAY_MCH_ID"),
+                apiv3_key: var("WECHATPAY_APIV3_KEY"),
+                platform_public_key: var("WECHATPAY_PLATFORM_PUBLIC_KEY").map(PathBuf::from),
+                api_base: var("WECHATPAY_API_BASE"),
+            },
+            alipay: AlipayConfig {
+                app_id: var("ALIPAY_APP_ID"),
+                public_key: var("ALIPAY_PUBLIC_KEY").map(PathBuf::from),
+                api_base: var("ALIPAY_API_BASE"),
+            },
+            max_complexity: number("FITORDER_MAX_COMPLEXITY", 20_000)?,
+            max_depth: 12,
+            max_body_bytes: number("FITORDER_MAX_BODY_BYTES", 1 << 20)?,
+            db_pool_size: number("FITORDER_DB_POOL_SIZE", 16)?,
+        })
+    }
+
+    /// A configuration for tests: short, deterministic, no providers.
+    pub fn for_tests(database_url: String) -> Config {
+        Config {
+            database_url: Some(database_url),
+            addr: "127.0.0.1:0".into(),
+            jwt_secret: "test-secret".into(),
+            jwt_secret_generated: false,
+            order_timeout: Duration::from_secs(15 * 60),
+            scan_interval: Duration::from_secs(60),
+            retry_base: Duration::from_secs(30),
+            max_attempts: 5,
+            downstream_timeout: Duration::from_secs(3),
+            door_access_url: None,
+            ai_access_url: None,
+            statement_dir: "./statements".into(),
+            timezone: chrono_tz::Asia::Shanghai,
+            wechatpay: WechatPayConfig::default(),
+            alipay: AlipayConfig::default(),
+            max_complexity: 20_000,
+            max_depth: 12,
+            max_body_bytes: 1 << 20,
+            db_pool_size: 8,
+        }
+    }
+}
+
+fn random_secret() -> String {
+    use rand::Rng;
+    let bytes: [u8; 32] = rand::rng().random();
+    hex::encode(bytes)
+}

@@ -1,0 +1,73 @@
+//! The database: the connection pool, the embedded migrations, the private dev cluster.
+
+pub mod dev_pg;
+pub mod models;
+pub mod schema;
+
+use anyhow::{Context, Result};
+use diesel_async::pooled_connection::deadpool::{Object, Pool};
+use diesel_async::pooled_connection::{AsyncDieselConnectionManager, ManagerConfig};
+use diesel_async::AsyncPgConnection;
+use diesel_migrations::{embed_migrations, EmbeddedMigrations, MigrationHarness};
+
+pub type DbPool = Pool<AsyncPgConnection>;
+pub type DbConn = Object<AsyncPgConnection>;
+
+pub const MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations");
+
+/// A pool whose checkouts give up after a few seconds, so a database that is down or a pool
+/// that is exhausted answers INTERNAL quickly instead of hanging the request.
+pub fn pool(url: &str, size: usize) -> Result<DbPool> {
+    let manager = AsyncDieselConnectionManager::<AsyncPgConnection>::new_with_config(
+        url,
+        ManagerConfig::default(),
+    );
+    Pool::builder(manager)
+        .max_size(size)
+        .wait_timeout(Some(std::time::Duration::from_secs(5)))
+        .create_timeout(Some(std::time::Duration::from_secs(5)))
+        .recycle_timeout(Some(std::time::Duration::from_secs(5)))
+        .runtime(deadpool::Runtime::Tokio1)
+        .build()
+        .context("building the database pool")
+}
+
+/// Applies every pending migration. Safe to call from several processes at once: an advisory
+/// lock makes the second one wait and then find nothing to do.
+pub async fn migrate(url: &str) -> Result<()> {
+    use diesel_async::{AsyncConnection, RunQueryDsl};
+    let mut conn = AsyncPgConnection::establish(url)
+        .await
+        .with_context(|| format!("connecting to {}", redact(url)))?;
+    diesel::sql_query("SELECT pg_advisory_lock(7250001)")
+        .execute(&mut conn)
+        .await?;
+    let mut harness = diesel_async::AsyncMigrationHarness::new(conn);
+    let result = harness
+        .run_pending_migrations(MIGRATIONS)
+        .map(|applied| applied.len())
+        .map_err(|e| anyhow::anyhow!("migration failed: {e}"));
+    let mut conn = harness.into_inner();
+    diesel::sql_query("SELECT pg_advisory_unlock(7250001)")
+        .execute(&mut conn)
+        .await?;
+    let applied = result?;
+    if applied > 0 {
+        tracing::info!(applied, "migrations applied");
+    }
+    Ok(())
+}
+
+/// A URL without its password, for logs and messages.
+pub fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let userinfo = &url[scheme + 3..at];
+            match userinfo.split_once(':') {
+                Some((user, _)) => format!("{}{}:***{}", &url[..scheme + 3], user, &url[at..]),
+                None => url.to_string(),
+            }
+        }
+        _ => url.to_string(),
+    }
+}

@@ -1,0 +1,310 @@
+// The tables of migrations/, for diesel's query builder. Kept by hand (no diesel CLI on CI);
+// `tests/it/schema_drift.rs` compares it with the migrated database.
+
+diesel::table! {
+    stores (id) {
+        id -> Int8,
+        name -> Text,
+        code -> Text,
+        created_at -> Timestamptz,
+    }
+}
+
+diesel::table! {
+    members (id) {
+        id -> Int8,
+        store_id -> Int8,
+        name -> Text,
+        phone -> Text,
+        balance_cents -> Int8,
+        frozen_cents -> Int8,
+        created_at -> Timestamptz,
+    }
+}
+
+diesel::table! {
+    membership_plans (id) {
+        id -> Int8,
+        store_id -> Int8,
+        name -> Text,
+        duration_days -> Int4,
+        price_cents -> Int8,
+        created_at -> Timestamptz,
+    }
+}
+
+diesel::table! {
+    class_packs (id) {
+        id -> Int8,
+        store_id -> Int8,
+        name -> Text,
+        sessions -> Int4,
+        price_cents -> Int8,
+        stock -> Nullable<Int4>,
+        created_at -> Timestamptz,
+    }
+}
+
+diesel::table! {
+    coach_slots (id) {
+        id -> Int8,
+        store_id -> Int8,
+        coach_name -> Text,
+        starts_at -> Timestamptz,
+        ends_at -> Timestamptz,
+        capacity -> Int4,
+        remaining -> Int4,
+        price_cents -> Int8,
+        created_at -> Timestamptz,
+    }
+}
+
+diesel::table! {
+    orders (id) {
+        id -> Int8,
+        order_no -> Text,
+        member_id -> Int8,
+        store_id -> Int8,
+        kind -> Text,
+        status -> Text,
+        item_name -> Text,
+        membership_plan_id -> Nullable<Int8>,
+        class_pack_id -> Nullable<Int8>,
+        coach_slot_id -> Nullable<Int8>,
+        plan_days -> Nullable<Int4>,
+        amount_cents -> Int8,
+        wallet_amount_cents -> Int8,
+        payment_method -> Text,
+        online_provider -> Nullable<Text>,
+        sessions_total -> Int4,
+        sessions_used -> Int4,
+        expires_at -> Nullable<Timestamptz>,
+        created_at -> Timestamptz,
+        paid_at -> Nullable<Timestamptz>,
+        canceled_at -> Nullable<Timestamptz>,
+        cancel_reason -> Nullable<Text>,
+        refunded_at -> Nullable<Timestamptz>,
+        refund_amount_cents -> Nullable<Int8>,
+        provider_txn_id -> Nullable<Text>,
+        trace_id -> Text,
+        idempotency_key -> Text,
+        request_hash -> Text,
+        updated_at -> Timestamptz,
+    }
+}
+
+diesel::table! {
+    order_transitions (id) {
+        id -> Int8,
+        order_id -> Int8,
+        from_status -> Nullable<Text>,
+        to_status -> Text,
+        actor -> Text,
+        reason -> Text,
+        trace_id -> Text,
+        at -> Timestamptz,
+    }
+}
+
+diesel::table! {
+    wallet_ledger (id) {
+        id -> Int8,
+        member_id -> Int8,
+        kind -> Text,
+        balance_delta -> Int8,
+        frozen_delta -> Int8,
+        order_id -> Nullable<Int8>,
+        reference -> Nullable<Text>,
+        actor -> Text,
+        trace_id -> Text,
+        created_at -> Timestamptz,
+    }
+}
+
+diesel::table! {
+    payments (id) {
+        id -> Int8,
+        order_id -> Int8,
+        method -> Text,
+        idempotency_key -> Text,
+        provider_txn_id -> Nullable<Text>,
+        amount_cents -> Int8,
+        wallet_cents -> Int8,
+        online_cents -> Int8,
+        reference -> Nullable<Text>,
+        actor -> Text,
+        trace_id -> Text,
+        paid_at -> Timestamptz,
+    }
+}
+
+diesel::table! {
+    refunds (id) {
+        id -> Int8,
+        order_id -> Int8,
+        amount_cents -> Int8,
+        wallet_cents -> Int8,
+        online_cents -> Int8,
+        reason -> Text,
+        actor -> Text,
+        trace_id -> Text,
+        created_at -> Timestamptz,
+    }
+}
+
+diesel::table! {
+    memberships (id) {
+        id -> Int8,
+        member_id -> Int8,
+        store_id -> Int8,
+        plan_id -> Int8,
+        order_id -> Int8,
+        status -> Text,
+        valid_from -> Timestamptz,
+        valid_to -> Timestamptz,
+        created_at -> Timestamptz,
+        ended_at -> Nullable<Timestamptz>,
+    }
+}
+
+diesel::table! {
+    check_ins (id) {
+        id -> Int8,
+        order_id -> Int8,
+        consume_txn_no -> Text,
+        sessions -> Int4,
+        remaining_after -> Int4,
+        actor -> Text,
+        trace_id -> Text,
+        at -> Timestamptz,
+    }
+}
+
+diesel::table! {
+    compensation_events (id) {
+        id -> Int8,
+        order_id -> Int8,
+        kind -> Text,
+        status -> Text,
+        attempts -> Int4,
+        max_attempts -> Int4,
+        next_attempt_at -> Nullable<Timestamptz>,
+        last_error -> Nullable<Text>,
+        payload -> Jsonb,
+        idempotency_key -> Text,
+        trace_id -> Text,
+        locked_until -> Nullable<Timestamptz>,
+        locked_by -> Nullable<Text>,
+        created_at -> Timestamptz,
+        updated_at -> Timestamptz,
+    }
+}
+
+diesel::table! {
+    compensation_attempts (id) {
+        id -> Int8,
+        event_id -> Int8,
+        at -> Timestamptz,
+        ok -> Bool,
+        error -> Nullable<Text>,
+        duration_ms -> Int4,
+        worker -> Text,
+    }
+}
+
+diesel::table! {
+    anomaly_events (id) {
+        id -> Int8,
+        category -> Text,
+        order_id -> Nullable<Int8>,
+        store_id -> Nullable<Int8>,
+        detail -> Text,
+        trace_id -> Text,
+        at -> Timestamptz,
+    }
+}
+
+diesel::table! {
+    payment_callbacks (id) {
+        id -> Int8,
+        provider -> Text,
+        received_at -> Timestamptz,
+        verified -> Bool,
+        outcome -> Text,
+        event_type -> Nullable<Text>,
+        body -> Text,
+        headers -> Jsonb,
+        order_id -> Nullable<Int8>,
+        order_no -> Nullable<Text>,
+        store_id -> Nullable<Int8>,
+        idempotency_key -> Nullable<Text>,
+        provider_txn_id -> Nullable<Text>,
+        amount_cents -> Nullable<Int8>,
+        error -> Nullable<Text>,
+        trace_id -> Text,
+    }
+}
+
+diesel::table! {
+    exception_tickets (id) {
+        id -> Int8,
+        kind -> Text,
+        status -> Text,
+        provider -> Nullable<Text>,
+        order_id -> Nullable<Int8>,
+        order_no -> Nullable<Text>,
+        store_id -> Nullable<Int8>,
+        provider_txn_id -> Nullable<Text>,
+        local_amount_cents -> Nullable<Int8>,
+        provider_amount_cents -> Nullable<Int8>,
+        detail -> Jsonb,
+        finding_key -> Text,
+        opened_at -> Timestamptz,
+        updated_at -> Timestamptz,
+        resolved_at -> Nullable<Timestamptz>,
+        resolution -> Nullable<Text>,
+        resolved_by -> Nullable<Text>,
+        note -> Nullable<Text>,
+        trace_id -> Text,
+    }
+}
+
+diesel::table! {
+    reconciliation_runs (id) {
+        id -> Int8,
+        provider -> Text,
+        bill_date -> Date,
+        status -> Text,
+        started_at -> Timestamptz,
+        finished_at -> Nullable<Timestamptz>,
+        provider_rows -> Int4,
+        local_rows -> Int4,
+        matched -> Int4,
+        tickets_opened -> Int4,
+        error -> Nullable<Text>,
+        trace_id -> Text,
+    }
+}
+
+diesel::joinable!(compensation_attempts -> compensation_events (event_id));
+
+diesel::allow_tables_to_appear_in_same_query!(
+    stores,
+    members,
+    membership_plans,
+    class_packs,
+    coach_slots,
+    orders,
+    order_transitions,
+    wallet_ledger,
+    payments,
+    refunds,
+    memberships,
+    check_ins,
+    compensation_events,
+    compensation_attempts,
+    anomaly_events,
+    payment_callbacks,
+    exception_tickets,
+    reconciliation_runs,
+);

@@ -1,0 +1,7 @@
+//! Pure rules of the studio's business: no I/O, no clock, no database. Everything here is
+//! decided from its arguments, so it is tested exhaustively with plain unit tests.
+
+pub mod money;
+pub mod order_status;
+
+pub use order_status::{Actor, ActorKind, OrderStatus, TransitionError};

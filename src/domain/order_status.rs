@@ -1,0 +1,277 @@
+//! The order state machine: the one place that says which status changes exist and who may ask
+//! for each. The database trigger `order_status_guard` (migrations/…_core/up.sql) holds the same
+//! table of pairs; `tests/it/state_machine.rs` checks that both agree.
+//!
+//! ```text
+//! WAIT_PAY ──> PAID ──> CONSUMING ──> CONSUMED
+//!    │           │          │
+//!    v           v          v
+//! CANCELED    REFUNDED   REFUNDED
+//! ```
+
+use std::fmt;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, async_graphql::Enum)]
+#[graphql(rename_items = "SCREAMING_SNAKE_CASE")]
+pub enum OrderStatus {
+    WaitPay,
+    Paid,
+    Consuming,
+    Consumed,
+    Canceled,
+    Refunded,
+}
+
+/// Who asks for a change. Members act on their own orders, staff from the admin console, ops
+/// from the ops screen, providers through signed callbacks, and the system from background tasks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ActorKind {
+    Member,
+    Admin,
+    Ops,
+    Provider,
+    System,
+}
+
+/// Every transition that exists, with the actors allowed to cause it and what it means.
+/// Reading this table is reading the whole lifecycle.
+pub const TRANSITIONS: &[(OrderStatus, OrderStatus, &[ActorKind], &str)] = {
+    use ActorKind::*;
+    use OrderStatus::*;
+    &[
+        // Wallet orders are paid by the member who places them; online ones by the provider's
+        // callback (or a late payment found by the system's query); offline ones by staff.
+        (
+            WaitPay,
+            Paid,
+            &[Member, Admin, Provider, System],
+            "payment applied",
+        ),
+        // The member changes their mind, staff cancel at the desk, or the order times out.
+        (
+            WaitPay,
+            Canceled,
+            &[Member, Admin, System],
+            "canceled before payment",
+        ),
+        // The first check-in; the system passes a never-used membership through here at its end.
+        (Paid, Consuming, &[Member, Admin, System], "first check-in"),
+        // The last credit used, or the membership's validity over.
+        (
+            Consuming,
+            Consumed,
+            &[Member, Admin, System],
+            "everything used",
+        ),
+        // Refunds are staff decisions (admin, or ops closing a ticket).
+        (Paid, Refunded, &[Admin, Ops], "refunded before use"),
+        (
+            Consuming,
+            Refunded,
+            &[Admin, Ops],
+            "refunded the unused share",
+        ),
+    ]
+};
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TransitionError {
+    /// The pair is not in the table: nobody may do this.
+    #[error("illegal transition {from} -> {to}")]
+    Illegal { from: OrderStatus, to: OrderStatus },
+    /// The pair exists, but not for this actor.
+    #[error("{actor:?} may not move an order {from} -> {to}")]
+    NotAllowed {
+        from: OrderStatus,
+        to: OrderStatus,
+        actor: ActorKind,
+    },
+}
+
+impl OrderStatus {
+    pub const ALL: [OrderStatus; 6] = [
+        OrderStatus::WaitPay,
+        OrderStatus::Paid,
+        OrderStatus::Consuming,
+        OrderStatus::Consumed,
+        OrderStatus::Canceled,
+        OrderStatus::Refunded,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OrderStatus::WaitPay => "WAIT_PAY",
+            OrderStatus::Paid => "PAID",
+            OrderStatus::Consuming => "CONSUMING",
+            OrderStatus::Consumed => "CONSUMED",
+            OrderStatus::Canceled => "CANCELED",
+            OrderStatus::Refunded => "REFUNDED",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<OrderStatus> {
+        OrderStatus::ALL.into_iter().find(|st| st.as_str() == s)
+    }
+
+    /// Statuses reachable from here in one step, whoever asks.
+    pub fn allowed_next(self) -> Vec<OrderStatus> {
+        TRANSITIONS
+            .iter()
+            .filter(|(from, ..)| *from == self)
+            .map(|(_, to, ..)| *to)
+            .collect()
+    }
+
+    /// Paid and not yet finished or refunded: the order's credits and access are live.
+    pub fn is_live(self) -> bool {
+        matches!(self, OrderStatus::Paid | OrderStatus::Consuming)
+    }
+
+    pub fn is_final(self) -> bool {
+        self.allowed_next().is_empty()
+    }
+}
+
+impl fmt::Display for OrderStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The actor of a change, as recorded in the audit trail (`member:42`, `admin:staff-7`,
+/// `provider:WECHAT_PAY`, `system:expiry`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Actor {
+    pub kind: ActorKind,
+    pub id: String,
+}
+
+impl Actor {
+    pub fn member(id: i64) -> Actor {
+        Actor {
+            kind: ActorKind::Member,
+            id: id.to_string(),
+        }
+    }
+    pub fn admin(id: impl Into<String>) -> Actor {
+        Actor {
+            kind: ActorKind::Admin,
+            id: id.into(),
+        }
+    }
+    pub fn ops(id: impl Into<String>) -> Actor {
+        Actor {
+            kind: ActorKind::Ops,
+            id: id.into(),
+        }
+    }
+    pub fn provider(name: &str) -> Actor {
+        Actor {
+            kind: ActorKind::Provider,
+            id: name.to_string(),
+        }
+    }
+    pub fn system(task: &str) -> Actor {
+        Actor {
+            kind: ActorKind::System,
+            id: task.to_string(),
+        }
+    }
+}
+
+impl fmt::Display for Actor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let kind = match self.kind {
+            ActorKind::Member => "member",
+            ActorKind::Admin => "admin",
+            ActorKind::Ops => "ops",
+            ActorKind::Provider => "provider",
+            ActorKind::System => "system",
+        };
+        write!(f, "{kind}:{}", self.id)
+    }
+}
+
+/// Decides whether `actor` may move an order from `from` to `to`.
+pub fn check(from: OrderStatus, to: OrderStatus, actor: ActorKind) -> Result<(), TransitionError> {
+    match TRANSITIONS.iter().find(|(f, t, ..)| *f == from && *t == to) {
+        None => Err(TransitionError::Illegal { from, to }),
+        Some((_, _, actors, _)) if !actors.contains(&actor) => {
+            Err(TransitionError::NotAllowed { from, to, actor })
+        }
+        Some(_) => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exactly_the_six_contract_transitions_exist() {
+        use OrderStatus::*;
+        let legal = [
+            (WaitPay, Paid),
+            (WaitPay, Canceled),
+            (Paid, Consuming),
+            (Paid, Refunded),
+            (Consuming, Consumed),
+            (Consuming, Refunded),
+        ];
+        for from in OrderStatus::ALL {
+            for to in OrderStatus::ALL {
+                let exists = TRANSITIONS.iter().any(|(f, t, ..)| *f == from && *t == to);
+                assert_eq!(exists, legal.contains(&(from, to)), "{from} -> {to}");
+            }
+        }
+    }
+
+    #[test]
+    fn every_actor_is_refused_an_illegal_pair() {
+        let actors = [
+            ActorKind::Member,
+            ActorKind::Admin,
+            ActorKind::Ops,
+            ActorKind::Provider,
+            ActorKind::System,
+        ];
+        for from in OrderStatus::ALL {
+            for to in OrderStatus::ALL {
+                let legal = from.allowed_next().contains(&to);
+                for actor in actors {
+                    let r = check(from, to, actor);
+                    if !legal {
+                        assert_eq!(r, Err(TransitionError::Illegal { from, to }));
+                    } else {
+                        assert_ne!(r, Err(TransitionError::Illegal { from, to }));
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn providers_only_pay_and_members_never_refund() {
+        use OrderStatus::*;
+        assert!(check(WaitPay, Paid, ActorKind::Provider).is_ok());
+        assert!(check(WaitPay, Canceled, ActorKind::Provider).is_err());
+        assert!(check(Paid, Refunded, ActorKind::Provider).is_err());
+        assert!(check(Paid, Refunded, ActorKind::Member).is_err());
+        assert!(check(Consuming, Refunded, ActorKind::Member).is_err());
+        assert!(check(Paid, Refunded, ActorKind::Admin).is_ok());
+        assert!(check(WaitPay, Canceled, ActorKind::System).is_ok());
+    }
+
+    #[test]
+    fn final_states_have_no_way_out() {
+        assert!(OrderStatus::Consumed.is_final());
+        assert!(OrderStatus::Canceled.is_final());
+        assert!(OrderStatus::Refunded.is_final());
+        assert!(!OrderStatus::Paid.is_final());
+        assert_eq!(
+            OrderStatus::parse("CONSUMING"),
+            Some(OrderStatus::Consuming)
+        );
+        assert_eq!(OrderStatus::parse("nope"), None);
+    }
+}

@@ -1,0 +1,250 @@
+//! DataLoaders: one per request, batching the lookups of a whole response into one statement
+//! per kind of related object.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use async_graphql::dataloader::{DataLoader, Loader};
+use async_graphql::Context;
+use diesel::prelude::*;
+use diesel_async::RunQueryDsl;
+
+use super::types::{MemberNode, OrderNode, StoreNode};
+use crate::db::models::*;
+use crate::db::schema::*;
+use crate::db::DbPool;
+use crate::error::AppError;
+
+pub struct DbLoader {
+    pool: DbPool,
+}
+
+impl DbLoader {
+    pub fn new(pool: DbPool) -> DataLoader<DbLoader> {
+        DataLoader::new(DbLoader { pool }, tokio::spawn)
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct LoadError(pub Arc<String>);
+
+impl LoadError {
+    pub fn into_app(self) -> AppError {
+        AppError::internal(self.0)
+    }
+}
+
+impl<E: std::fmt::Display> From<E> for LoadError {
+    fn from(e: E) -> Self {
+        LoadError(Arc::new(e.to_string()))
+    }
+}
+
+pub fn loader<'a>(ctx: &Context<'a>) -> &'a DataLoader<DbLoader> {
+    ctx.data_unchecked::<DataLoader<DbLoader>>()
+}
+
+macro_rules! key {
+    ($($name:ident),*) => { $(#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)] pub struct $name(pub i64);)* };
+}
+key!(
+    StoreId,
+    MemberId,
+    PlanId,
+    OrderId,
+    OrderCompensation,
+    OrderTickets,
+    OrderCallbacks,
+    OrderMembership,
+    MemberCredits,
+    MemberMemberships,
+    EventAttempts
+);
+
+/// Loads rows by primary key into a map keyed by the loader's key type.
+macro_rules! by_id {
+    ($key:ident, $table:ident, $row:ty) => {
+        impl Loader<$key> for DbLoader {
+            type Value = $row;
+            type Error = LoadError;
+            async fn load(&self, keys: &[$key]) -> Result<HashMap<$key, $row>, LoadError> {
+                let ids: Vec<i64> = keys.iter().map(|k| k.0).collect();
+                let mut conn = self.pool.get().await?;
+                let rows: Vec<$row> = $table::table
+                    .filter($table::id.eq_any(ids))
+                    .select(<$row>::as_select())
+                    .load(&mut conn)
+                    .await?;
+                Ok(rows.into_iter().map(|r| ($key(r.id), r)).collect())
+            }
+        }
+    };
+}
+by_id!(StoreId, stores, Store);
+by_id!(MemberId, members, Member);
+by_id!(PlanId, membership_plans, MembershipPlan);
+by_id!(OrderId, orders, Order);
+
+/// Loads the rows belonging to each order (or event), oldest first.
+macro_rules! many_by {
+    ($key:ident, $table:ident, $col:ident, $row:ty, $conv:expr) => {
+        impl Loader<$key> for DbLoader {
+            type Value = Vec<$row>;
+            type Error = LoadError;
+            async fn load(&self, keys: &[$key]) -> Result<HashMap<$key, Vec<$row>>, LoadError> {
+                let ids: Vec<i64> = keys.iter().map(|k| k.0).collect();
+                let mut conn = self.pool.get().await?;
+                let rows: Vec<$row> = $table::table
+                    .filter($table::$col.eq_any(ids))
+                    .order($table::id.asc())
+                    .select(<$row>::as_select())
+                    .load(&mut conn)
+                    .await?;
+                let mut map: HashMap<$key, Vec<$row>> = HashMap::new();
+                for r in rows {
+                    let conv: fn(&$row) -> i64 = $conv;
+                    map.entry($key(conv(&r))).or_default().push(r);
+                }
+                Ok(map)
+            }
+        }
+    };
+}
+many_by!(
+    OrderCompensation,
+    compensation_events,
+    order_id,
+    CompensationEvent,
+    |r| r.order_id
+);
+many_by!(
+    EventAttempts,
+    compensation_attempts,
+    event_id,
+    CompensationAttempt,
+    |r| r.event_id
+);
+many_by!(MemberMemberships, memberships, member_id, Membership, |r| r
+    .member_id);
+
+impl Loader<OrderTickets> for DbLoader {
+    type Value = Vec<ExceptionTicket>;
+    type Error = LoadError;
+    async fn load(
+        &self,
+        keys: &[OrderTickets],
+    ) -> Result<HashMap<OrderTickets, Vec<ExceptionTicket>>, LoadError> {
+        let ids: Vec<i64> = keys.iter().map(|k| k.0).collect();
+        let mut conn = self.pool.get().await?;
+        let rows: Vec<ExceptionTicket> = exception_tickets::table
+            .filter(exception_tickets::order_id.eq_any(ids))
+            .order(exception_tickets::id.asc())
+            .select(ExceptionTicket::as_select())
+            .load(&mut conn)
+            .await?;
+        let mut map: HashMap<OrderTickets, Vec<ExceptionTicket>> = HashMap::new();
+        for r in rows {
+            if let Some(order_id) = r.order_id {
+                map.entry(OrderTickets(order_id)).or_default().push(r);
+            }
+        }
+        Ok(map)
+    }
+}
+
+impl Loader<OrderCallbacks> for DbLoader {
+    type Value = Vec<PaymentCallback>;
+    type Error = LoadError;
+    async fn load(
+        &self,
+        keys: &[OrderCallbacks],
+    ) -> Result<HashMap<OrderCallbacks, Vec<PaymentCallback>>, LoadError> {
+        let ids: Vec<i64> = keys.iter().map(|k| k.0).collect();
+        let mut conn = self.pool.get().await?;
+        let rows: Vec<PaymentCallback> = payment_callbacks::table
+            .filter(payment_callbacks::order_id.eq_any(ids))
+            .order(payment_callbacks::id.asc())
+            .select(PaymentCallback::as_select())
+            .load(&mut conn)
+            .await?;
+        let mut map: HashMap<OrderCallbacks, Vec<PaymentCallback>> = HashMap::new();
+        for r in rows {
+            if let Some(order_id) = r.order_id {
+                map.entry(OrderCallbacks(order_id)).or_default().push(r);
+            }
+        }
+        Ok(map)
+    }
+}
+
+impl Loader<OrderMembership> for DbLoader {
+    type Value = Membership;
+    type Error = LoadError;
+    async fn load(
+        &self,
+        keys: &[OrderMembership],
+    ) -> Result<HashMap<OrderMembership, Membership>, LoadError> {
+        let ids: Vec<i64> = keys.iter().map(|k| k.0).collect();
+        let mut conn = self.pool.get().await?;
+        let rows: Vec<Membership> = memberships::table
+            .filter(memberships::order_id.eq_any(ids))
+            .select(Membership::as_select())
+            .load(&mut conn)
+            .await?;
+        Ok(rows
+            .into_iter()
+            .map(|r| (OrderMembership(r.order_id), r))
+            .collect())
+    }
+}
+
+/// A member's credits: the unused sessions of their live (PAID or CONSUMING) orders.
+impl Loader<MemberCredits> for DbLoader {
+    type Value = i32;
+    type Error = LoadError;
+    async fn load(&self, keys: &[MemberCredits]) -> Result<HashMap<MemberCredits, i32>, LoadError> {
+        let ids: Vec<i64> = keys.iter().map(|k| k.0).collect();
+        let mut conn = self.pool.get().await?;
+        let rows: Vec<(i64, Option<i64>)> = orders::table
+            .filter(orders::member_id.eq_any(ids))
+            .filter(orders::status.eq_any(["PAID", "CONSUMING"]))
+            .group_by(orders::member_id)
+            .select((
+                orders::member_id,
+                diesel::dsl::sum(orders::sessions_total - orders::sessions_used),
+            ))
+            .load(&mut conn)
+            .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(m, s)| (MemberCredits(m), s.unwrap_or(0) as i32))
+            .collect())
+    }
+}
+
+pub async fn load_store(ctx: &Context<'_>, id: i64) -> Result<StoreNode, AppError> {
+    loader(ctx)
+        .load_one(StoreId(id))
+        .await
+        .map_err(LoadError::into_app)?
+        .map(StoreNode)
+        .ok_or_else(|| AppError::NotFound(format!("store {id}")))
+}
+
+pub async fn load_member(ctx: &Context<'_>, id: i64) -> Result<MemberNode, AppError> {
+    loader(ctx)
+        .load_one(MemberId(id))
+        .await
+        .map_err(LoadError::into_app)?
+        .map(MemberNode)
+        .ok_or_else(|| AppError::NotFound(format!("member {id}")))
+}
+
+pub async fn load_order(ctx: &Context<'_>, id: i64) -> Result<OrderNode, AppError> {
+    loader(ctx)
+        .load_one(OrderId(id))
+        .await
+        .map_err(LoadError::into_app)?
+        .map(OrderNode)
+        .ok_or_else(|| AppError::NotFound(format!("order {id}")))
+}

@@ -1,0 +1,88 @@
+//! The GraphQL API: the admin console's queries, the member app's mutations and the ops
+//! screen's subscriptions. The schema lives here, apart from the HTTP transport.
+
+mod connection;
+mod loaders;
+mod mutation;
+mod query;
+mod subscription;
+mod types;
+
+use async_graphql::{Context, Schema};
+
+pub use loaders::DbLoader;
+pub use types::TimelineEntry;
+
+use crate::app::AppState;
+use crate::auth::Viewer;
+use crate::db::DbConn;
+use crate::error::{AppError, AppResult};
+use crate::orders::Ctx;
+use crate::trace::TraceId;
+
+pub type AppSchema = Schema<query::Query, mutation::Mutation, subscription::Subscription>;
+
+/// Per request: who is asking (None: no token) and the trace id.
+#[derive(Clone)]
+pub struct RequestContext {
+    pub viewer: Option<Viewer>,
+    pub trace: TraceId,
+}
+
+pub fn build_schema(state: AppState) -> AppSchema {
+    let max_complexity = state.config.max_complexity;
+    let max_depth = state.config.max_depth;
+    Schema::build(query::Query, mutation::Mutation, subscription::Subscription)
+        .data(state)
+        .limit_depth(max_depth)
+        .limit_complexity(max_complexity)
+        .limit_recursive_depth(32)
+        .limit_directives(20)
+        .finish()
+}
+
+/// The schema as SDL, as `schema/schema.graphql` holds it.
+pub fn sdl() -> String {
+    Schema::build(query::Query, mutation::Mutation, subscription::Subscription)
+        .finish()
+        .sdl()
+}
+
+pub(crate) fn state<'a>(ctx: &Context<'a>) -> &'a AppState {
+    ctx.data_unchecked::<AppState>()
+}
+
+pub(crate) fn request<'a>(ctx: &Context<'a>) -> &'a RequestContext {
+    ctx.data_unchecked::<RequestContext>()
+}
+
+/// The authenticated caller, or UNAUTHENTICATED.
+pub(crate) fn viewer<'a>(ctx: &Context<'a>) -> AppResult<&'a Viewer> {
+    request(ctx)
+        .viewer
+        .as_ref()
+        .ok_or_else(|| AppError::Unauthenticated("a bearer token is required".into()))
+}
+
+pub(crate) fn actor_ctx(ctx: &Context<'_>) -> AppResult<Ctx> {
+    Ok(Ctx {
+        actor: viewer(ctx)?.actor(),
+        trace: request(ctx).trace.clone(),
+    })
+}
+
+pub(crate) async fn conn(ctx: &Context<'_>) -> AppResult<DbConn> {
+    Ok(state(ctx).pool.get().await?)
+}
+
+pub(crate) fn parse_id(id: &async_graphql::ID, what: &str) -> AppResult<i64> {
+    id.parse::<i64>()
+        .ok()
+        .filter(|v| *v > 0)
+        .ok_or_else(|| AppError::bad(format!("{what} {:?} is not an id", id.as_str())))
+}
+
+/// GraphQL Int is 32-bit; amounts are stored as 64-bit cents and never reach 2^31 in practice.
+pub(crate) fn int(v: i64) -> i32 {
+    i32::try_from(v).unwrap_or(if v < 0 { i32::MIN } else { i32::MAX })
+}

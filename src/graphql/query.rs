@@ -1,0 +1,478 @@
+//! Queries: the admin console's views, the member app's own data, the ops screen's lists.
+
+use async_graphql::{Context, InputObject, Object, ID};
+use chrono::{DateTime, Utc};
+use diesel::dsl::sql;
+use diesel::pg::Pg;
+use diesel::prelude::*;
+use diesel::sql_types::Bool;
+use diesel_async::RunQueryDsl;
+
+use super::connection::{self, decode_cursor, page_size, Connection};
+use super::loaders::load_member;
+use super::types::*;
+use super::{conn, parse_id, viewer};
+use crate::auth::Role;
+use crate::compensation::{CompensationKind, CompensationStatus};
+use crate::db::models;
+use crate::db::schema::*;
+use crate::domain::OrderStatus;
+use crate::error::{AppError, AppResult};
+
+pub struct Query;
+
+#[derive(InputObject, Default)]
+pub struct OrderFilter {
+    pub status: Option<Vec<OrderStatus>>,
+    pub store_id: Option<ID>,
+    pub member_id: Option<ID>,
+    pub is_expired: Option<bool>,
+    pub created_from: Option<DateTime<Utc>>,
+    pub created_to: Option<DateTime<Utc>>,
+    pub order_no: Option<String>,
+}
+
+#[derive(InputObject, Default)]
+pub struct MembershipFilter {
+    pub member_id: Option<ID>,
+    pub store_id: Option<ID>,
+    pub status: Option<Vec<MembershipStatus>>,
+}
+
+#[derive(InputObject, Default)]
+pub struct TicketFilter {
+    pub status: Option<Vec<TicketStatus>>,
+    pub kind: Option<Vec<TicketKind>>,
+    pub store_id: Option<ID>,
+    pub order_no: Option<String>,
+}
+
+#[derive(InputObject, Default)]
+pub struct CompensationFilter {
+    pub status: Option<Vec<CompensationStatus>>,
+    pub kind: Option<Vec<CompensationKind>>,
+    pub order_no: Option<String>,
+}
+
+/// Store-limited staff see only their stores.
+fn store_scope(v: &crate::auth::Viewer) -> Option<Vec<i64>> {
+    match v.role {
+        Role::Admin => v.stores.clone(),
+        _ => None,
+    }
+}
+
+#[Object]
+impl Query {
+    async fn me(&self, ctx: &Context<'_>) -> AppResult<ViewerNode> {
+        viewer(ctx)?;
+        Ok(ViewerNode)
+    }
+
+    /// What a store sells now: its plans, class packs and coach slots that have not started.
+    async fn catalog(&self, ctx: &Context<'_>, store_id: ID) -> AppResult<CatalogNode> {
+        viewer(ctx)?;
+        let store = parse_id(&store_id, "storeId")?;
+        let mut c = conn(ctx).await?;
+        crate::catalog::require_store(&mut c, store).await?;
+        let plans: Vec<models::MembershipPlan> = membership_plans::table
+            .filter(membership_plans::store_id.eq(store))
+            .order(membership_plans::id)
+            .select(models::MembershipPlan::as_select())
+            .load(&mut c)
+            .await?;
+        let packs: Vec<models::ClassPack> = class_packs::table
+            .filter(class_packs::store_id.eq(store))
+            .order(class_packs::id)
+            .select(models::ClassPack::as_select())
+            .load(&mut c)
+            .await?;
+        let slots: Vec<models::CoachSlot> = coach_slots::table
+            .filter(coach_slots::store_id.eq(store))
+            .filter(coach_slots::starts_at.gt(Utc::now()))
+            .order((coach_slots::starts_at, coach_slots::id))
+            .select(models::CoachSlot::as_select())
+            .load(&mut c)
+            .await?;
+        Ok(CatalogNode {
+            membership_plans: plans.into_iter().map(MembershipPlanNode).collect(),
+            class_packs: packs.into_iter().map(ClassPackNode).collect(),
+            coach_slots: slots.into_iter().map(CoachSlotNode).collect(),
+        })
+    }
+
+    /// One order; another member's order (or another store's, for store-limited staff) is null.
+    async fn order(&self, ctx: &Context<'_>, order_no: String) -> AppResult<Option<OrderNode>> {
+        let v = viewer(ctx)?;
+        let mut c = conn(ctx).await?;
+        let order = crate::orders::find_order(&mut c, &order_no).await?;
+        Ok(order
+            .filter(|o| crate::orders::viewer_sees_order(v, o))
+            .map(OrderNode))
+    }
+
+    #[graphql(
+        complexity = "connection::page_size(first).unwrap_or(20) as usize * child_complexity + 2"
+    )]
+    async fn orders(
+        &self,
+        ctx: &Context<'_>,
+        filter: Option<OrderFilter>,
+        first: Option<i32>,
+        after: Option<String>,
+    ) -> AppResult<Connection<OrderNode>> {
+        let v = viewer(ctx)?;
+        let first = page_size(first)?;
+        let after = after.as_deref().map(decode_cursor).transpose()?;
+        let f = filter.unwrap_or_default();
+        let make = || -> AppResult<orders::BoxedQuery<'static, Pg>> {
+            let mut p = orders::table.into_boxed();
+            if v.role == Role::Member {
+                p = p.filter(orders::member_id.eq(v.member_id.unwrap_or_default()));
+            }
+            if let Some(stores) = store_scope(v) {
+                p = p.filter(orders::store_id.eq_any(stores));
+            }
+            if let Some(statuses) = &f.status {
+                let s: Vec<&str> = statuses.iter().map(|s| s.as_str()).collect();
+                p = p.filter(orders::status.eq_any(s));
+            }
+            if let Some(id) = &f.store_id {
+                p = p.filter(orders::store_id.eq(parse_id(id, "storeId")?));
+            }
+            if let Some(id) = &f.member_id {
+                p = p.filter(orders::member_id.eq(parse_id(id, "memberId")?));
+            }
+            if let Some(expired) = f.is_expired {
+                let clause =
+                    "((status = 'WAIT_PAY' AND expires_at IS NOT NULL AND expires_at <= now()) \
+                              OR (cancel_reason IS NOT NULL AND cancel_reason = 'TIMEOUT'))";
+                p = if expired {
+                    p.filter(sql::<Bool>(clause))
+                } else {
+                    p.filter(sql::<Bool>(&format!("NOT {clause}")))
+                };
+            }
+            if let Some(t) = f.created_from {
+                p = p.filter(orders::created_at.ge(t));
+            }
+            if let Some(t) = f.created_to {
+                p = p.filter(orders::created_at.lt(t));
+            }
+            if let Some(no) = &f.order_no {
+                p = p.filter(orders::order_no.eq(no.clone()));
+            }
+            Ok(p)
+        };
+        let mut c = conn(ctx).await?;
+        let total: i64 = make()?.count().get_result(&mut c).await?;
+        let mut page = make()?;
+        if let Some(id) = after {
+            page = page.filter(orders::id.lt(id));
+        }
+        let rows: Vec<models::Order> = page
+            .order(orders::id.desc())
+            .limit(first + 1)
+            .select(models::Order::as_select())
+            .load(&mut c)
+            .await?;
+        Ok(connection::build(
+            rows,
+            first,
+            after,
+            total,
+            |r| r.id,
+            OrderNode,
+        ))
+    }
+
+    /// A member: members may read only themselves, store-limited staff only their stores'.
+    async fn member(&self, ctx: &Context<'_>, id: ID) -> AppResult<Option<MemberNode>> {
+        let v = viewer(ctx)?;
+        let id = parse_id(&id, "id")?;
+        if v.role == Role::Member && v.member_id != Some(id) {
+            return Ok(None);
+        }
+        match load_member(ctx, id).await {
+            Ok(m) if v.sees_store(m.0.store_id) => Ok(Some(m)),
+            Ok(_) | Err(AppError::NotFound(_)) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    #[graphql(
+        complexity = "connection::page_size(first).unwrap_or(20) as usize * child_complexity + 2"
+    )]
+    async fn memberships(
+        &self,
+        ctx: &Context<'_>,
+        filter: Option<MembershipFilter>,
+        first: Option<i32>,
+        after: Option<String>,
+    ) -> AppResult<Connection<MembershipNode>> {
+        let v = viewer(ctx)?;
+        let first = page_size(first)?;
+        let after = after.as_deref().map(decode_cursor).transpose()?;
+        let f = filter.unwrap_or_default();
+        let make = || -> AppResult<memberships::BoxedQuery<'static, Pg>> {
+            let mut p = memberships::table.into_boxed();
+            if v.role == Role::Member {
+                p = p.filter(memberships::member_id.eq(v.member_id.unwrap_or_default()));
+            }
+            if let Some(stores) = store_scope(v) {
+                p = p.filter(memberships::store_id.eq_any(stores));
+            }
+            if let Some(id) = &f.member_id {
+                p = p.filter(memberships::member_id.eq(parse_id(id, "memberId")?));
+            }
+            if let Some(id) = &f.store_id {
+                p = p.filter(memberships::store_id.eq(parse_id(id, "storeId")?));
+            }
+            if let Some(st) = &f.status {
+                let s: Vec<&str> = st.iter().map(|s| s.as_str()).collect();
+                p = p.filter(memberships::status.eq_any(s));
+            }
+            Ok(p)
+        };
+        let mut c = conn(ctx).await?;
+        let total: i64 = make()?.count().get_result(&mut c).await?;
+        let mut page = make()?;
+        if let Some(id) = after {
+            page = page.filter(memberships::id.lt(id));
+        }
+        let rows: Vec<models::Membership> = page
+            .order(memberships::id.desc())
+            .limit(first + 1)
+            .select(models::Membership::as_select())
+            .load(&mut c)
+            .await?;
+        Ok(connection::build(
+            rows,
+            first,
+            after,
+            total,
+            |r| r.id,
+            MembershipNode,
+        ))
+    }
+
+    async fn exception_ticket(
+        &self,
+        ctx: &Context<'_>,
+        id: ID,
+    ) -> AppResult<Option<ExceptionTicketNode>> {
+        let v = viewer(ctx)?;
+        v.require(&[Role::Admin, Role::Ops])?;
+        let id = parse_id(&id, "id")?;
+        let mut c = conn(ctx).await?;
+        let t: Option<models::ExceptionTicket> = exception_tickets::table
+            .find(id)
+            .select(models::ExceptionTicket::as_select())
+            .get_result(&mut c)
+            .await
+            .optional()?;
+        Ok(t.filter(|t| t.store_id.is_none_or(|s| v.sees_store(s)))
+            .map(ExceptionTicketNode))
+    }
+
+    #[graphql(
+        complexity = "connection::page_size(first).unwrap_or(20) as usize * child_complexity + 2"
+    )]
+    async fn exception_tickets(
+        &self,
+        ctx: &Context<'_>,
+        filter: Option<TicketFilter>,
+        first: Option<i32>,
+        after: Option<String>,
+    ) -> AppResult<Connection<ExceptionTicketNode>> {
+        let v = viewer(ctx)?;
+        v.require(&[Role::Admin, Role::Ops])?;
+        let first = page_size(first)?;
+        let after = after.as_deref().map(decode_cursor).transpose()?;
+        let f = filter.unwrap_or_default();
+        let make = || -> AppResult<exception_tickets::BoxedQuery<'static, Pg>> {
+            let mut p = exception_tickets::table.into_boxed();
+            if let Some(stores) = store_scope(v) {
+                p = p.filter(exception_tickets::store_id.eq_any(stores).assume_not_null());
+            }
+            if let Some(st) = &f.status {
+                let s: Vec<&str> = st.iter().map(|s| s.as_str()).collect();
+                p = p.filter(exception_tickets::status.eq_any(s));
+            }
+            if let Some(k) = &f.kind {
+                let s: Vec<&str> = k.iter().map(|s| s.as_str()).collect();
+                p = p.filter(exception_tickets::kind.eq_any(s));
+            }
+            if let Some(id) = &f.store_id {
+                p = p.filter(
+                    exception_tickets::store_id
+                        .eq(parse_id(id, "storeId")?)
+                        .assume_not_null(),
+                );
+            }
+            if let Some(no) = &f.order_no {
+                p = p.filter(exception_tickets::order_no.eq(no.clone()).assume_not_null());
+            }
+            Ok(p)
+        };
+        let mut c = conn(ctx).await?;
+        let total: i64 = make()?.count().get_result(&mut c).await?;
+        let mut page = make()?;
+        if let Some(id) = after {
+            page = page.filter(exception_tickets::id.lt(id));
+        }
+        let rows: Vec<models::ExceptionTicket> = page
+            .order(exception_tickets::id.desc())
+            .limit(first + 1)
+            .select(models::ExceptionTicket::as_select())
+            .load(&mut c)
+            .await?;
+        Ok(connection::build(
+            rows,
+            first,
+            after,
+            total,
+            |r| r.id,
+            ExceptionTicketNode,
+        ))
+    }
+
+    #[graphql(
+        complexity = "connection::page_size(first).unwrap_or(20) as usize * child_complexity + 2"
+    )]
+    async fn compensation_events(
+        &self,
+        ctx: &Context<'_>,
+        filter: Option<CompensationFilter>,
+        first: Option<i32>,
+        after: Option<String>,
+    ) -> AppResult<Connection<CompensationEventNode>> {
+        let v = viewer(ctx)?;
+        v.require(&[Role::Admin, Role::Ops])?;
+        let first = page_size(first)?;
+        let after = after.as_deref().map(decode_cursor).transpose()?;
+        let f = filter.unwrap_or_default();
+        let make = || -> AppResult<compensation_events::BoxedQuery<'static, Pg>> {
+            let mut p = compensation_events::table.into_boxed();
+            if let Some(stores) = store_scope(v) {
+                p = p.filter(
+                    compensation_events::order_id.eq_any(
+                        orders::table
+                            .filter(orders::store_id.eq_any(stores))
+                            .select(orders::id),
+                    ),
+                );
+            }
+            if let Some(st) = &f.status {
+                let s: Vec<&str> = st.iter().map(|s| s.as_str()).collect();
+                p = p.filter(compensation_events::status.eq_any(s));
+            }
+            if let Some(k) = &f.kind {
+                let s: Vec<&str> = k.iter().map(|s| s.as_str()).collect();
+                p = p.filter(compensation_events::kind.eq_any(s));
+            }
+            if let Some(no) = &f.order_no {
+                p = p.filter(
+                    compensation_events::order_id.eq_any(
+                        orders::table
+                            .filter(orders::order_no.eq(no.clone()))
+                            .select(orders::id),
+                    ),
+                );
+            }
+            Ok(p)
+        };
+        let mut c = conn(ctx).await?;
+        let total: i64 = make()?.count().get_result(&mut c).await?;
+        let mut page = make()?;
+        if let Some(id) = after {
+            page = page.filter(compensation_events::id.lt(id));
+        }
+        let rows: Vec<models::CompensationEvent> = page
+            .order(compensation_events::id.desc())
+            .limit(first + 1)
+            .select(models::CompensationEvent::as_select())
+            .load(&mut c)
+            .await?;
+        Ok(connection::build(
+            rows,
+            first,
+            after,
+            total,
+            |r| r.id,
+            CompensationEventNode,
+        ))
+    }
+
+    #[graphql(
+        complexity = "connection::page_size(first).unwrap_or(20) as usize * child_complexity + 2"
+    )]
+    async fn reconciliation_runs(
+        &self,
+        ctx: &Context<'_>,
+        first: Option<i32>,
+        after: Option<String>,
+    ) -> AppResult<Connection<ReconciliationRunNode>> {
+        viewer(ctx)?.require(&[Role::Admin, Role::Ops])?;
+        let first = page_size(first)?;
+        let after = after.as_deref().map(decode_cursor).transpose()?;
+        let mut c = conn(ctx).await?;
+        let total: i64 = reconciliation_runs::table
+            .count()
+            .get_result(&mut c)
+            .await?;
+        let mut page = reconciliation_runs::table.into_boxed();
+        if let Some(id) = after {
+            page = page.filter(reconciliation_runs::id.lt(id));
+        }
+        let rows: Vec<models::ReconciliationRun> = page
+            .order(reconciliation_runs::id.desc())
+            .limit(first + 1)
+            .select(models::ReconciliationRun::as_select())
+            .load(&mut c)
+            .await?;
+        Ok(connection::build(
+            rows,
+            first,
+            after,
+            total,
+            |r| r.id,
+            ReconciliationRunNode,
+        ))
+    }
+
+    /// Counts per anomaly category in `[from, to)`, computed from the recorded rows.
+    async fn anomaly_stats(
+        &self,
+        ctx: &Context<'_>,
+        from: DateTime<Utc>,
+        to: DateTime<Utc>,
+        store_id: Option<ID>,
+    ) -> AppResult<Vec<AnomalyStat>> {
+        let v = viewer(ctx)?;
+        v.require(&[Role::Admin, Role::Ops])?;
+        if to < from {
+            return Err(AppError::bad("to must not be before from"));
+        }
+        let store = store_id
+            .as_ref()
+            .map(|s| parse_id(s, "storeId"))
+            .transpose()?;
+        if let Some(s) = store {
+            v.require_store(s)?;
+        }
+        let mut c = conn(ctx).await?;
+        let counts = crate::anomalies::count(&mut c, from, to, store, store_scope(v)).await?;
+        Ok(AnomalyCategory::ALL
+            .iter()
+            .map(|cat| AnomalyStat {
+                category: *cat,
+                count: counts
+                    .get(cat.as_str())
+                    .copied()
+                    .map(super::int)
+                    .unwrap_or(0),
+            })
+            .collect())
+    }
+}

@@ -1,0 +1,91 @@
+//! The HTTP surface: GraphQL (POST, GraphiQL on GET, WebSocket subscriptions), health,
+//! metrics. Every request gets a trace id (taken from `traceparent`/`X-Trace-Id` when sent),
+//! echoed in the `X-Trace-Id` response header.
+
+mod graphql_routes;
+mod health;
+pub mod metrics;
+
+use std::time::Instant;
+
+use axum::extract::{MatchedPath, Request};
+use axum::http::HeaderValue;
+use axum::middleware::{self, Next};
+use axum::response::Response;
+use axum::routing::get;
+use axum::Router;
+
+use crate::app::AppState;
+use crate::graphql::{build_schema, AppSchema};
+use crate::trace::TraceId;
+
+#[derive(Clone)]
+pub struct HttpState {
+    pub app: AppState,
+    pub schema: AppSchema,
+}
+
+pub fn router(app: AppState) -> Router {
+    let schema = build_schema(app.clone());
+    let limit = app.config.max_body_bytes;
+    let state = HttpState { app, schema };
+    Router::new()
+        .route(
+            "/graphql",
+            get(graphql_routes::graphiql).post(graphql_routes::graphql),
+        )
+        .route("/graphql/ws", get(graphql_routes::subscriptions))
+        .route("/healthz", get(health::healthz))
+        .route("/readyz", get(health::readyz))
+        .route("/metrics", get(metrics::render))
+        .with_state(state)
+        .layer(axum::extract::DefaultBodyLimit::max(limit))
+        .layer(tower_http::limit::RequestBodyLimitLayer::new(limit))
+        .layer(middleware::from_fn(trace_requests))
+}
+
+/// Gives the request its trace id, logs it with the outcome, and counts it by route.
+async fn trace_requests(mut req: Request, next: Next) -> Response {
+    let trace = TraceId::from_headers(req.headers());
+    let route = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map(|p| p.as_str().to_string())
+        .unwrap_or_else(|| req.uri().path().to_string());
+    let method = req.method().to_string();
+    req.extensions_mut().insert(trace.clone());
+    let started = Instant::now();
+    let span = tracing::info_span!("request", trace_id = %trace, %method, %route);
+    let mut resp = {
+        let _enter = span.enter();
+        drop(_enter);
+        tracing::Instrument::instrument(next.run(req), span.clone()).await
+    };
+    let elapsed = started.elapsed();
+    let status = resp.status().as_u16();
+    if let Ok(v) = HeaderValue::from_str(trace.as_str()) {
+        resp.headers_mut().insert("x-trace-id", v);
+    }
+    let route_label = known_route(&route);
+    ::metrics::counter!("fitorder_http_requests_total", "route" => route_label, "method" => method.clone(), "status" => status.to_string())
+        .increment(1);
+    ::metrics::histogram!("fitorder_http_request_seconds", "route" => route_label)
+        .record(elapsed.as_secs_f64());
+    tracing::debug!(parent: &span, status, ms = elapsed.as_millis() as u64, "done");
+    resp
+}
+
+/// Bounded label values: unknown paths share one label.
+fn known_route(path: &str) -> &'static str {
+    match path {
+        "/graphql" => "/graphql",
+        "/graphql/ws" => "/graphql/ws",
+        "/pay/wechat/notify" => "/pay/wechat/notify",
+        "/pay/alipay/notify" => "/pay/alipay/notify",
+        "/healthz" => "/healthz",
+        "/readyz" => "/readyz",
+        "/metrics" => "/metrics",
+        "/ops" => "/ops",
+        _ => "other",
+    }
+}

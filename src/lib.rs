@@ -1,0 +1,21 @@
+//! fitorder: the order backend of a chain of AI fitness studios.
+//!
+//! `domain` holds the pure rules (the state machine, money); `orders`, `catalog` and
+//! `compensation` the capabilities; `graphql` and `http` the API; `db` the database.
+
+pub mod anomalies;
+pub mod app;
+pub mod auth;
+pub mod catalog;
+pub mod compensation;
+pub mod config;
+pub mod db;
+pub mod domain;
+pub mod error;
+pub mod graphql;
+pub mod http;
+pub mod orders;
+pub mod seed;
+pub mod server;
+pub mod timeline;
+pub mod trace;

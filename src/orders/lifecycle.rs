@@ -1,0 +1,373 @@
+//! Paying, canceling and refunding: each one transaction with its status change, money
+//! movements, outbox rows and audit.
+
+use chrono::Utc;
+use diesel::prelude::*;
+use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
+
+use super::{lock_order, release_item, transition, wallet_move, Changes, Ctx};
+use crate::auth::{Role, Viewer};
+use crate::compensation;
+use crate::config::Config;
+use crate::db::models::{Membership, Order};
+use crate::db::schema::{memberships, payments, refunds};
+use crate::domain::{money, order_status, OrderStatus};
+use crate::error::{AppError, AppResult};
+
+/// A payment about to be applied to a waiting order.
+#[derive(Debug, Clone)]
+pub struct PaymentApplied<'a> {
+    /// WALLET, OFFLINE, WECHAT_PAY, ALIPAY (MIXED orders are paid by their online provider).
+    pub method: &'a str,
+    /// Unique forever: `out_trade_no:transaction_id` for providers, `wallet:`/`offline:` here.
+    pub idempotency_key: String,
+    pub provider_txn_id: Option<&'a str>,
+    pub reference: Option<&'a str>,
+    pub online_cents: i64,
+}
+
+/// WAIT_PAY -> PAID with everything that comes with it, in the caller's transaction on an order
+/// the caller has locked: the payment row, the captured wallet part of a MIXED order, the
+/// membership or the credits (credits are the live order's unused sessions), the grant events.
+pub async fn apply_payment(
+    conn: &mut AsyncPgConnection,
+    config: &Config,
+    order: &Order,
+    payment: PaymentApplied<'_>,
+    ctx: &Ctx,
+    reason: &str,
+) -> AppResult<Order> {
+    let paid = transition(
+        conn,
+        order,
+        OrderStatus::Paid,
+        ctx,
+        reason,
+        Changes {
+            provider_txn_id: payment.provider_txn_id,
+            ..Default::default()
+        },
+    )
+    .await?;
+    diesel::insert_into(payments::table)
+        .values((
+            payments::order_id.eq(order.id),
+            payments::method.eq(payment.method),
+            payments::idempotency_key.eq(&payment.idempotency_key),
+            payments::provider_txn_id.eq(payment.provider_txn_id),
+            payments::amount_cents.eq(order.amount_cents),
+            payments::wallet_cents.eq(order.wallet_amount_cents),
+            payments::online_cents.eq(payment.online_cents),
+            payments::reference.eq(payment.reference),
+            payments::actor.eq(ctx.actor.to_string()),
+            payments::trace_id.eq(ctx.trace.as_str()),
+        ))
+        .execute(conn)
+        .await?;
+    if order.payment_method == "MIXED" && order.wallet_amount_cents > 0 {
+        let w = order.wallet_amount_cents;
+        wallet_move(
+            conn,
+            order.member_id,
+            "CAPTURE",
+            0,
+            -w,
+            Some(order.id),
+            None,
+            ctx,
+        )
+        .await?;
+    }
+    if let (Some(plan_id), Some(days)) = (order.membership_plan_id, order.plan_days) {
+        open_membership(conn, &paid, plan_id, days).await?;
+    }
+    compensation::enqueue_grants(conn, &paid, ctx, config.max_attempts).await?;
+    Ok(paid)
+}
+
+/// A new card starts now, or when the member's current card of this store ends, so that
+/// renewing early loses no days.
+async fn open_membership(
+    conn: &mut AsyncPgConnection,
+    order: &Order,
+    plan_id: i64,
+    days: i32,
+) -> AppResult<()> {
+    let now = Utc::now();
+    let current_end: Option<chrono::DateTime<Utc>> = memberships::table
+        .filter(memberships::member_id.eq(order.member_id))
+        .filter(memberships::store_id.eq(order.store_id))
+        .filter(memberships::status.eq("ACTIVE"))
+        .filter(memberships::valid_to.gt(now))
+        .select(diesel::dsl::max(memberships::valid_to))
+        .get_result(conn)
+        .await?;
+    let from = current_end.unwrap_or(now).max(now);
+    let to = from + chrono::Duration::days(i64::from(days));
+    diesel::insert_into(memberships::table)
+        .values((
+            memberships::member_id.eq(order.member_id),
+            memberships::store_id.eq(order.store_id),
+            memberships::plan_id.eq(plan_id),
+            memberships::order_id.eq(order.id),
+            memberships::status.eq("ACTIVE"),
+            memberships::valid_from.eq(from),
+            memberships::valid_to.eq(to),
+        ))
+        .execute(conn)
+        .await?;
+    Ok(())
+}
+
+/// Staff confirm that an OFFLINE order was paid at the desk.
+pub async fn confirm_offline_payment(
+    conn: &mut AsyncPgConnection,
+    config: &Config,
+    viewer: &Viewer,
+    order_no: &str,
+    reference: &str,
+    ctx: &Ctx,
+) -> AppResult<Order> {
+    viewer.require(&[Role::Admin])?;
+    let reference = reference.trim();
+    if reference.is_empty() || reference.len() > 128 {
+        return Err(AppError::bad("reference must be 1 to 128 characters"));
+    }
+    conn.transaction(async |conn| -> AppResult<Order> {
+        let order = lock_order(conn, order_no, Some(viewer)).await?;
+        if order.payment_method != "OFFLINE" {
+            return Err(AppError::bad(
+                "only OFFLINE orders are confirmed at the desk",
+            ));
+        }
+        // A repeated confirmation with the same reference answers like the first.
+        if order.status() != OrderStatus::WaitPay {
+            let same: Option<String> = payments::table
+                .filter(payments::order_id.eq(order.id))
+                .select(payments::reference)
+                .get_result::<Option<String>>(conn)
+                .await
+                .optional()?
+                .flatten();
+            if same.as_deref() == Some(reference) {
+                return Ok(order);
+            }
+            return Err(AppError::illegal(order.status(), OrderStatus::Paid));
+        }
+        apply_payment(
+            conn,
+            config,
+            &order,
+            PaymentApplied {
+                method: "OFFLINE",
+                idempotency_key: format!("offline:{}", order.order_no),
+                provider_txn_id: None,
+                reference: Some(reference),
+                online_cents: 0,
+            },
+            ctx,
+            &format!("paid at the desk, reference {reference}"),
+        )
+        .await
+    })
+    .await
+}
+
+/// WAIT_PAY -> CANCELED: the seat or stock unit goes back on sale and frozen wallet money is
+/// unfrozen. Canceling an order that is already canceled answers with it unchanged (a double
+/// tap), anything else is refused by the state machine.
+pub async fn cancel_order(
+    conn: &mut AsyncPgConnection,
+    viewer: Option<&Viewer>,
+    order_no: &str,
+    cancel_reason: &str,
+    ctx: &Ctx,
+) -> AppResult<Order> {
+    conn.transaction(async |conn| -> AppResult<Order> {
+        let order = lock_order(conn, order_no, viewer).await?;
+        if order.status() == OrderStatus::Canceled {
+            return Ok(order);
+        }
+        cancel_locked(conn, &order, cancel_reason, ctx).await
+    })
+    .await
+}
+
+/// Cancels an order the caller has locked (used by cancelOrder and by expiry).
+pub async fn cancel_locked(
+    conn: &mut AsyncPgConnection,
+    order: &Order,
+    cancel_reason: &str,
+    ctx: &Ctx,
+) -> AppResult<Order> {
+    let canceled = transition(
+        conn,
+        order,
+        OrderStatus::Canceled,
+        ctx,
+        cancel_reason,
+        Changes {
+            cancel_reason: Some(cancel_reason),
+            ..Default::default()
+        },
+    )
+    .await?;
+    release_item(conn, order).await?;
+    if order.payment_method == "MIXED" && order.wallet_amount_cents > 0 {
+        let w = order.wallet_amount_cents;
+        wallet_move(
+            conn,
+            order.member_id,
+            "UNFREEZE",
+            w,
+            -w,
+            Some(order.id),
+            None,
+            ctx,
+        )
+        .await?;
+    }
+    Ok(canceled)
+}
+
+/// PAID or CONSUMING -> REFUNDED. Without an amount, the unused share is refunded; the wallet
+/// part goes back at once, the online part through a PROVIDER_REFUND event; credits are taken
+/// back (they are the live order's unused sessions), the membership is revoked, access revoked,
+/// and the seat or stock unit goes back on sale.
+pub async fn refund_order(
+    conn: &mut AsyncPgConnection,
+    config: &Config,
+    viewer: &Viewer,
+    order_no: &str,
+    reason: &str,
+    amount_cents: Option<i64>,
+    ctx: &Ctx,
+) -> AppResult<Order> {
+    viewer.require(&[Role::Admin])?;
+    let reason = reason.trim();
+    if reason.is_empty() || reason.len() > 500 {
+        return Err(AppError::bad(
+            "a refund needs a reason of 1 to 500 characters",
+        ));
+    }
+    conn.transaction(async |conn| -> AppResult<Order> {
+        let order = lock_order(conn, order_no, Some(viewer)).await?;
+        if order.status() == OrderStatus::Refunded {
+            return Ok(order);
+        }
+        order_status::check(order.status(), OrderStatus::Refunded, ctx.actor.kind)?;
+        let membership: Option<Membership> = memberships::table
+            .filter(memberships::order_id.eq(order.id))
+            .select(Membership::as_select())
+            .get_result(conn)
+            .await
+            .optional()?;
+        let amount = match amount_cents {
+            Some(a) if a < 0 || a > order.amount_cents => {
+                return Err(AppError::bad(format!(
+                    "amountCents must be between 0 and {} (what was paid)",
+                    order.amount_cents
+                )))
+            }
+            Some(a) => a,
+            None => unused_share(&order, membership.as_ref()),
+        };
+        let (wallet_back, online_back) = match order.payment_method.as_str() {
+            "WALLET" => (amount, 0),
+            "MIXED" => money::split_refund(amount, order.amount_cents, order.wallet_amount_cents),
+            "WECHAT_PAY" | "ALIPAY" => (0, amount),
+            // Paid at the desk, refunded at the desk: recorded, no money moves here.
+            _ => (0, 0),
+        };
+        let refunded = transition(
+            conn,
+            &order,
+            OrderStatus::Refunded,
+            ctx,
+            reason,
+            Changes {
+                refund_amount_cents: Some(amount),
+                ..Default::default()
+            },
+        )
+        .await?;
+        let refund_id: i64 = diesel::insert_into(refunds::table)
+            .values((
+                refunds::order_id.eq(order.id),
+                refunds::amount_cents.eq(amount),
+                refunds::wallet_cents.eq(wallet_back),
+                refunds::online_cents.eq(online_back),
+                refunds::reason.eq(reason),
+                refunds::actor.eq(ctx.actor.to_string()),
+                refunds::trace_id.eq(ctx.trace.as_str()),
+            ))
+            .returning(refunds::id)
+            .get_result(conn)
+            .await?;
+        if wallet_back > 0 {
+            wallet_move(
+                conn,
+                order.member_id,
+                "REFUND",
+                wallet_back,
+                0,
+                Some(order.id),
+                None,
+                ctx,
+            )
+            .await?;
+        }
+        if online_back > 0 {
+            let provider = order.online_provider.as_deref().unwrap_or("WECHAT_PAY");
+            compensation::enqueue_provider_refund(
+                conn,
+                &refunded,
+                provider,
+                &format!("RF{}", refund_id),
+                online_back,
+                order.online_cents(),
+                order.provider_txn_id.as_deref(),
+                reason,
+                ctx,
+                config.max_attempts,
+            )
+            .await?;
+        }
+        if membership.is_some() {
+            diesel::update(memberships::table.filter(memberships::order_id.eq(order.id)))
+                .set((
+                    memberships::status.eq("REVOKED"),
+                    memberships::ended_at.eq(Utc::now()),
+                ))
+                .execute(conn)
+                .await?;
+        }
+        release_item(conn, &order).await?;
+        compensation::enqueue_revokes(conn, &refunded, ctx, config.max_attempts).await?;
+        Ok(refunded)
+    })
+    .await
+}
+
+/// The unused share of what was paid: sessions left of the total, or for a membership the
+/// whole days left of the plan (a started day counts as used; a card that has not started yet
+/// is wholly unused).
+pub fn unused_share(order: &Order, membership: Option<&Membership>) -> i64 {
+    match (order.plan_days, membership) {
+        (Some(days), Some(m)) => {
+            let now = Utc::now();
+            let unused_days = if m.valid_from >= now {
+                i64::from(days)
+            } else {
+                (m.valid_to - now).num_seconds().max(0) / 86_400
+            };
+            money::pro_rata(order.amount_cents, unused_days, i64::from(days))
+        }
+        (Some(_), None) => order.amount_cents,
+        _ => money::pro_rata(
+            order.amount_cents,
+            i64::from(order.sessions_total - order.sessions_used),
+            i64::from(order.sessions_total),
+        ),
+    }
+}

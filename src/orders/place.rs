@@ -1,0 +1,379 @@
+//! Placing an order: idempotent by the member's key, reserving the seat or stock unit and the
+//! wallet money atomically with the order row.
+
+use chrono::{DateTime, Utc};
+use diesel::prelude::*;
+use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
+use sha2::{Digest, Sha256};
+
+use super::{lifecycle, transition_audit_birth, wallet_move, Ctx, PaymentApplied};
+use crate::auth::{Role, Viewer};
+use crate::config::Config;
+use crate::db::models::{ClassPack, CoachSlot, Member, MembershipPlan, Order};
+use crate::db::schema::{class_packs, coach_slots, members, membership_plans, orders};
+use crate::error::{AppError, AppResult};
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PlacedItem {
+    MembershipPlan(i64),
+    ClassPack(i64),
+    CoachSlot(i64),
+}
+
+#[derive(Debug, Clone)]
+pub struct PlaceOrder {
+    pub idempotency_key: String,
+    pub store_id: i64,
+    pub item: PlacedItem,
+    /// WECHAT_PAY, ALIPAY, WALLET, OFFLINE or MIXED.
+    pub payment_method: String,
+    pub wallet_amount_cents: Option<i64>,
+    pub member_id: Option<i64>,
+    /// The online provider of a MIXED order (WECHAT_PAY unless the client says otherwise).
+    pub online_provider: Option<String>,
+}
+
+struct Priced {
+    kind: &'static str,
+    name: String,
+    amount: i64,
+    sessions: i32,
+    plan_days: Option<i32>,
+}
+
+impl PlaceOrder {
+    /// What the key stands for: the same key with another request is refused, not served
+    /// with the first request's order.
+    fn request_hash(&self, member_id: i64) -> String {
+        let canon = format!(
+            "{}|{}|{:?}|{}|{:?}|{:?}",
+            member_id,
+            self.store_id,
+            self.item,
+            self.payment_method,
+            self.wallet_amount_cents,
+            self.online_provider
+        );
+        hex::encode(Sha256::digest(canon.as_bytes()))
+    }
+}
+
+/// Places an order, or returns the order already placed with this key.
+pub async fn place_order(
+    conn: &mut AsyncPgConnection,
+    config: &Config,
+    viewer: &Viewer,
+    req: PlaceOrder,
+    ctx: &Ctx,
+) -> AppResult<Order> {
+    let member_id = match viewer.role {
+        Role::Member => {
+            let own = viewer.member_id.expect("member tokens carry a member id");
+            if req.member_id.is_some_and(|m| m != own) {
+                return Err(AppError::Forbidden(
+                    "members place orders for themselves only".into(),
+                ));
+            }
+            own
+        }
+        Role::Admin => req
+            .member_id
+            .ok_or_else(|| AppError::bad("memberId is required when staff place an order"))?,
+        Role::Ops => return Err(AppError::Forbidden("ops may not place orders".into())),
+    };
+    viewer.require_store(req.store_id)?;
+    let key = req.idempotency_key.trim().to_string();
+    if key.is_empty() || key.len() > 128 {
+        return Err(AppError::bad("idempotencyKey must be 1 to 128 characters"));
+    }
+    let method = req.payment_method.as_str();
+    let online_provider = match method {
+        "WECHAT_PAY" | "ALIPAY" => Some(method.to_string()),
+        "MIXED" => Some(
+            req.online_provider
+                .clone()
+                .unwrap_or_else(|| "WECHAT_PAY".into()),
+        ),
+        _ => None,
+    };
+    if online_provider
+        .as_deref()
+        .is_some_and(|p| p != "WECHAT_PAY" && p != "ALIPAY")
+    {
+        return Err(AppError::bad(
+            "the online part is paid with WECHAT_PAY or ALIPAY",
+        ));
+    }
+    if method != "MIXED" && req.wallet_amount_cents.is_some_and(|w| w != 0) {
+        return Err(AppError::bad("walletAmountCents is for MIXED orders only"));
+    }
+    let hash = req.request_hash(member_id);
+
+    // The common retry: the order exists already. Answer as the first time did.
+    if let Some(existing) = find_by_key(conn, member_id, &key).await? {
+        return same_request(existing, &hash);
+    }
+
+    let placed = conn
+        .transaction(async |conn| -> AppResult<Option<Order>> {
+            let member: Option<Member> = members::table
+                .find(member_id)
+                .select(Member::as_select())
+                .get_result(conn)
+                .await
+                .optional()?;
+            if member.is_none() {
+                return Err(AppError::NotFound(format!("member {member_id}")));
+            }
+            let now = Utc::now();
+            let priced = price_item(conn, req.store_id, &req.item, now).await?;
+            let wallet_part = match method {
+                "WALLET" => priced.amount,
+                "MIXED" => {
+                    let w = req
+                        .wallet_amount_cents
+                        .ok_or_else(|| AppError::bad("MIXED orders need walletAmountCents"))?;
+                    if w <= 0 || w >= priced.amount {
+                        return Err(AppError::bad(format!(
+                            "walletAmountCents must be between 1 and {} for this item",
+                            priced.amount - 1
+                        )));
+                    }
+                    w
+                }
+                _ => 0,
+            };
+            let expires_at: Option<DateTime<Utc>> = online_provider.as_ref().map(|_| {
+                now + chrono::Duration::from_std(config.order_timeout).unwrap_or_default()
+            });
+            let (plan, pack, slot) = match req.item {
+                PlacedItem::MembershipPlan(id) => (Some(id), None, None),
+                PlacedItem::ClassPack(id) => (None, Some(id), None),
+                PlacedItem::CoachSlot(id) => (None, None, Some(id)),
+            };
+            let inserted: Option<Order> = diesel::insert_into(orders::table)
+                .values((
+                    orders::member_id.eq(member_id),
+                    orders::store_id.eq(req.store_id),
+                    orders::kind.eq(priced.kind),
+                    orders::status.eq("WAIT_PAY"),
+                    orders::item_name.eq(&priced.name),
+                    orders::membership_plan_id.eq(plan),
+                    orders::class_pack_id.eq(pack),
+                    orders::coach_slot_id.eq(slot),
+                    orders::plan_days.eq(priced.plan_days),
+                    orders::amount_cents.eq(priced.amount),
+                    orders::wallet_amount_cents.eq(wallet_part),
+                    orders::payment_method.eq(method),
+                    orders::online_provider.eq(online_provider.as_deref()),
+                    orders::sessions_total.eq(priced.sessions),
+                    orders::expires_at.eq(expires_at),
+                    orders::trace_id.eq(ctx.trace.as_str()),
+                    orders::idempotency_key.eq(&key),
+                    orders::request_hash.eq(&hash),
+                ))
+                .on_conflict_do_nothing()
+                .returning(Order::as_returning())
+                .get_result(conn)
+                .await
+                .optional()?;
+            // A concurrent request with the same key won; we answer with its order below.
+            let Some(order) = inserted else {
+                return Ok(None);
+            };
+            transition_audit_birth(conn, &order, ctx).await?;
+            reserve_item(conn, &order).await?;
+            match method {
+                "WALLET" => {
+                    wallet_move(
+                        conn,
+                        member_id,
+                        "PAY",
+                        -priced.amount,
+                        0,
+                        Some(order.id),
+                        None,
+                        ctx,
+                    )
+                    .await?;
+                    let paid = lifecycle::apply_payment(
+                        conn,
+                        config,
+                        &order,
+                        PaymentApplied {
+                            method: "WALLET",
+                            idempotency_key: format!("wallet:{}", order.order_no),
+                            provider_txn_id: None,
+                            reference: None,
+                            online_cents: 0,
+                        },
+                        ctx,
+                        "paid from the wallet",
+                    )
+                    .await?;
+                    Ok(Some(paid))
+                }
+                "MIXED" => {
+                    wallet_move(
+                        conn,
+                        member_id,
+                        "FREEZE",
+                        -wallet_part,
+                        wallet_part,
+                        Some(order.id),
+                        None,
+                        ctx,
+                    )
+                    .await?;
+                    Ok(Some(order))
+                }
+                _ => Ok(Some(order)),
+            }
+        })
+        .await?;
+    match placed {
+        Some(order) => {
+            metrics::counter!("fitorder_orders_placed_total", "method" => method.to_string())
+                .increment(1);
+            Ok(order)
+        }
+        None => {
+            let existing = find_by_key(conn, member_id, &key).await?.ok_or_else(|| {
+                AppError::Conflict("the order with this key was rolled back; retry".into())
+            })?;
+            same_request(existing, &hash)
+        }
+    }
+}
+
+fn same_request(existing: Order, hash: &str) -> AppResult<Order> {
+    if existing.request_hash == hash {
+        Ok(existing)
+    } else {
+        Err(AppError::Conflict(format!(
+            "idempotencyKey was already used for order {} with a different request",
+            existing.order_no
+        )))
+    }
+}
+
+async fn find_by_key(
+    conn: &mut AsyncPgConnection,
+    member_id: i64,
+    key: &str,
+) -> AppResult<Option<Order>> {
+    Ok(orders::table
+        .filter(orders::member_id.eq(member_id))
+        .filter(orders::idempotency_key.eq(key))
+        .select(Order::as_select())
+        .get_result(conn)
+        .await
+        .optional()?)
+}
+
+async fn price_item(
+    conn: &mut AsyncPgConnection,
+    store_id: i64,
+    item: &PlacedItem,
+    now: DateTime<Utc>,
+) -> AppResult<Priced> {
+    let wrong_store = || AppError::bad("the item is not sold by this store");
+    Ok(match *item {
+        PlacedItem::MembershipPlan(id) => {
+            let p: MembershipPlan = membership_plans::table
+                .find(id)
+                .select(MembershipPlan::as_select())
+                .get_result(conn)
+                .await
+                .optional()?
+                .ok_or_else(|| AppError::NotFound(format!("membership plan {id}")))?;
+            if p.store_id != store_id {
+                return Err(wrong_store());
+            }
+            Priced {
+                kind: "MEMBERSHIP",
+                name: p.name,
+                amount: p.price_cents,
+                sessions: 0,
+                plan_days: Some(p.duration_days),
+            }
+        }
+        PlacedItem::ClassPack(id) => {
+            let p: ClassPack = class_packs::table
+                .find(id)
+                .select(ClassPack::as_select())
+                .get_result(conn)
+                .await
+                .optional()?
+                .ok_or_else(|| AppError::NotFound(format!("class pack {id}")))?;
+            if p.store_id != store_id {
+                return Err(wrong_store());
+            }
+            Priced {
+                kind: "CLASS_PACK",
+                name: p.name,
+                amount: p.price_cents,
+                sessions: p.sessions,
+                plan_days: None,
+            }
+        }
+        PlacedItem::CoachSlot(id) => {
+            let s: CoachSlot = coach_slots::table
+                .find(id)
+                .select(CoachSlot::as_select())
+                .get_result(conn)
+                .await
+                .optional()?
+                .ok_or_else(|| AppError::NotFound(format!("coach slot {id}")))?;
+            if s.store_id != store_id {
+                return Err(wrong_store());
+            }
+            if s.starts_at <= now {
+                return Err(AppError::bad("this coach slot has already started"));
+            }
+            Priced {
+                kind: "PRIVATE_SESSION",
+                name: format!(
+                    "{} · {}",
+                    s.coach_name,
+                    s.starts_at.format("%Y-%m-%d %H:%M UTC")
+                ),
+                amount: s.price_cents,
+                sessions: 1,
+                plan_days: None,
+            }
+        }
+    })
+}
+
+/// Takes the seat or stock unit. The row's CHECK constraint refuses going below zero, which
+/// reaches the client as SOLD_OUT; concurrent buyers serialize on the item's row lock.
+async fn reserve_item(conn: &mut AsyncPgConnection, order: &Order) -> AppResult<()> {
+    if let Some(slot) = order.coach_slot_id {
+        let taken = diesel::update(
+            coach_slots::table
+                .find(slot)
+                .filter(coach_slots::remaining.gt(0)),
+        )
+        .set(coach_slots::remaining.eq(coach_slots::remaining - 1))
+        .execute(conn)
+        .await?;
+        if taken == 0 {
+            return Err(AppError::SoldOut("no seats left in this coach slot".into()));
+        }
+    }
+    if let Some(pack) = order.class_pack_id {
+        let taken = diesel::update(
+            class_packs::table
+                .find(pack)
+                .filter(class_packs::stock.is_null().or(class_packs::stock.gt(0))),
+        )
+        .set(class_packs::stock.eq(class_packs::stock - 1))
+        .execute(conn)
+        .await?;
+        if taken == 0 {
+            return Err(AppError::SoldOut("this class pack is sold out".into()));
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,160 @@
+//! Wiring: find or start the database, migrate, serve HTTP, run the background tasks, shut
+//! down cleanly on SIGTERM/SIGINT.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+use diesel_async::{AsyncConnection, AsyncPgConnection};
+
+use crate::app::AppState;
+use crate::config::Config;
+use crate::db::dev_pg::DevPostgres;
+use crate::db::{self, redact};
+
+/// The database to use: `DATABASE_URL`, or the private cluster under `./.fitorder/pg`
+/// (started here, stopped by the returned handle's `stop`).
+pub async fn resolve_database(config: &Config) -> Result<(String, Option<Arc<DevPostgres>>)> {
+    if let Some(url) = &config.database_url {
+        return Ok((url.clone(), None));
+    }
+    let dev = tokio::task::spawn_blocking(|| DevPostgres::ensure(Path::new("./.fitorder/pg")))
+        .await?
+        .context(
+            "DATABASE_URL is unset, so fitorder starts its own PostgreSQL under ./.fitorder/pg",
+        )?;
+    let dev = Arc::new(dev);
+    ensure_database(&dev.url("postgres"), "fitorder").await?;
+    Ok((dev.url("fitorder"), Some(dev)))
+}
+
+/// Creates database `name` through the maintenance database `admin_url` if it is missing.
+pub async fn ensure_database(admin_url: &str, name: &str) -> Result<()> {
+    use diesel_async::RunQueryDsl;
+    let mut conn = AsyncPgConnection::establish(admin_url)
+        .await
+        .with_context(|| format!("connecting to {}", redact(admin_url)))?;
+    #[derive(diesel::QueryableByName)]
+    struct Exists {
+        #[diesel(sql_type = diesel::sql_types::Bool)]
+        exists: bool,
+    }
+    let found: Exists =
+        diesel::sql_query("SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1) AS exists")
+            .bind::<diesel::sql_types::Text, _>(name)
+            .get_result(&mut conn)
+            .await?;
+    if !found.exists {
+        // Two processes may race here; the loser's "already exists" is fine.
+        if let Err(e) = diesel::sql_query(format!("CREATE DATABASE \"{name}\""))
+            .execute(&mut conn)
+            .await
+        {
+            if !e.to_string().contains("already exists") {
+                return Err(e.into());
+            }
+        }
+    }
+    Ok(())
+}
+
+pub struct ServeOptions {
+    pub http: bool,
+    pub workers: bool,
+}
+
+pub async fn run(config: Config, opts: ServeOptions) -> Result<()> {
+    crate::http::metrics::install();
+    let (url, dev) = resolve_database(&config).await?;
+    let result = run_with_database(config, opts, &url, dev.is_some()).await;
+    if let Some(dev) = dev {
+        tokio::task::spawn_blocking(move || dev.stop()).await.ok();
+    }
+    result
+}
+
+async fn run_with_database(
+    config: Config,
+    opts: ServeOptions,
+    url: &str,
+    dev_mode: bool,
+) -> Result<()> {
+    db::migrate(url).await?;
+    let pool = db::pool(url, config.db_pool_size)?;
+    let state = AppState::new(pool, config.clone());
+    if dev_mode || config.jwt_secret_generated {
+        let mut conn = state.pool.get().await?;
+        let seeded = crate::seed::seed(&mut conn)
+            .await
+            .map_err(|e| anyhow::anyhow!("{}", e.message()))?;
+        print_dev_banner(&config, &seeded);
+    }
+    let shutdown = shutdown_signal();
+    if !opts.http {
+        tracing::info!("worker running (no HTTP)");
+        shutdown.await;
+        return Ok(());
+    }
+    let _ = opts.workers;
+    let listener = tokio::net::TcpListener::bind(&config.addr)
+        .await
+        .with_context(|| format!("binding {}", config.addr))?;
+    tracing::info!(addr = %listener.local_addr()?, "listening");
+    axum::serve(listener, crate::http::router(state))
+        .with_graceful_shutdown(shutdown)
+        .await?;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+fn print_dev_banner(config: &Config, seeded: &crate::seed::Seeded) {
+    use crate::auth::{issue_token, Role};
+    let ttl = std::time::Duration::from_secs(30 * 24 * 3600);
+    let admin = issue_token(&config.jwt_secret, Role::Admin, "staff-1", None, ttl);
+    let ops = issue_token(&config.jwt_secret, Role::Ops, "ops-1", None, ttl);
+    let member = seeded
+        .member_ids
+        .first()
+        .map(|m| issue_token(&config.jwt_secret, Role::Member, &m.to_string(), None, ttl));
+    println!();
+    println!(
+        "fitorder is up (dev mode: demo data {}).",
+        if seeded.created { "seeded" } else { "present" }
+    );
+    println!("  GraphiQL:  http://{}/graphql", config.addr);
+    println!("  ops watch: http://{}/ops#token={}", config.addr, ops);
+    println!("  JWT secret (FITORDER_JWT_SECRET): {}", config.jwt_secret);
+    println!("  admin token:  {admin}");
+    println!("  ops token:    {ops}");
+    if let Some(member) = member {
+        println!(
+            "  member token: {member}   (member {})",
+            seeded.member_ids[0]
+        );
+    }
+    println!(
+        "  demo stores: {:?}, members: {:?}",
+        seeded.store_ids, seeded.member_ids
+    );
+    println!("  In GraphiQL, set the header {{\"Authorization\": \"Bearer <token>\"}}.");
+    println!();
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = term => {},
+    }
+    tracing::info!("shutting down");
+}

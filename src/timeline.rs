@@ -1,0 +1,147 @@
+//! The chain of one order: status changes, callbacks, check-ins, compensation attempts and
+//! tickets merged by time, each with the trace id under which it happened.
+
+use chrono::{DateTime, Utc};
+use diesel::prelude::*;
+use diesel_async::{AsyncPgConnection, RunQueryDsl};
+
+use crate::db::models::{CheckIn, OrderTransition, PaymentCallback};
+use crate::db::schema::*;
+use crate::domain::OrderStatus;
+use crate::error::AppResult;
+use crate::graphql::TimelineEntry;
+
+pub async fn for_order(
+    conn: &mut AsyncPgConnection,
+    order_id: i64,
+) -> AppResult<Vec<TimelineEntry>> {
+    let mut out = Vec::new();
+    let transitions: Vec<OrderTransition> = order_transitions::table
+        .filter(order_transitions::order_id.eq(order_id))
+        .select(OrderTransition::as_select())
+        .load(conn)
+        .await?;
+    for t in transitions {
+        let from = t.from_status.as_deref().and_then(OrderStatus::parse);
+        let to = OrderStatus::parse(&t.to_status);
+        out.push(TimelineEntry {
+            at: t.at,
+            kind: "STATUS_CHANGE".into(),
+            actor: t.actor,
+            from_status: from,
+            to_status: to,
+            summary: format!(
+                "{} -> {}: {}",
+                t.from_status.as_deref().unwrap_or("NONE"),
+                t.to_status,
+                t.reason
+            ),
+            trace_id: t.trace_id,
+        });
+    }
+    let checks: Vec<CheckIn> = check_ins::table
+        .filter(check_ins::order_id.eq(order_id))
+        .select(CheckIn::as_select())
+        .load(conn)
+        .await?;
+    for c in checks {
+        out.push(TimelineEntry {
+            at: c.at,
+            kind: "CHECK_IN".into(),
+            actor: c.actor,
+            from_status: None,
+            to_status: None,
+            summary: format!(
+                "check-in {}: {} session(s), {} left",
+                c.consume_txn_no, c.sessions, c.remaining_after
+            ),
+            trace_id: c.trace_id,
+        });
+    }
+    let callbacks: Vec<PaymentCallback> = payment_callbacks::table
+        .filter(payment_callbacks::order_id.eq(order_id))
+        .select(PaymentCallback::as_select())
+        .load(conn)
+        .await?;
+    for cb in callbacks {
+        out.push(TimelineEntry {
+            at: cb.received_at,
+            kind: "CALLBACK".into(),
+            actor: format!("provider:{}", cb.provider),
+            from_status: None,
+            to_status: None,
+            summary: format!(
+                "{} {}: {}{}",
+                cb.provider,
+                cb.event_type.as_deref().unwrap_or("notification"),
+                cb.outcome,
+                cb.provider_txn_id
+                    .map(|t| format!(" ({t})"))
+                    .unwrap_or_default()
+            ),
+            trace_id: cb.trace_id,
+        });
+    }
+    let attempts: Vec<(
+        DateTime<Utc>,
+        bool,
+        Option<String>,
+        i32,
+        String,
+        String,
+        String,
+    )> = compensation_attempts::table
+        .inner_join(compensation_events::table)
+        .filter(compensation_events::order_id.eq(order_id))
+        .select((
+            compensation_attempts::at,
+            compensation_attempts::ok,
+            compensation_attempts::error,
+            compensation_attempts::duration_ms,
+            compensation_events::kind,
+            compensation_events::trace_id,
+            compensation_attempts::worker,
+        ))
+        .load(conn)
+        .await?;
+    for (at, ok, error, ms, kind, trace, worker) in attempts {
+        out.push(TimelineEntry {
+            at,
+            kind: "COMPENSATION_ATTEMPT".into(),
+            actor: format!(
+                "system:{}",
+                if worker.is_empty() { "worker" } else { &worker }
+            ),
+            from_status: None,
+            to_status: None,
+            summary: match error {
+                None if ok => format!("{kind} delivered in {ms} ms"),
+                e => format!("{kind} failed after {ms} ms: {}", e.unwrap_or_default()),
+            },
+            trace_id: trace,
+        });
+    }
+    let tickets: Vec<(DateTime<Utc>, String, String, String)> = exception_tickets::table
+        .filter(exception_tickets::order_id.eq(order_id))
+        .select((
+            exception_tickets::opened_at,
+            exception_tickets::kind,
+            exception_tickets::status,
+            exception_tickets::trace_id,
+        ))
+        .load(conn)
+        .await?;
+    for (at, kind, status, trace) in tickets {
+        out.push(TimelineEntry {
+            at,
+            kind: "TICKET".into(),
+            actor: "system:tickets".into(),
+            from_status: None,
+            to_status: None,
+            summary: format!("{kind} ticket opened (now {status})"),
+            trace_id: trace,
+        });
+    }
+    out.sort_by_key(|e| e.at);
+    Ok(out)
+}

@@ -34,7 +34,26 @@ pub fn pool(url: &str, size: usize) -> Result<DbPool> {
 
 /// Applies every pending migration. Safe to call from several processes at once: an advisory
 /// lock makes the second one wait and then find nothing to do.
+///
+/// diesel-async's migration harness blocks in place, which needs a multi-threaded runtime; it
+/// runs on a thread of its own so that any caller (a test's current-thread runtime too) can
+/// await it.
 pub async fn migrate(url: &str) -> Result<()> {
+    let url = url.to_string();
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    std::thread::spawn(move || {
+        let result = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .map_err(anyhow::Error::from)
+            .and_then(|rt| rt.block_on(migrate_here(&url)));
+        let _ = tx.send(result);
+    });
+    rx.await.context("the migration thread died")?
+}
+
+async fn migrate_here(url: &str) -> Result<()> {
     use diesel_async::{AsyncConnection, RunQueryDsl};
     let mut conn = AsyncPgConnection::establish(url)
         .await

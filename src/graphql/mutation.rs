@@ -10,6 +10,7 @@ use super::types::*;
 use super::{actor_ctx, conn, int, parse_id, request, state, viewer};
 use crate::auth::Role;
 use crate::catalog;
+use crate::db::DbConn;
 use crate::db::schema::anomaly_events;
 use crate::error::{AppError, AppResult};
 use crate::orders::{self, PlaceOrder, PlacedItem};
@@ -105,10 +106,10 @@ pub fn payment_instruction(o: &crate::db::models::Order) -> Option<PaymentInstru
 
 /// A refused status change leaves no row in the failed transaction; count it separately so
 /// that anomalyStats shows how often callers try.
-async fn noted<T>(ctx: &Context<'_>, order_no: &str, r: AppResult<T>) -> AppResult<T> {
+async fn noted<T>(ctx: &Context<'_>, c: &mut DbConn, order_no: &str, r: AppResult<T>) -> AppResult<T> {
     if let Err(AppError::IllegalTransition { from, to }) = &r {
-        if let Ok(mut c) = conn(ctx).await {
-            let order = orders::find_order(&mut c, order_no).await.ok().flatten();
+        {
+            let order = orders::find_order(c, order_no).await.ok().flatten();
             let _ = diesel::insert_into(anomaly_events::table)
                 .values((
                     anomaly_events::category.eq("ILLEGAL_TRANSITION"),
@@ -117,7 +118,7 @@ async fn noted<T>(ctx: &Context<'_>, order_no: &str, r: AppResult<T>) -> AppResu
                     anomaly_events::detail.eq(format!("{order_no}: {from} -> {to}")),
                     anomaly_events::trace_id.eq(request(ctx).trace.as_str()),
                 ))
-                .execute(&mut c)
+                .execute(c)
                 .await;
         }
     }
@@ -189,7 +190,7 @@ impl Mutation {
         }
         let mut c = conn(ctx).await?;
         let r = orders::cancel_order(&mut c, Some(v), &order_no, &reason, &actx).await;
-        noted(ctx, &order_no, r).await.map(OrderNode)
+        noted(ctx, &mut c, &order_no, r).await.map(OrderNode)
     }
 
     async fn check_in(&self, ctx: &Context<'_>, input: CheckInInput) -> AppResult<CheckInPayload> {
@@ -205,7 +206,7 @@ impl Mutation {
             &actx,
         )
         .await;
-        let out = noted(ctx, &input.order_no, r).await?;
+        let out = noted(ctx, &mut c, &input.order_no, r).await?;
         Ok(CheckInPayload {
             order: OrderNode(out.order),
             duplicate: out.duplicate,
@@ -347,7 +348,7 @@ impl Mutation {
             &actx,
         )
         .await;
-        noted(ctx, &order_no, r).await.map(OrderNode)
+        noted(ctx, &mut c, &order_no, r).await.map(OrderNode)
     }
 
     async fn refund_order(
@@ -370,7 +371,7 @@ impl Mutation {
             &actx,
         )
         .await;
-        noted(ctx, &order_no, r).await.map(OrderNode)
+        noted(ctx, &mut c, &order_no, r).await.map(OrderNode)
     }
 
     async fn replay_compensation(

@@ -4,10 +4,11 @@ use async_graphql::http::{
     GraphiQLSource, WebSocket as GqlWebSocket, WebSocketProtocols, WsMessage,
 };
 use async_graphql::Data;
+use async_graphql_axum::rejection::GraphQLRejection;
 use async_graphql_axum::{GraphQLRequest, GraphQLResponse};
 use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
 use axum::extract::State;
-use axum::http::HeaderMap;
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{Html, IntoResponse, Response};
 use axum::Extension;
 use futures_util::{SinkExt, StreamExt};
@@ -31,8 +32,16 @@ pub async fn graphql(
     State(s): State<HttpState>,
     Extension(trace): Extension<TraceId>,
     headers: HeaderMap,
-    req: GraphQLRequest,
+    req: Result<GraphQLRequest, GraphQLRejection>,
 ) -> Response {
+    let req = match req {
+        Ok(r) => r,
+        // A body cut off by the size limit is "too large", not "malformed".
+        Err(e) if format!("{:?}", e.0).to_lowercase().contains("length limit") => {
+            return (StatusCode::PAYLOAD_TOO_LARGE, "request body too large").into_response();
+        }
+        Err(e) => return e.into_response(),
+    };
     let header = headers.get("authorization").and_then(|v| v.to_str().ok());
     let viewer = match viewer_from(&s.app.config.jwt_secret, header) {
         Ok(v) => v,

@@ -26,6 +26,7 @@ pub struct HttpState {
 }
 
 pub fn router(app: AppState) -> Router {
+    metrics::install();
     let schema = build_schema(app.clone());
     let limit = app.config.max_body_bytes;
     let state = HttpState { app, schema };

@@ -1,0 +1,437 @@
+//! `TestApp`: a real database (fresh per test, from a migrated template), the real router,
+//! helpers that speak GraphQL the way the clients do.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use axum::Router;
+use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
+use fitorder::app::AppState;
+use fitorder::auth::{issue_token, Role};
+use fitorder::config::Config;
+use fitorder::db::DbConn;
+use http_body_util::BodyExt;
+use serde_json::{json, Value};
+use tokio::sync::OnceCell;
+use tower::ServiceExt;
+
+/// The maintenance URL of the server the tests use, and the template database's name.
+struct Server {
+    admin_url: String,
+    template: String,
+}
+
+static SERVER: OnceCell<Server> = OnceCell::const_new();
+static COUNTER: AtomicU64 = AtomicU64::new(0);
+
+fn with_db(url: &str, db: &str) -> String {
+    // postgres://user@host:port/db?params -> same with another db
+    let (base, query) = match url.split_once('?') {
+        Some((b, q)) => (b, format!("?{q}")),
+        None => (url, String::new()),
+    };
+    let scheme_end = base.find("://").map(|i| i + 3).unwrap_or(0);
+    let path_start = base[scheme_end..].find('/').map(|i| i + scheme_end).unwrap_or(base.len());
+    format!("{}/{}{}", &base[..path_start], db, query)
+}
+
+async fn server() -> &'static Server {
+    SERVER
+        .get_or_init(|| async {
+            let admin_url = match std::env::var("TEST_DATABASE_URL").or_else(|_| std::env::var("DATABASE_URL")) {
+                Ok(url) if !url.is_empty() => with_db(&url, "postgres"),
+                _ => {
+                    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/fitorder-test-pg");
+                    let dev = tokio::task::spawn_blocking(move || fitorder::db::dev_pg::DevPostgres::ensure(&dir))
+                        .await
+                        .unwrap()
+                        .expect("no TEST_DATABASE_URL and no local PostgreSQL to start");
+                    // Left running for the next test run (it is reused); `pg_ctl -D
+                    // target/fitorder-test-pg/data stop` or `cargo clean` removes it.
+                    dev.url("postgres")
+                }
+            };
+            let template = format!("fitorder_tpl_{}", migrations_hash());
+            let mut conn = AsyncPgConnection::establish(&admin_url)
+                .await
+                .unwrap_or_else(|e| panic!("cannot reach the test PostgreSQL at {admin_url}: {e}"));
+            // One process at a time builds the template.
+            diesel::sql_query("SELECT pg_advisory_lock(7250002)").execute(&mut conn).await.unwrap();
+            #[derive(diesel::QueryableByName)]
+            struct N {
+                #[diesel(sql_type = diesel::sql_types::BigInt)]
+                n: i64,
+            }
+            let exists: N = diesel::sql_query("SELECT count(*) AS n FROM pg_database WHERE datname = $1")
+                .bind::<diesel::sql_types::Text, _>(&template)
+                .get_result(&mut conn)
+                .await
+                .unwrap();
+            if exists.n == 0 {
+                let building = format!("{template}_building");
+                diesel::sql_query(format!("DROP DATABASE IF EXISTS {building} WITH (FORCE)"))
+                    .execute(&mut conn)
+                    .await
+                    .unwrap();
+                diesel::sql_query(format!("CREATE DATABASE {building}")).execute(&mut conn).await.unwrap();
+                fitorder::db::migrate(&with_db(&admin_url, &building)).await.unwrap();
+                // The migration's connection may linger for a moment; the rename needs none.
+                diesel::sql_query(format!(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{building}'"
+                ))
+                .execute(&mut conn)
+                .await
+                .unwrap();
+                diesel::sql_query(format!("ALTER DATABASE {building} RENAME TO {template}"))
+                    .execute(&mut conn)
+                    .await
+                    .unwrap();
+            }
+            // Leftovers of earlier runs that died before dropping their databases.
+            #[derive(diesel::QueryableByName)]
+            struct Name {
+                #[diesel(sql_type = diesel::sql_types::Text)]
+                datname: String,
+            }
+            let stale: Vec<Name> = diesel::sql_query(
+                "SELECT datname FROM pg_database WHERE datname ~ '^fitorder_t_[0-9]+_[0-9]+$' \
+                 AND NOT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.datname = pg_database.datname)",
+            )
+            .load(&mut conn)
+            .await
+            .unwrap();
+            for s in stale {
+                let owner_pid: Option<u32> = s.datname.split('_').nth(2).and_then(|p| p.parse().ok());
+                let alive = owner_pid.is_some_and(|p| std::path::Path::new(&format!("/proc/{p}")).exists());
+                if !alive {
+                    let _ = diesel::sql_query(format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", s.datname))
+                        .execute(&mut conn)
+                        .await;
+                }
+            }
+            diesel::sql_query("SELECT pg_advisory_unlock(7250002)").execute(&mut conn).await.unwrap();
+            Server { admin_url, template }
+        })
+        .await
+}
+
+fn migrations_hash() -> String {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("migrations");
+    let mut entries: Vec<_> = walk(&dir);
+    entries.sort();
+    for p in entries {
+        h.update(p.to_string_lossy().as_bytes());
+        h.update(std::fs::read(&p).unwrap());
+    }
+    hex::encode(&h.finalize()[..6])
+}
+
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = vec![];
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}
+
+pub struct TestApp {
+    pub state: AppState,
+    pub router: Router,
+    pub db_url: String,
+    db_name: String,
+    admin_url: String,
+}
+
+impl Drop for TestApp {
+    fn drop(&mut self) {
+        let admin = self.admin_url.clone();
+        let name = self.db_name.clone();
+        // A thread with its own runtime: Drop cannot await, and the test's runtime is going away.
+        let _ = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            rt.block_on(async move {
+                if let Ok(mut c) = AsyncPgConnection::establish(&admin).await {
+                    let _ = diesel::sql_query(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                        .execute(&mut c)
+                        .await;
+                }
+            });
+        })
+        .join();
+    }
+}
+
+impl TestApp {
+    pub async fn new() -> TestApp {
+        TestApp::with_config(|_| {}).await
+    }
+
+    pub async fn with_config(tweak: impl FnOnce(&mut Config)) -> TestApp {
+        let server = server().await;
+        let name = format!(
+            "fitorder_t_{}_{}",
+            std::process::id(),
+            COUNTER.fetch_add(1, Ordering::SeqCst)
+        );
+        let mut conn = AsyncPgConnection::establish(&server.admin_url).await.unwrap();
+        diesel::sql_query(format!("CREATE DATABASE {name} TEMPLATE {}", server.template))
+            .execute(&mut conn)
+            .await
+            .unwrap();
+        let db_url = with_db(&server.admin_url, &name);
+        let mut config = Config::for_tests(db_url.clone());
+        tweak(&mut config);
+        let pool = fitorder::db::pool(&db_url, config.db_pool_size).unwrap();
+        let state = AppState::new(pool, config);
+        let router = fitorder::http::router(state.clone());
+        TestApp {
+            state,
+            router,
+            db_url,
+            db_name: name,
+            admin_url: server.admin_url.clone(),
+        }
+    }
+
+    pub async fn conn(&self) -> DbConn {
+        self.state.pool.get().await.unwrap()
+    }
+
+    pub fn token(&self, role: Role, sub: &str) -> String {
+        issue_token(&self.state.config.jwt_secret, role, sub, None, std::time::Duration::from_secs(3600))
+    }
+
+    pub fn admin_token(&self) -> String {
+        self.token(Role::Admin, "staff-1")
+    }
+
+    pub fn ops_token(&self) -> String {
+        self.token(Role::Ops, "ops-1")
+    }
+
+    pub fn member_token(&self, member_id: &str) -> String {
+        self.token(Role::Member, member_id)
+    }
+
+    /// POSTs to the router and returns the status, headers and JSON body.
+    pub async fn post(&self, path: &str, headers: &[(&str, &str)], body: Vec<u8>) -> (StatusCode, axum::http::HeaderMap, Vec<u8>) {
+        let mut req = Request::post(path).header("content-length", body.len().to_string());
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        let resp = self.router.clone().oneshot(req.body(Body::from(body)).unwrap()).await.unwrap();
+        let status = resp.status();
+        let headers = resp.headers().clone();
+        let bytes = resp.into_body().collect().await.unwrap().to_bytes().to_vec();
+        (status, headers, bytes)
+    }
+
+    pub async fn get(&self, path: &str) -> (StatusCode, Vec<u8>) {
+        let resp = self
+            .router
+            .clone()
+            .oneshot(Request::get(path).body(Body::empty()).unwrap())
+            .await
+            .unwrap();
+        let status = resp.status();
+        (status, resp.into_body().collect().await.unwrap().to_bytes().to_vec())
+    }
+
+    /// Runs a GraphQL document and returns the whole response (`data` and `errors`).
+    pub async fn gql(&self, token: Option<&str>, query: &str, variables: Value) -> Value {
+        self.gql_named(token, query, None, variables).await
+    }
+
+    /// Runs one named operation of a client's document, as that client sends it.
+    pub async fn op(&self, token: &str, doc: &str, name: &str, variables: Value) -> Value {
+        self.gql_named(Some(token), doc, Some(name), variables).await
+    }
+
+    pub async fn gql_named(&self, token: Option<&str>, query: &str, op: Option<&str>, variables: Value) -> Value {
+        let body = serde_json::to_vec(&json!({"query": query, "operationName": op, "variables": variables})).unwrap();
+        let auth = token.map(|t| format!("Bearer {t}"));
+        let mut headers = vec![("content-type", "application/json")];
+        if let Some(a) = &auth {
+            headers.push(("authorization", a.as_str()));
+        }
+        let (status, _, bytes) = self.post("/graphql", &headers, body).await;
+        assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&bytes));
+        serde_json::from_slice(&bytes).unwrap()
+    }
+
+    /// Runs a document that must succeed and returns its `data`.
+    pub async fn ok(&self, token: &str, query: &str, variables: Value) -> Value {
+        let r = self.gql(Some(token), query, variables).await;
+        assert!(r.get("errors").is_none(), "unexpected errors: {r:#}");
+        r["data"].clone()
+    }
+
+    /// Runs a document that must fail, and returns the first error's `extensions.code`.
+    pub async fn err_code(&self, token: Option<&str>, query: &str, variables: Value) -> String {
+        let r = self.gql(token, query, variables).await;
+        error_code(&r)
+    }
+
+    pub async fn admin(&self, query: &str, variables: Value) -> Value {
+        self.ok(&self.admin_token(), query, variables).await
+    }
+
+    /// A store with a member (wallet topped up with `money`), a 30-day plan, a 10-session pack
+    /// with `stock`, and a coach slot with `seats`, through the admin console's operations.
+    pub async fn studio(&self, money: i32, stock: Option<i32>, seats: i32) -> Studio {
+        let code = format!("S{}", COUNTER.fetch_add(1, Ordering::SeqCst));
+        let store = self
+            .admin(
+                "mutation($i: CreateStoreInput!) { createStore(input: $i) { id } }",
+                json!({"i": {"name": "Test studio", "code": code}}),
+            )
+            .await["createStore"]["id"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let member = self.new_member(&store, money).await;
+        let plan = self
+            .admin(
+                "mutation($i: CreateMembershipPlanInput!) { createMembershipPlan(input: $i) { id } }",
+                json!({"i": {"storeId": store, "name": "Monthly", "durationDays": 30, "priceCents": 30000}}),
+            )
+            .await["createMembershipPlan"]["id"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let pack = self
+            .admin(
+                "mutation($i: CreateClassPackInput!) { createClassPack(input: $i) { id } }",
+                json!({"i": {"storeId": store, "name": "Ten", "sessions": 10, "priceCents": 10000, "stock": stock}}),
+            )
+            .await["createClassPack"]["id"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let starts = chrono::Utc::now() + chrono::Duration::days(1);
+        let slot = self
+            .admin(
+                "mutation($i: CreateCoachSlotInput!) { createCoachSlot(input: $i) { id } }",
+                json!({"i": {"storeId": store, "coachName": "Coach Liu", "startsAt": starts.to_rfc3339(),
+                             "endsAt": (starts + chrono::Duration::hours(1)).to_rfc3339(), "capacity": seats, "priceCents": 30000}}),
+            )
+            .await["createCoachSlot"]["id"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        Studio {
+            store,
+            member,
+            plan,
+            pack,
+            slot,
+        }
+    }
+
+    pub async fn new_member(&self, store: &str, money: i32) -> String {
+        let phone = format!("139{:08}", COUNTER.fetch_add(1, Ordering::SeqCst));
+        let member = self
+            .admin(
+                "mutation($i: CreateMemberInput!) { createMember(input: $i) { id } }",
+                json!({"i": {"storeId": store, "name": "Member", "phone": phone}}),
+            )
+            .await["createMember"]["id"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        if money > 0 {
+            self.admin(
+                "mutation($m: ID!, $a: Int!, $r: String!) { topUpWallet(memberId: $m, amountCents: $a, reference: $r) { id } }",
+                json!({"m": member, "a": money, "r": format!("init-{member}")}),
+            )
+            .await;
+        }
+        member
+    }
+
+    /// Places an order as the member and returns the payload.
+    pub async fn place(&self, member: &str, input: Value) -> Value {
+        let r = self.op(&self.member_token(member), MEMBER_OPS, "PlaceOrder", json!({"input": input})).await;
+        assert!(r.get("errors").is_none(), "placeOrder failed: {r:#}");
+        r["data"]["placeOrder"].clone()
+    }
+
+    pub async fn order(&self, order_no: &str) -> Value {
+        self.admin(ORDER_CHAIN, json!({"orderNo": order_no})).await["order"].clone()
+    }
+
+    pub async fn member_view(&self, member: &str) -> Value {
+        self.admin(MEMBER, json!({"id": member})).await["member"].clone()
+    }
+
+    /// Rows of a scalar SQL query, for invariants the API does not show.
+    pub async fn sql_i64(&self, sql: &str) -> i64 {
+        #[derive(diesel::QueryableByName)]
+        struct V {
+            #[diesel(sql_type = diesel::sql_types::BigInt)]
+            v: i64,
+        }
+        let mut c = self.conn().await;
+        let r: V = diesel::sql_query(sql).get_result(&mut c).await.unwrap();
+        r.v
+    }
+}
+
+pub struct Studio {
+    pub store: String,
+    pub member: String,
+    pub plan: String,
+    pub pack: String,
+    pub slot: String,
+}
+
+pub fn error_code(r: &Value) -> String {
+    r["errors"][0]["extensions"]["code"]
+        .as_str()
+        .unwrap_or_else(|| panic!("expected an error with a code, got {r:#}"))
+        .to_string()
+}
+
+pub fn key() -> String {
+    format!("k-{}-{}", std::process::id(), COUNTER.fetch_add(1, Ordering::SeqCst))
+}
+
+/// The clients' documents, exactly as the contract ships them (a test keeps the copies equal).
+pub const MEMBER_OPS: &str = include_str!("../../playground/operations/member.graphql");
+pub const ADMIN_OPS: &str = include_str!("../../playground/operations/admin.graphql");
+pub const OPS_OPS: &str = include_str!("../../playground/operations/ops.graphql");
+
+pub const ORDER_CHAIN: &str = "query($orderNo: String!) { order(orderNo: $orderNo) {
+    orderNo kind status amountCents walletAmountCents paymentMethod sessionsTotal sessionsUsed
+    expiresAt isExpired paidAt canceledAt cancelReason refundedAt refundAmountCents providerTxnId traceId
+    allowedTransitions
+    member { id wallet { balanceCents frozenCents } sessionCredits }
+    timeline { at kind actor fromStatus toStatus summary traceId }
+    compensation { id kind status attempts maxAttempts traceId }
+    membership { id status validFrom validTo }
+    tickets { id kind status }
+} }";
+
+pub const MEMBER: &str = "query($id: ID!) { member(id: $id) { id name phone sessionCredits
+    wallet { balanceCents frozenCents } memberships { id status validFrom validTo order { orderNo } } } }";
+
+pub const CHECK_IN: &str = "mutation($input: CheckInInput!) { checkIn(input: $input) {
+    duplicate remainingSessions order { orderNo status sessionsUsed sessionsTotal } } }";
+
+pub const CANCEL: &str = "mutation($orderNo: String!, $reason: String) { cancelOrder(orderNo: $orderNo, reason: $reason) {
+    orderNo status cancelReason canceledAt } }";
+
+pub const REFUND: &str = "mutation($orderNo: String!, $reason: String!, $amountCents: Int) {
+    refundOrder(orderNo: $orderNo, reason: $reason, amountCents: $amountCents) {
+    orderNo status refundedAt refundAmountCents compensation { id kind status } } }";
+
+pub const CONFIRM_OFFLINE: &str = "mutation($orderNo: String!, $reference: String!) {
+    confirmOfflinePayment(orderNo: $orderNo, reference: $reference) { orderNo status paidAt } }";

@@ -1,0 +1,13 @@
+//! Integration tests: one binary (one link on slow machines), a fresh database per test cloned
+//! from a migrated template, driving the real GraphQL schema and HTTP router.
+
+mod harness;
+
+mod catalog_wallet;
+mod check_in;
+mod http_surface;
+mod limits_and_roles;
+mod orders_flow;
+mod place_order;
+mod schema_sdl;
+mod state_machine;

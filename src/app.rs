@@ -4,18 +4,26 @@ use std::sync::Arc;
 
 use crate::config::Config;
 use crate::db::DbPool;
+use crate::payments::keys::ProviderKeys;
 
 #[derive(Clone)]
 pub struct AppState {
     pub pool: DbPool,
     pub config: Arc<Config>,
+    pub keys: Arc<ProviderKeys>,
 }
 
 impl AppState {
+    /// State without provider keys (their callbacks answer 503).
     pub fn new(pool: DbPool, config: Config) -> AppState {
+        AppState::with_keys(pool, config, ProviderKeys::default())
+    }
+
+    pub fn with_keys(pool: DbPool, config: Config, keys: ProviderKeys) -> AppState {
         AppState {
             pool,
             config: Arc::new(config),
+            keys: Arc::new(keys),
         }
     }
 }

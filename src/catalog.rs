@@ -9,7 +9,7 @@ use crate::db::schema::{
     class_packs, coach_slots, members, membership_plans, stores, wallet_ledger,
 };
 use crate::error::{AppError, AppResult};
-use crate::orders::{wallet_move, Ctx};
+use crate::orders::{wallet_move, Ctx, WalletMove};
 
 fn name_ok(field: &str, value: &str) -> AppResult<String> {
     let v = value.trim();
@@ -222,12 +222,14 @@ pub async fn top_up_wallet(
         }
         wallet_move(
             conn,
-            member_id,
-            "TOP_UP",
-            i64::from(amount_cents),
-            0,
-            None,
-            Some(reference),
+            WalletMove {
+                member_id,
+                kind: "TOP_UP",
+                balance_delta: i64::from(amount_cents),
+                frozen_delta: 0,
+                order_id: None,
+                reference: Some(reference),
+            },
             ctx,
         )
         .await?;

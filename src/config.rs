@@ -93,7 +93,7 @@ impl Config {
     pub fn from_env() -> Result<Config> {
         let (jwt_secret, jwt_secret_generated) = match var("FITORDER_JWT_SECRET") {
             Some(s) => (s, false),
-            None => (random_secret(), true),
+            None => (dev_secret(), true),
         };
         let tz_name = var("FITORDER_TIMEZONE").unwrap_or_else(|| "Asia/Shanghai".into());
         let timezone = tz_name.parse::<chrono_tz::Tz>().map_err(|_| {
@@ -164,8 +164,31 @@ impl Config {
     }
 }
 
-fn random_secret() -> String {
+/// Without FITORDER_JWT_SECRET a random secret is made once and kept in
+/// `./.fitorder/jwt-secret`, so that `fitorder token` in another terminal signs tokens the
+/// running dev server accepts, and tokens survive a restart.
+fn dev_secret() -> String {
+    let path = std::path::Path::new(".fitorder/jwt-secret");
+    if let Ok(s) = std::fs::read_to_string(path) {
+        if s.trim().len() >= 32 {
+            return s.trim().to_string();
+        }
+    }
     use rand::Rng;
     let bytes: [u8; 32] = rand::rng().random();
-    hex::encode(bytes)
+    let secret = hex::encode(bytes);
+    if std::fs::create_dir_all(".fitorder").is_ok() {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        if let Ok(mut f) = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(path)
+        {
+            let _ = f.write_all(secret.as_bytes());
+        }
+    }
+    secret
 }

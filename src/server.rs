@@ -80,8 +80,9 @@ async fn run_with_database(
     dev_mode: bool,
 ) -> Result<()> {
     db::migrate(url).await?;
+    let keys = crate::payments::keys::ProviderKeys::load(&config)?;
     let pool = db::pool(url, config.db_pool_size)?;
-    let state = AppState::new(pool, config.clone());
+    let state = AppState::with_keys(pool, config.clone(), keys);
     if dev_mode || config.jwt_secret_generated {
         let mut conn = state.pool.get().await?;
         let seeded = crate::seed::seed(&mut conn)

@@ -11,6 +11,17 @@ use crate::domain::OrderStatus;
 use crate::error::AppResult;
 use crate::graphql::TimelineEntry;
 
+/// at, ok, error, duration, event kind, event trace id, worker.
+type AttemptRow = (
+    DateTime<Utc>,
+    bool,
+    Option<String>,
+    i32,
+    String,
+    String,
+    String,
+);
+
 pub async fn for_order(
     conn: &mut AsyncPgConnection,
     order_id: i64,
@@ -82,15 +93,7 @@ pub async fn for_order(
             trace_id: cb.trace_id,
         });
     }
-    let attempts: Vec<(
-        DateTime<Utc>,
-        bool,
-        Option<String>,
-        i32,
-        String,
-        String,
-        String,
-    )> = compensation_attempts::table
+    let attempts: Vec<AttemptRow> = compensation_attempts::table
         .inner_join(compensation_events::table)
         .filter(compensation_events::order_id.eq(order_id))
         .select((

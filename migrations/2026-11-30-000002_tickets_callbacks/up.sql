@@ -73,3 +73,11 @@ CREATE TABLE reconciliation_runs (
 -- Runs of the same provider and day never overlap.
 CREATE UNIQUE INDEX reconciliation_one_running ON reconciliation_runs (provider, bill_date) WHERE status = 'RUNNING';
 CREATE INDEX reconciliation_runs_newest ON reconciliation_runs (id DESC);
+
+-- Idempotency keys of payment and refund notifications (`out_trade_no:transaction_id`): the
+-- primary key decides who applies a payment, not a read-then-write.
+CREATE TABLE payment_keys (
+    key          TEXT PRIMARY KEY,
+    callback_id  BIGINT NOT NULL REFERENCES payment_callbacks (id),
+    created_at   TIMESTAMPTZ NOT NULL DEFAULT now()
+);

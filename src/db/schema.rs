@@ -286,6 +286,14 @@ diesel::table! {
     }
 }
 
+diesel::table! {
+    payment_keys (key) {
+        key -> Text,
+        callback_id -> Int8,
+        created_at -> Timestamptz,
+    }
+}
+
 diesel::joinable!(compensation_attempts -> compensation_events (event_id));
 
 diesel::allow_tables_to_appear_in_same_query!(
@@ -307,4 +315,5 @@ diesel::allow_tables_to_appear_in_same_query!(
     payment_callbacks,
     exception_tickets,
     reconciliation_runs,
+    payment_keys,
 );

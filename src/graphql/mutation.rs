@@ -10,8 +10,8 @@ use super::types::*;
 use super::{actor_ctx, conn, int, parse_id, request, state, viewer};
 use crate::auth::Role;
 use crate::catalog;
-use crate::db::DbConn;
 use crate::db::schema::anomaly_events;
+use crate::db::DbConn;
 use crate::error::{AppError, AppResult};
 use crate::orders::{self, PlaceOrder, PlacedItem};
 
@@ -19,6 +19,7 @@ pub struct Mutation;
 
 /// Exactly one field is set.
 #[derive(OneofObject)]
+#[allow(clippy::enum_variant_names)] // the names are the contract's
 pub enum OrderItemInput {
     MembershipPlanId(ID),
     ClassPackId(ID),
@@ -106,7 +107,12 @@ pub fn payment_instruction(o: &crate::db::models::Order) -> Option<PaymentInstru
 
 /// A refused status change leaves no row in the failed transaction; count it separately so
 /// that anomalyStats shows how often callers try.
-async fn noted<T>(ctx: &Context<'_>, c: &mut DbConn, order_no: &str, r: AppResult<T>) -> AppResult<T> {
+async fn noted<T>(
+    ctx: &Context<'_>,
+    c: &mut DbConn,
+    order_no: &str,
+    r: AppResult<T>,
+) -> AppResult<T> {
     if let Err(AppError::IllegalTransition { from, to }) = &r {
         {
             let order = orders::find_order(c, order_no).await.ok().flatten();

@@ -2,6 +2,7 @@
 //! metrics. Every request gets a trace id (taken from `traceparent`/`X-Trace-Id` when sent),
 //! echoed in the `X-Trace-Id` response header.
 
+mod callbacks;
 mod graphql_routes;
 mod health;
 pub mod metrics;
@@ -23,19 +24,29 @@ use crate::trace::TraceId;
 pub struct HttpState {
     pub app: AppState,
     pub schema: AppSchema,
+    pub keys: std::sync::Arc<crate::payments::keys::ProviderKeys>,
 }
 
 pub fn router(app: AppState) -> Router {
     metrics::install();
     let schema = build_schema(app.clone());
     let limit = app.config.max_body_bytes;
-    let state = HttpState { app, schema };
+    let keys = app.keys.clone();
+    let state = HttpState { app, schema, keys };
     Router::new()
         .route(
             "/graphql",
             get(graphql_routes::graphiql).post(graphql_routes::graphql),
         )
         .route("/graphql/ws", get(graphql_routes::subscriptions))
+        .route(
+            "/pay/wechat/notify",
+            axum::routing::post(callbacks::wechat_notify),
+        )
+        .route(
+            "/pay/alipay/notify",
+            axum::routing::post(callbacks::alipay_notify),
+        )
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
         .route("/metrics", get(metrics::render))

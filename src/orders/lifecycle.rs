@@ -5,7 +5,7 @@ use chrono::Utc;
 use diesel::prelude::*;
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
 
-use super::{lock_order, release_item, transition, wallet_move, Changes, Ctx};
+use super::{lock_order, release_item, transition, wallet_move, Changes, Ctx, WalletMove};
 use crate::auth::{Role, Viewer};
 use crate::compensation;
 use crate::config::Config;
@@ -68,12 +68,14 @@ pub async fn apply_payment(
         let w = order.wallet_amount_cents;
         wallet_move(
             conn,
-            order.member_id,
-            "CAPTURE",
-            0,
-            -w,
-            Some(order.id),
-            None,
+            WalletMove {
+                member_id: order.member_id,
+                kind: "CAPTURE",
+                balance_delta: 0,
+                frozen_delta: -w,
+                order_id: Some(order.id),
+                reference: None,
+            },
             ctx,
         )
         .await?;
@@ -217,12 +219,14 @@ pub async fn cancel_locked(
         let w = order.wallet_amount_cents;
         wallet_move(
             conn,
-            order.member_id,
-            "UNFREEZE",
-            w,
-            -w,
-            Some(order.id),
-            None,
+            WalletMove {
+                member_id: order.member_id,
+                kind: "UNFREEZE",
+                balance_delta: w,
+                frozen_delta: -w,
+                order_id: Some(order.id),
+                reference: None,
+            },
             ctx,
         )
         .await?;
@@ -307,12 +311,14 @@ pub async fn refund_order(
         if wallet_back > 0 {
             wallet_move(
                 conn,
-                order.member_id,
-                "REFUND",
-                wallet_back,
-                0,
-                Some(order.id),
-                None,
+                WalletMove {
+                    member_id: order.member_id,
+                    kind: "REFUND",
+                    balance_delta: wallet_back,
+                    frozen_delta: 0,
+                    order_id: Some(order.id),
+                    reference: None,
+                },
                 ctx,
             )
             .await?;

@@ -172,26 +172,33 @@ pub async fn release_item(conn: &mut AsyncPgConnection, order: &Order) -> AppRes
     Ok(())
 }
 
+/// One movement of wallet money: what it is, how it changes the spendable balance and the
+/// frozen amount, and what it belongs to.
+pub struct WalletMove<'a> {
+    pub member_id: i64,
+    /// TOP_UP, PAY, FREEZE, UNFREEZE, CAPTURE or REFUND.
+    pub kind: &'a str,
+    pub balance_delta: i64,
+    pub frozen_delta: i64,
+    pub order_id: Option<i64>,
+    pub reference: Option<&'a str>,
+}
+
 /// Writes a wallet movement; the ledger trigger applies it to the member's balances.
 pub async fn wallet_move(
     conn: &mut AsyncPgConnection,
-    member_id: i64,
-    kind: &str,
-    balance_delta: i64,
-    frozen_delta: i64,
-    order_id: Option<i64>,
-    reference: Option<&str>,
+    m: WalletMove<'_>,
     ctx: &Ctx,
 ) -> AppResult<()> {
     use crate::db::schema::wallet_ledger as wl;
     diesel::insert_into(wl::table)
         .values((
-            wl::member_id.eq(member_id),
-            wl::kind.eq(kind),
-            wl::balance_delta.eq(balance_delta),
-            wl::frozen_delta.eq(frozen_delta),
-            wl::order_id.eq(order_id),
-            wl::reference.eq(reference),
+            wl::member_id.eq(m.member_id),
+            wl::kind.eq(m.kind),
+            wl::balance_delta.eq(m.balance_delta),
+            wl::frozen_delta.eq(m.frozen_delta),
+            wl::order_id.eq(m.order_id),
+            wl::reference.eq(m.reference),
             wl::actor.eq(ctx.actor.to_string()),
             wl::trace_id.eq(ctx.trace.as_str()),
         ))

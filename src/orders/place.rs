@@ -6,7 +6,7 @@ use diesel::prelude::*;
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
 use sha2::{Digest, Sha256};
 
-use super::{lifecycle, transition_audit_birth, wallet_move, Ctx, PaymentApplied};
+use super::{lifecycle, transition_audit_birth, wallet_move, Ctx, PaymentApplied, WalletMove};
 use crate::auth::{Role, Viewer};
 use crate::config::Config;
 use crate::db::models::{ClassPack, CoachSlot, Member, MembershipPlan, Order};
@@ -187,12 +187,14 @@ pub async fn place_order(
                 "WALLET" => {
                     wallet_move(
                         conn,
-                        member_id,
-                        "PAY",
-                        -priced.amount,
-                        0,
-                        Some(order.id),
-                        None,
+                        WalletMove {
+                            member_id,
+                            kind: "PAY",
+                            balance_delta: -priced.amount,
+                            frozen_delta: 0,
+                            order_id: Some(order.id),
+                            reference: None,
+                        },
                         ctx,
                     )
                     .await?;
@@ -216,12 +218,14 @@ pub async fn place_order(
                 "MIXED" => {
                     wallet_move(
                         conn,
-                        member_id,
-                        "FREEZE",
-                        -wallet_part,
-                        wallet_part,
-                        Some(order.id),
-                        None,
+                        WalletMove {
+                            member_id,
+                            kind: "FREEZE",
+                            balance_delta: -wallet_part,
+                            frozen_delta: wallet_part,
+                            order_id: Some(order.id),
+                            reference: None,
+                        },
                         ctx,
                     )
                     .await?;

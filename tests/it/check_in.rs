@@ -45,7 +45,10 @@ async fn twenty_five_simultaneous_check_ins_on_ten_credits_use_exactly_ten() {
             }
             Some(_) => {
                 let code = error_code(&r);
-                assert!(code == "ILLEGAL_TRANSITION" || code == "BAD_USER_INPUT", "{r}");
+                assert!(
+                    code == "ILLEGAL_TRANSITION" || code == "BAD_USER_INPUT",
+                    "{r}"
+                );
             }
         }
     }
@@ -74,7 +77,9 @@ async fn a_repeated_serial_number_changes_nothing_and_answers_as_before() {
     let mut tasks = vec![];
     for _ in 0..10 {
         let (app, token, vars) = (app.clone(), token.clone(), vars.clone());
-        tasks.push(tokio::spawn(async move { app.op(&token, MEMBER_OPS, "CheckIn", vars).await }));
+        tasks.push(tokio::spawn(async move {
+            app.op(&token, MEMBER_OPS, "CheckIn", vars).await
+        }));
     }
     for t in tasks {
         let r = t.await.unwrap();
@@ -86,7 +91,12 @@ async fn a_repeated_serial_number_changes_nothing_and_answers_as_before() {
     assert_eq!(o["member"]["sessionCredits"], 8);
     // The same serial number for another amount is a conflict.
     let r = app
-        .op(&token, MEMBER_OPS, "CheckIn", json!({"input": {"orderNo": no, "consumeTxnNo": "gate-7", "sessions": 1}}))
+        .op(
+            &token,
+            MEMBER_OPS,
+            "CheckIn",
+            json!({"input": {"orderNo": no, "consumeTxnNo": "gate-7", "sessions": 1}}),
+        )
         .await;
     assert_eq!(error_code(&r), "CONFLICT");
     // Duplicates are counted for ops.
@@ -114,15 +124,30 @@ async fn asking_for_more_than_is_left_is_refused_whole() {
     let s = app.studio(100_000, None, 3).await;
     let no = paid_pack(&app, &s).await;
     let token = app.member_token(&s.member);
-    app.op(&token, MEMBER_OPS, "CheckIn", json!({"input": {"orderNo": no, "consumeTxnNo": "a", "sessions": 8}}))
-        .await;
+    app.op(
+        &token,
+        MEMBER_OPS,
+        "CheckIn",
+        json!({"input": {"orderNo": no, "consumeTxnNo": "a", "sessions": 8}}),
+    )
+    .await;
     let r = app
-        .op(&token, MEMBER_OPS, "CheckIn", json!({"input": {"orderNo": no, "consumeTxnNo": "b", "sessions": 3}}))
+        .op(
+            &token,
+            MEMBER_OPS,
+            "CheckIn",
+            json!({"input": {"orderNo": no, "consumeTxnNo": "b", "sessions": 3}}),
+        )
         .await;
     assert_eq!(error_code(&r), "BAD_USER_INPUT");
     for bad in [0, -1, 101] {
         let r = app
-            .op(&token, MEMBER_OPS, "CheckIn", json!({"input": {"orderNo": no, "consumeTxnNo": "c", "sessions": bad}}))
+            .op(
+                &token,
+                MEMBER_OPS,
+                "CheckIn",
+                json!({"input": {"orderNo": no, "consumeTxnNo": "c", "sessions": bad}}),
+            )
             .await;
         assert_eq!(error_code(&r), "BAD_USER_INPUT", "{bad}");
     }
@@ -130,7 +155,12 @@ async fn asking_for_more_than_is_left_is_refused_whole() {
     assert_eq!(o["sessionsUsed"], 8);
     // The rest in one go: CONSUMING -> CONSUMED.
     let r = app
-        .op(&token, MEMBER_OPS, "CheckIn", json!({"input": {"orderNo": no, "consumeTxnNo": "d", "sessions": 2}}))
+        .op(
+            &token,
+            MEMBER_OPS,
+            "CheckIn",
+            json!({"input": {"orderNo": no, "consumeTxnNo": "d", "sessions": 2}}),
+        )
         .await;
     assert_eq!(r["data"]["checkIn"]["order"]["status"], "CONSUMED");
 }
@@ -148,7 +178,10 @@ async fn a_private_session_passes_through_consuming_to_consumed_in_one_check_in(
     let no = placed["order"]["orderNo"].as_str().unwrap();
     assert_eq!(placed["order"]["sessionsTotal"], 1);
     let r = app
-        .admin(CHECK_IN, json!({"input": {"orderNo": no, "consumeTxnNo": "desk-1"}}))
+        .admin(
+            CHECK_IN,
+            json!({"input": {"orderNo": no, "consumeTxnNo": "desk-1"}}),
+        )
         .await;
     assert_eq!(r["checkIn"]["order"]["status"], "CONSUMED");
     let o = app.order(no).await;
@@ -157,7 +190,12 @@ async fn a_private_session_passes_through_consuming_to_consumed_in_one_check_in(
         .unwrap()
         .iter()
         .filter(|e| e["kind"] == "STATUS_CHANGE")
-        .map(|e| (e["fromStatus"].as_str().unwrap_or("NONE").to_string(), e["toStatus"].as_str().unwrap().to_string()))
+        .map(|e| {
+            (
+                e["fromStatus"].as_str().unwrap_or("NONE").to_string(),
+                e["toStatus"].as_str().unwrap().to_string(),
+            )
+        })
         .collect();
     let expected: Vec<(String, String)> = [
         ("NONE", "WAIT_PAY"),
@@ -183,11 +221,18 @@ async fn memberships_allow_check_ins_within_their_validity_only() {
         .await;
     let no = placed["order"]["orderNo"].as_str().unwrap().to_string();
     let token = app.member_token(&s.member);
-    let my = app.op(&token, MEMBER_OPS, "MyOrder", json!({"orderNo": no})).await;
+    let my = app
+        .op(&token, MEMBER_OPS, "MyOrder", json!({"orderNo": no}))
+        .await;
     assert_eq!(my["data"]["order"]["membership"]["status"], "ACTIVE");
     for i in 0..3 {
         let r = app
-            .op(&token, MEMBER_OPS, "CheckIn", json!({"input": {"orderNo": no, "consumeTxnNo": format!("door-{i}")}}))
+            .op(
+                &token,
+                MEMBER_OPS,
+                "CheckIn",
+                json!({"input": {"orderNo": no, "consumeTxnNo": format!("door-{i}")}}),
+            )
             .await;
         assert_eq!(r["data"]["checkIn"]["order"]["status"], "CONSUMING", "{r}");
     }
@@ -200,11 +245,19 @@ async fn memberships_allow_check_ins_within_their_validity_only() {
         .await;
     let rno = renewal["order"]["orderNo"].as_str().unwrap().to_string();
     let r = app
-        .op(&token, MEMBER_OPS, "CheckIn", json!({"input": {"orderNo": rno, "consumeTxnNo": "door-x"}}))
+        .op(
+            &token,
+            MEMBER_OPS,
+            "CheckIn",
+            json!({"input": {"orderNo": rno, "consumeTxnNo": "door-x"}}),
+        )
         .await;
     assert_eq!(error_code(&r), "BAD_USER_INPUT");
     let account = app.op(&token, MEMBER_OPS, "MyAccount", json!({})).await;
-    let cards = account["data"]["me"]["member"]["memberships"].as_array().unwrap().clone();
+    let cards = account["data"]["me"]["member"]["memberships"]
+        .as_array()
+        .unwrap()
+        .clone();
     assert_eq!(cards.len(), 2);
     // Past the card's end (moved back by hand), check-ins are refused.
     let mut c = app.conn().await;
@@ -217,7 +270,12 @@ async fn memberships_allow_check_ins_within_their_validity_only() {
     .await
     .unwrap();
     let r = app
-        .op(&token, MEMBER_OPS, "CheckIn", json!({"input": {"orderNo": no, "consumeTxnNo": "door-late"}}))
+        .op(
+            &token,
+            MEMBER_OPS,
+            "CheckIn",
+            json!({"input": {"orderNo": no, "consumeTxnNo": "door-late"}}),
+        )
         .await;
     assert_eq!(error_code(&r), "BAD_USER_INPUT");
 }

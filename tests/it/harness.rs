@@ -32,7 +32,10 @@ fn with_db(url: &str, db: &str) -> String {
         None => (url, String::new()),
     };
     let scheme_end = base.find("://").map(|i| i + 3).unwrap_or(0);
-    let path_start = base[scheme_end..].find('/').map(|i| i + scheme_end).unwrap_or(base.len());
+    let path_start = base[scheme_end..]
+        .find('/')
+        .map(|i| i + scheme_end)
+        .unwrap_or(base.len());
     format!("{}/{}{}", &base[..path_start], db, query)
 }
 
@@ -145,7 +148,6 @@ fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
 pub struct TestApp {
     pub state: AppState,
     pub router: Router,
-    pub db_url: String,
     db_name: String,
     admin_url: String,
 }
@@ -156,12 +158,16 @@ impl Drop for TestApp {
         let name = self.db_name.clone();
         // A thread with its own runtime: Drop cannot await, and the test's runtime is going away.
         let _ = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
             rt.block_on(async move {
                 if let Ok(mut c) = AsyncPgConnection::establish(&admin).await {
-                    let _ = diesel::sql_query(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-                        .execute(&mut c)
-                        .await;
+                    let _ =
+                        diesel::sql_query(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                            .execute(&mut c)
+                            .await;
                 }
             });
         })
@@ -181,21 +187,27 @@ impl TestApp {
             std::process::id(),
             COUNTER.fetch_add(1, Ordering::SeqCst)
         );
-        let mut conn = AsyncPgConnection::establish(&server.admin_url).await.unwrap();
-        diesel::sql_query(format!("CREATE DATABASE {name} TEMPLATE {}", server.template))
-            .execute(&mut conn)
+        let mut conn = AsyncPgConnection::establish(&server.admin_url)
             .await
             .unwrap();
+        diesel::sql_query(format!(
+            "CREATE DATABASE {name} TEMPLATE {}",
+            server.template
+        ))
+        .execute(&mut conn)
+        .await
+        .unwrap();
         let db_url = with_db(&server.admin_url, &name);
         let mut config = Config::for_tests(db_url.clone());
+        // Tests share two cores: keep each app's pool modest.
         tweak(&mut config);
         let pool = fitorder::db::pool(&db_url, config.db_pool_size).unwrap();
-        let state = AppState::new(pool, config);
+        let keys = fitorder::payments::keys::ProviderKeys::load(&config).unwrap();
+        let state = AppState::with_keys(pool, config, keys);
         let router = fitorder::http::router(state.clone());
         TestApp {
             state,
             router,
-            db_url,
             db_name: name,
             admin_url: server.admin_url.clone(),
         }
@@ -206,7 +218,13 @@ impl TestApp {
     }
 
     pub fn token(&self, role: Role, sub: &str) -> String {
-        issue_token(&self.state.config.jwt_secret, role, sub, None, std::time::Duration::from_secs(3600))
+        issue_token(
+            &self.state.config.jwt_secret,
+            role,
+            sub,
+            None,
+            std::time::Duration::from_secs(3600),
+        )
     }
 
     pub fn admin_token(&self) -> String {
@@ -222,15 +240,31 @@ impl TestApp {
     }
 
     /// POSTs to the router and returns the status, headers and JSON body.
-    pub async fn post(&self, path: &str, headers: &[(&str, &str)], body: Vec<u8>) -> (StatusCode, axum::http::HeaderMap, Vec<u8>) {
+    pub async fn post(
+        &self,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: Vec<u8>,
+    ) -> (StatusCode, axum::http::HeaderMap, Vec<u8>) {
         let mut req = Request::post(path).header("content-length", body.len().to_string());
         for (k, v) in headers {
             req = req.header(*k, *v);
         }
-        let resp = self.router.clone().oneshot(req.body(Body::from(body)).unwrap()).await.unwrap();
+        let resp = self
+            .router
+            .clone()
+            .oneshot(req.body(Body::from(body)).unwrap())
+            .await
+            .unwrap();
         let status = resp.status();
         let headers = resp.headers().clone();
-        let bytes = resp.into_body().collect().await.unwrap().to_bytes().to_vec();
+        let bytes = resp
+            .into_body()
+            .collect()
+            .await
+            .unwrap()
+            .to_bytes()
+            .to_vec();
         (status, headers, bytes)
     }
 
@@ -242,7 +276,15 @@ impl TestApp {
             .await
             .unwrap();
         let status = resp.status();
-        (status, resp.into_body().collect().await.unwrap().to_bytes().to_vec())
+        (
+            status,
+            resp.into_body()
+                .collect()
+                .await
+                .unwrap()
+                .to_bytes()
+                .to_vec(),
+        )
     }
 
     /// Runs a GraphQL document and returns the whole response (`data` and `errors`).
@@ -252,18 +294,33 @@ impl TestApp {
 
     /// Runs one named operation of a client's document, as that client sends it.
     pub async fn op(&self, token: &str, doc: &str, name: &str, variables: Value) -> Value {
-        self.gql_named(Some(token), doc, Some(name), variables).await
+        self.gql_named(Some(token), doc, Some(name), variables)
+            .await
     }
 
-    pub async fn gql_named(&self, token: Option<&str>, query: &str, op: Option<&str>, variables: Value) -> Value {
-        let body = serde_json::to_vec(&json!({"query": query, "operationName": op, "variables": variables})).unwrap();
+    pub async fn gql_named(
+        &self,
+        token: Option<&str>,
+        query: &str,
+        op: Option<&str>,
+        variables: Value,
+    ) -> Value {
+        let body = serde_json::to_vec(
+            &json!({"query": query, "operationName": op, "variables": variables}),
+        )
+        .unwrap();
         let auth = token.map(|t| format!("Bearer {t}"));
         let mut headers = vec![("content-type", "application/json")];
         if let Some(a) = &auth {
             headers.push(("authorization", a.as_str()));
         }
         let (status, _, bytes) = self.post("/graphql", &headers, body).await;
-        assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&bytes));
+        assert_eq!(
+            status,
+            StatusCode::OK,
+            "{}",
+            String::from_utf8_lossy(&bytes)
+        );
         serde_json::from_slice(&bytes).unwrap()
     }
 
@@ -359,7 +416,14 @@ impl TestApp {
 
     /// Places an order as the member and returns the payload.
     pub async fn place(&self, member: &str, input: Value) -> Value {
-        let r = self.op(&self.member_token(member), MEMBER_OPS, "PlaceOrder", json!({"input": input})).await;
+        let r = self
+            .op(
+                &self.member_token(member),
+                MEMBER_OPS,
+                "PlaceOrder",
+                json!({"input": input}),
+            )
+            .await;
         assert!(r.get("errors").is_none(), "placeOrder failed: {r:#}");
         r["data"]["placeOrder"].clone()
     }
@@ -401,7 +465,11 @@ pub fn error_code(r: &Value) -> String {
 }
 
 pub fn key() -> String {
-    format!("k-{}-{}", std::process::id(), COUNTER.fetch_add(1, Ordering::SeqCst))
+    format!(
+        "k-{}-{}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::SeqCst)
+    )
 }
 
 /// The clients' documents, exactly as the contract ships them (a test keeps the copies equal).

@@ -12,7 +12,8 @@ async fn health_readiness_and_metrics_answer() {
     assert_eq!(s, StatusCode::OK);
     let (s, _) = app.get("/readyz").await;
     assert_eq!(s, StatusCode::OK);
-    app.gql(Some(&app.admin_token()), "query { me { role } }", json!({})).await;
+    app.gql(Some(&app.admin_token()), "query { me { role } }", json!({}))
+        .await;
     let (s, body) = app.get("/metrics").await;
     assert_eq!(s, StatusCode::OK);
     let text = String::from_utf8(body).unwrap();
@@ -25,7 +26,8 @@ async fn health_readiness_and_metrics_answer() {
 
 #[tokio::test]
 async fn readiness_fails_when_the_database_is_gone() {
-    let mut config = fitorder::config::Config::for_tests("postgres://postgres@127.0.0.1:1/none".into());
+    let mut config =
+        fitorder::config::Config::for_tests("postgres://postgres@127.0.0.1:1/none".into());
     config.db_pool_size = 1;
     let pool = fitorder::db::pool(config.database_url.as_deref().unwrap(), 1).unwrap();
     let router = fitorder::http::router(fitorder::app::AppState::new(pool, config));
@@ -33,24 +35,37 @@ async fn readiness_fails_when_the_database_is_gone() {
     let started = std::time::Instant::now();
     let resp = router
         .clone()
-        .oneshot(axum::http::Request::get("/readyz").body(axum::body::Body::empty()).unwrap())
+        .oneshot(
+            axum::http::Request::get("/readyz")
+                .body(axum::body::Body::empty())
+                .unwrap(),
+        )
         .await
         .unwrap();
     assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
     // GraphQL answers INTERNAL rather than hanging.
-    let token = fitorder::auth::issue_token("test-secret", fitorder::auth::Role::Admin, "a", None, std::time::Duration::from_secs(60));
+    let token = fitorder::auth::issue_token(
+        "test-secret",
+        fitorder::auth::Role::Admin,
+        "a",
+        None,
+        std::time::Duration::from_secs(60),
+    );
     let resp = router
         .oneshot(
             axum::http::Request::post("/graphql")
                 .header("content-type", "application/json")
                 .header("authorization", format!("Bearer {token}"))
-                .body(axum::body::Body::from(r#"{"query":"{ orders { totalCount } }"}"#))
+                .body(axum::body::Body::from(
+                    r#"{"query":"{ orders { totalCount } }"}"#,
+                ))
                 .unwrap(),
         )
         .await
         .unwrap();
     use http_body_util::BodyExt;
-    let body: serde_json::Value = serde_json::from_slice(&resp.into_body().collect().await.unwrap().to_bytes()).unwrap();
+    let body: serde_json::Value =
+        serde_json::from_slice(&resp.into_body().collect().await.unwrap().to_bytes()).unwrap();
     assert_eq!(error_code(&body), "INTERNAL");
     assert!(started.elapsed() < std::time::Duration::from_secs(15));
 }
@@ -81,12 +96,22 @@ async fn the_callers_trace_id_lands_on_every_row_the_request_writes() {
     assert_eq!(headers["x-trace-id"], trace);
     let r: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
     assert_eq!(r["data"]["placeOrder"]["order"]["traceId"], trace);
-    for table in ["orders", "order_transitions", "wallet_ledger", "payments", "compensation_events"] {
+    for table in [
+        "orders",
+        "order_transitions",
+        "wallet_ledger",
+        "payments",
+        "compensation_events",
+    ] {
         let n = app
             .sql_i64(&format!("SELECT count(*) AS v FROM {table} WHERE trace_id <> '{trace}' AND trace_id IN (SELECT trace_id FROM orders)"))
             .await;
         assert_eq!(n, 0, "{table}");
-        let with = app.sql_i64(&format!("SELECT count(*) AS v FROM {table} WHERE trace_id = '{trace}'")).await;
+        let with = app
+            .sql_i64(&format!(
+                "SELECT count(*) AS v FROM {table} WHERE trace_id = '{trace}'"
+            ))
+            .await;
         assert!(with >= 1, "{table} has no row with the trace id");
     }
 }
@@ -95,6 +120,8 @@ async fn the_callers_trace_id_lands_on_every_row_the_request_writes() {
 async fn oversized_bodies_are_refused_with_413() {
     let app = TestApp::new().await;
     let big = vec![b'x'; 3 * 1024 * 1024];
-    let (status, _, _) = app.post("/graphql", &[("content-type", "application/json")], big).await;
+    let (status, _, _) = app
+        .post("/graphql", &[("content-type", "application/json")], big)
+        .await;
     assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
 }

@@ -10,16 +10,31 @@ async fn tokens_are_checked() {
     let app = TestApp::new().await;
     let me = "query { me { role subject } }";
     assert_eq!(app.err_code(None, me, json!({})).await, "UNAUTHENTICATED");
-    let wrong_secret = issue_token("another-secret", Role::Admin, "x", None, std::time::Duration::from_secs(60));
-    assert_eq!(app.err_code(Some(&wrong_secret), me, json!({})).await, "UNAUTHENTICATED");
-    assert_eq!(app.err_code(Some("garbage"), me, json!({})).await, "UNAUTHENTICATED");
+    let wrong_secret = issue_token(
+        "another-secret",
+        Role::Admin,
+        "x",
+        None,
+        std::time::Duration::from_secs(60),
+    );
+    assert_eq!(
+        app.err_code(Some(&wrong_secret), me, json!({})).await,
+        "UNAUTHENTICATED"
+    );
+    assert_eq!(
+        app.err_code(Some("garbage"), me, json!({})).await,
+        "UNAUTHENTICATED"
+    );
     // alg: none
     let none = format!(
         "{}.{}.",
         base64_url(r#"{"alg":"none","typ":"JWT"}"#),
         base64_url(r#"{"sub":"1","role":"admin","exp":9999999999}"#)
     );
-    assert_eq!(app.err_code(Some(&none), me, json!({})).await, "UNAUTHENTICATED");
+    assert_eq!(
+        app.err_code(Some(&none), me, json!({})).await,
+        "UNAUTHENTICATED"
+    );
     // Expired.
     let claims = json!({"sub": "1", "role": "admin", "exp": chrono::Utc::now().timestamp() - 3600});
     let expired = jsonwebtoken::encode(
@@ -28,7 +43,10 @@ async fn tokens_are_checked() {
         &jsonwebtoken::EncodingKey::from_secret(app.state.config.jwt_secret.as_bytes()),
     )
     .unwrap();
-    assert_eq!(app.err_code(Some(&expired), me, json!({})).await, "UNAUTHENTICATED");
+    assert_eq!(
+        app.err_code(Some(&expired), me, json!({})).await,
+        "UNAUTHENTICATED"
+    );
     // Missing role, unknown role, member with a non-numeric sub.
     for claims in [
         json!({"sub": "1", "exp": 9999999999u64}),
@@ -41,7 +59,11 @@ async fn tokens_are_checked() {
             &jsonwebtoken::EncodingKey::from_secret(app.state.config.jwt_secret.as_bytes()),
         )
         .unwrap();
-        assert_eq!(app.err_code(Some(&t), me, json!({})).await, "UNAUTHENTICATED", "{claims}");
+        assert_eq!(
+            app.err_code(Some(&t), me, json!({})).await,
+            "UNAUTHENTICATED",
+            "{claims}"
+        );
     }
     let r = app.ok(&app.ops_token(), me, json!({})).await;
     assert_eq!(r["me"], json!({"role": "ops", "subject": "ops-1"}));
@@ -70,22 +92,46 @@ async fn members_never_see_each_other() {
     )
     .await;
     let me = app.member_token(&s.member);
-    let r = app.op(&me, MEMBER_OPS, "MyOrder", json!({"orderNo": theirs})).await;
+    let r = app
+        .op(&me, MEMBER_OPS, "MyOrder", json!({"orderNo": theirs}))
+        .await;
     assert_eq!(r["data"]["order"], json!(null));
-    let r = app.op(&me, MEMBER_OPS, "CancelMyOrder", json!({"orderNo": theirs})).await;
+    let r = app
+        .op(&me, MEMBER_OPS, "CancelMyOrder", json!({"orderNo": theirs}))
+        .await;
     assert_eq!(error_code(&r), "NOT_FOUND");
     let r = app
-        .op(&me, MEMBER_OPS, "CheckIn", json!({"input": {"orderNo": theirs, "consumeTxnNo": "x"}}))
+        .op(
+            &me,
+            MEMBER_OPS,
+            "CheckIn",
+            json!({"input": {"orderNo": theirs, "consumeTxnNo": "x"}}),
+        )
         .await;
     assert_eq!(error_code(&r), "NOT_FOUND");
     // Filtering by the other member still shows only one's own.
-    let r = app.op(&me, MEMBER_OPS, "MyOrders", json!({"filter": {"memberId": other}})).await;
+    let r = app
+        .op(
+            &me,
+            MEMBER_OPS,
+            "MyOrders",
+            json!({"filter": {"memberId": other}}),
+        )
+        .await;
     assert_eq!(r["data"]["orders"]["totalCount"], 0);
     let r = app.op(&me, MEMBER_OPS, "MyOrders", json!({})).await;
     assert_eq!(r["data"]["orders"]["totalCount"], 1);
-    let r = app.gql(Some(&me), "query($id: ID!) { member(id: $id) { id } }", json!({"id": other})).await;
+    let r = app
+        .gql(
+            Some(&me),
+            "query($id: ID!) { member(id: $id) { id } }",
+            json!({"id": other}),
+        )
+        .await;
     assert_eq!(r["data"]["member"], json!(null));
-    let r = app.gql(Some(&me), "query { memberships { totalCount } }", json!({})).await;
+    let r = app
+        .gql(Some(&me), "query { memberships { totalCount } }", json!({}))
+        .await;
     assert_eq!(r["data"]["memberships"]["totalCount"], 0);
     // Staff-only views are refused to members.
     for q in [
@@ -93,10 +139,20 @@ async fn members_never_see_each_other() {
         "query { compensationEvents { totalCount } }",
         "query { reconciliationRuns { totalCount } }",
     ] {
-        assert_eq!(app.err_code(Some(&me), q, json!({})).await, "FORBIDDEN", "{q}");
+        assert_eq!(
+            app.err_code(Some(&me), q, json!({})).await,
+            "FORBIDDEN",
+            "{q}"
+        );
     }
     // Ops see phone numbers masked, staff whole.
-    let phone_ops = app.gql(Some(&app.ops_token()), "query($id: ID!) { member(id: $id) { phone } }", json!({"id": other})).await;
+    let phone_ops = app
+        .gql(
+            Some(&app.ops_token()),
+            "query($id: ID!) { member(id: $id) { phone } }",
+            json!({"id": other}),
+        )
+        .await;
     let masked = phone_ops["data"]["member"]["phone"].as_str().unwrap();
     assert!(masked.contains("****") && masked.len() == 11, "{masked}");
 }
@@ -109,11 +165,23 @@ async fn roles_are_refused_what_is_not_theirs() {
     let ops = app.ops_token();
     let admin_only = [
         ("CreateStore", json!({"input": {"name": "x", "code": "x1"}})),
-        ("CreateMember", json!({"input": {"storeId": s.store, "name": "x", "phone": "13000000000"}})),
-        ("TopUpWallet", json!({"memberId": s.member, "amountCents": 100, "reference": "r"})),
-        ("ConfirmOfflinePayment", json!({"orderNo": "x", "reference": "r"})),
+        (
+            "CreateMember",
+            json!({"input": {"storeId": s.store, "name": "x", "phone": "13000000000"}}),
+        ),
+        (
+            "TopUpWallet",
+            json!({"memberId": s.member, "amountCents": 100, "reference": "r"}),
+        ),
+        (
+            "ConfirmOfflinePayment",
+            json!({"orderNo": "x", "reference": "r"}),
+        ),
         ("RefundOrder", json!({"orderNo": "x", "reason": "r"})),
-        ("RunReconciliation", json!({"provider": "WECHAT_PAY", "date": "2026-11-29"})),
+        (
+            "RunReconciliation",
+            json!({"provider": "WECHAT_PAY", "date": "2026-11-29"}),
+        ),
     ];
     for (op, vars) in admin_only {
         for token in [&member, &ops] {
@@ -139,12 +207,26 @@ async fn roles_are_refused_what_is_not_theirs() {
         std::time::Duration::from_secs(60),
     );
     let r = app
-        .op(&limited, ADMIN_OPS, "CreateMember", json!({"input": {"storeId": other_store.store, "name": "x", "phone": "13000000001"}}))
+        .op(
+            &limited,
+            ADMIN_OPS,
+            "CreateMember",
+            json!({"input": {"storeId": other_store.store, "name": "x", "phone": "13000000001"}}),
+        )
         .await;
     assert_eq!(error_code(&r), "FORBIDDEN");
-    let r = app.op(&limited, ADMIN_OPS, "Member", json!({"id": other_store.member})).await;
+    let r = app
+        .op(
+            &limited,
+            ADMIN_OPS,
+            "Member",
+            json!({"id": other_store.member}),
+        )
+        .await;
     assert_eq!(r["data"]["member"], json!(null));
-    let r = app.op(&limited, ADMIN_OPS, "Member", json!({"id": s.member})).await;
+    let r = app
+        .op(&limited, ADMIN_OPS, "Member", json!({"id": s.member}))
+        .await;
     assert_eq!(r["data"]["member"]["id"], s.member);
 }
 
@@ -155,22 +237,54 @@ async fn deep_and_costly_queries_are_refused_before_they_run() {
     // 14 levels through membership -> order -> member -> memberships ...
     let deep = "query { orders { edges { node { membership { order { member { memberships { order { member { memberships { order { member { id } } } } } } } } } } } } }";
     let r = app.gql(Some(&admin), deep, json!({})).await;
-    assert!(r["errors"][0]["message"].as_str().unwrap().contains("nested too deep"), "{r}");
+    assert!(
+        r["errors"][0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("nested too deep"),
+        "{r}"
+    );
     assert!(r.get("data").is_none() || r["data"].is_null());
     let costly = "query { orders(first: 100) { edges { node { orderNo member { name memberships { id status validFrom validTo order { orderNo status } } } timeline { at kind summary } compensation { id kind attemptLog { at ok } } } } } }";
     let r = app.gql(Some(&admin), costly, json!({})).await;
-    assert!(r["errors"][0]["message"].as_str().unwrap().contains("complex"), "{r}");
+    assert!(
+        r["errors"][0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("complex"),
+        "{r}"
+    );
     // Alias bombs cost what they ask for.
     let mut bomb = String::from("query {");
     for i in 0..200 {
-        bomb.push_str(&format!(" a{i}: orders(first: 100) {{ totalCount edges {{ node {{ orderNo }} }} }}"));
+        bomb.push_str(&format!(
+            " a{i}: orders(first: 100) {{ totalCount edges {{ node {{ orderNo }} }} }}"
+        ));
     }
     bomb.push('}');
     let r = app.gql(Some(&admin), &bomb, json!({})).await;
-    assert!(r["errors"][0]["message"].as_str().unwrap().contains("complex"), "{r}");
+    assert!(
+        r["errors"][0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("complex"),
+        "{r}"
+    );
     // Page sizes are capped at 100; negative ones refused.
-    let r = app.gql(Some(&admin), "query { orders(first: 1000) { totalCount } }", json!({})).await;
+    let r = app
+        .gql(
+            Some(&admin),
+            "query { orders(first: 1000) { totalCount } }",
+            json!({}),
+        )
+        .await;
     assert!(r.get("errors").is_none(), "{r}");
-    let r = app.gql(Some(&admin), "query { orders(first: -1) { totalCount } }", json!({})).await;
+    let r = app
+        .gql(
+            Some(&admin),
+            "query { orders(first: -1) { totalCount } }",
+            json!({}),
+        )
+        .await;
     assert_eq!(error_code(&r), "BAD_USER_INPUT");
 }

@@ -8,6 +8,8 @@ mod check_in;
 mod http_surface;
 mod limits_and_roles;
 mod orders_flow;
+mod payments;
 mod place_order;
+mod providers;
 mod schema_sdl;
 mod state_machine;

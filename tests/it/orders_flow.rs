@@ -16,13 +16,37 @@ async fn refunding_a_used_pack_returns_the_unused_share_to_the_wallet() {
         )
         .await;
     let no = placed["order"]["orderNo"].as_str().unwrap().to_string();
-    app.admin(CHECK_IN, json!({"input": {"orderNo": no, "consumeTxnNo": "t1", "sessions": 3}})).await;
-    let r = app.op(&app.admin_token(), ADMIN_OPS, "RefundOrder", json!({"orderNo": no, "reason": "moving away"})).await;
+    app.admin(
+        CHECK_IN,
+        json!({"input": {"orderNo": no, "consumeTxnNo": "t1", "sessions": 3}}),
+    )
+    .await;
+    let r = app
+        .op(
+            &app.admin_token(),
+            ADMIN_OPS,
+            "RefundOrder",
+            json!({"orderNo": no, "reason": "moving away"}),
+        )
+        .await;
     let refund = &r["data"]["refundOrder"];
     assert_eq!(refund["status"], "REFUNDED");
     assert_eq!(refund["refundAmountCents"], 7000);
-    let kinds: Vec<&str> = refund["compensation"].as_array().unwrap().iter().map(|e| e["kind"].as_str().unwrap()).collect();
-    assert_eq!(kinds, ["DOOR_ACCESS_GRANT", "AI_ACCESS_GRANT", "DOOR_ACCESS_REVOKE", "AI_ACCESS_REVOKE"]);
+    let kinds: Vec<&str> = refund["compensation"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "DOOR_ACCESS_GRANT",
+            "AI_ACCESS_GRANT",
+            "DOOR_ACCESS_REVOKE",
+            "AI_ACCESS_REVOKE"
+        ]
+    );
     let m = app.member_view(&s.member).await;
     assert_eq!(m["wallet"]["balanceCents"], 20_000 + 7_000);
     assert_eq!(m["sessionCredits"], 0);
@@ -50,9 +74,19 @@ async fn online_refunds_go_through_the_provider_and_mixed_ones_split() {
     pay_online(&app, &no, "4200000001").await;
     let o = app.order(&no).await;
     assert_eq!(o["status"], "PAID");
-    assert_eq!(o["member"]["wallet"], json!({"balanceCents": 6000, "frozenCents": 0}));
+    assert_eq!(
+        o["member"]["wallet"],
+        json!({"balanceCents": 6000, "frozenCents": 0})
+    );
     assert_eq!(o["providerTxnId"], "4200000001");
-    let r = app.op(&app.admin_token(), ADMIN_OPS, "RefundOrder", json!({"orderNo": no, "reason": "r", "amountCents": 5000})).await;
+    let r = app
+        .op(
+            &app.admin_token(),
+            ADMIN_OPS,
+            "RefundOrder",
+            json!({"orderNo": no, "reason": "r", "amountCents": 5000}),
+        )
+        .await;
     assert_eq!(r["data"]["refundOrder"]["refundAmountCents"], 5000);
     // 5000 of 10000, paid 40% from the wallet: 2000 back to the wallet, 3000 to the provider.
     let m = app.member_view(&s.member).await;
@@ -72,11 +106,23 @@ async fn online_refunds_go_through_the_provider_and_mixed_ones_split() {
     pay_online(&app, &no2, "4200000002").await;
     for bad in [10_001, -1] {
         let r = app
-            .op(&app.admin_token(), ADMIN_OPS, "RefundOrder", json!({"orderNo": no2, "reason": "r", "amountCents": bad}))
+            .op(
+                &app.admin_token(),
+                ADMIN_OPS,
+                "RefundOrder",
+                json!({"orderNo": no2, "reason": "r", "amountCents": bad}),
+            )
             .await;
         assert_eq!(error_code(&r), "BAD_USER_INPUT");
     }
-    let r = app.op(&app.admin_token(), ADMIN_OPS, "RefundOrder", json!({"orderNo": no2, "reason": "r"})).await;
+    let r = app
+        .op(
+            &app.admin_token(),
+            ADMIN_OPS,
+            "RefundOrder",
+            json!({"orderNo": no2, "reason": "r"}),
+        )
+        .await;
     assert_eq!(r["data"]["refundOrder"]["refundAmountCents"], 10_000);
     let provider_refunds = app
         .sql_i64("SELECT count(*) AS v FROM compensation_events WHERE kind = 'PROVIDER_REFUND'")
@@ -144,12 +190,19 @@ async fn refunding_a_membership_revokes_it_pro_rata() {
     )
     .await
     .unwrap();
-    let r = app.admin(REFUND, json!({"orderNo": no, "reason": "injury"})).await;
+    let r = app
+        .admin(REFUND, json!({"orderNo": no, "reason": "injury"}))
+        .await;
     assert_eq!(r["refundOrder"]["refundAmountCents"], 30_000 * 19 / 30);
     let m = app.member_view(&s.member).await;
     assert_eq!(m["memberships"][0]["status"], "REVOKED");
     let my = app
-        .op(&app.member_token(&s.member), MEMBER_OPS, "MyOrder", json!({"orderNo": no}))
+        .op(
+            &app.member_token(&s.member),
+            MEMBER_OPS,
+            "MyOrder",
+            json!({"orderNo": no}),
+        )
         .await;
     assert_eq!(my["data"]["order"]["status"], "REFUNDED");
     assert_eq!(my["data"]["order"]["allowedTransitions"], json!([]));
@@ -168,11 +221,32 @@ async fn offline_payment_is_confirmed_once_per_reference() {
         .await;
     let no = placed["order"]["orderNo"].as_str().unwrap().to_string();
     assert!(placed["order"]["expiresAt"].is_null());
-    let a = app.op(&app.admin_token(), ADMIN_OPS, "ConfirmOfflinePayment", json!({"orderNo": no, "reference": "POS-1"})).await;
-    let b = app.op(&app.admin_token(), ADMIN_OPS, "ConfirmOfflinePayment", json!({"orderNo": no, "reference": "POS-1"})).await;
+    let a = app
+        .op(
+            &app.admin_token(),
+            ADMIN_OPS,
+            "ConfirmOfflinePayment",
+            json!({"orderNo": no, "reference": "POS-1"}),
+        )
+        .await;
+    let b = app
+        .op(
+            &app.admin_token(),
+            ADMIN_OPS,
+            "ConfirmOfflinePayment",
+            json!({"orderNo": no, "reference": "POS-1"}),
+        )
+        .await;
     assert_eq!(a["data"], b["data"]);
     assert_eq!(a["data"]["confirmOfflinePayment"]["status"], "PAID");
-    let c = app.op(&app.admin_token(), ADMIN_OPS, "ConfirmOfflinePayment", json!({"orderNo": no, "reference": "POS-2"})).await;
+    let c = app
+        .op(
+            &app.admin_token(),
+            ADMIN_OPS,
+            "ConfirmOfflinePayment",
+            json!({"orderNo": no, "reference": "POS-2"}),
+        )
+        .await;
     assert_eq!(error_code(&c), "ILLEGAL_TRANSITION");
     assert_eq!(app.sql_i64("SELECT count(*) AS v FROM payments").await, 1);
     // An online order cannot be confirmed at the desk.
@@ -213,7 +287,12 @@ async fn the_admin_console_reads_orders_pages_and_filters() {
     let mut after: Option<String> = None;
     loop {
         let r = app
-            .op(&admin, ADMIN_OPS, "Orders", json!({"first": 3, "after": after}))
+            .op(
+                &admin,
+                ADMIN_OPS,
+                "Orders",
+                json!({"first": 3, "after": after}),
+            )
             .await;
         let page = &r["data"]["orders"];
         assert_eq!(page["totalCount"], 7);
@@ -229,28 +308,61 @@ async fn the_admin_console_reads_orders_pages_and_filters() {
     nos.reverse();
     assert_eq!(seen, nos, "newest first, each once");
     let paid = app
-        .op(&admin, ADMIN_OPS, "Orders", json!({"filter": {"status": ["PAID"]}, "first": 100}))
+        .op(
+            &admin,
+            ADMIN_OPS,
+            "Orders",
+            json!({"filter": {"status": ["PAID"]}, "first": 100}),
+        )
         .await;
     assert_eq!(paid["data"]["orders"]["totalCount"], 4);
     let waiting = app
-        .op(&admin, ADMIN_OPS, "Orders", json!({"filter": {"isExpired": false, "status": ["WAIT_PAY"]}}))
+        .op(
+            &admin,
+            ADMIN_OPS,
+            "Orders",
+            json!({"filter": {"isExpired": false, "status": ["WAIT_PAY"]}}),
+        )
         .await;
     assert_eq!(waiting["data"]["orders"]["totalCount"], 3);
     let expired = app
-        .op(&admin, ADMIN_OPS, "Orders", json!({"filter": {"isExpired": true}}))
+        .op(
+            &admin,
+            ADMIN_OPS,
+            "Orders",
+            json!({"filter": {"isExpired": true}}),
+        )
         .await;
     assert_eq!(expired["data"]["orders"]["totalCount"], 0);
     let one = app
-        .op(&admin, ADMIN_OPS, "Orders", json!({"filter": {"orderNo": nos[0]}}))
+        .op(
+            &admin,
+            ADMIN_OPS,
+            "Orders",
+            json!({"filter": {"orderNo": nos[0]}}),
+        )
         .await;
     assert_eq!(one["data"]["orders"]["totalCount"], 1);
-    let bad = app.op(&admin, ADMIN_OPS, "Orders", json!({"after": "not-a-cursor"})).await;
+    let bad = app
+        .op(
+            &admin,
+            ADMIN_OPS,
+            "Orders",
+            json!({"after": "not-a-cursor"}),
+        )
+        .await;
     assert_eq!(error_code(&bad), "BAD_USER_INPUT");
     // The chain view of the contract's admin console.
-    let chain = app.op(&admin, ADMIN_OPS, "OrderChain", json!({"orderNo": nos[0]})).await;
+    let chain = app
+        .op(&admin, ADMIN_OPS, "OrderChain", json!({"orderNo": nos[0]}))
+        .await;
     assert!(chain.get("errors").is_none(), "{chain}");
-    let member = app.op(&admin, ADMIN_OPS, "Member", json!({"id": s.member})).await;
+    let member = app
+        .op(&admin, ADMIN_OPS, "Member", json!({"id": s.member}))
+        .await;
     assert!(member.get("errors").is_none(), "{member}");
-    let memberships = app.op(&admin, ADMIN_OPS, "Memberships", json!({"first": 10})).await;
+    let memberships = app
+        .op(&admin, ADMIN_OPS, "Memberships", json!({"first": 10}))
+        .await;
     assert!(memberships.get("errors").is_none(), "{memberships}");
 }

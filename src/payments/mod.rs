@@ -1,0 +1,373 @@
+//! Payment callbacks: WeChat Pay API v3 and Alipay notifications, applied exactly once.
+//!
+//! The order of work for every notification: authenticate -> record the raw callback in its own
+//! transaction (evidence survives whatever happens next) -> claim the idempotency key with a
+//! unique index -> lock the order -> ask the state machine -> apply -> mark the outcome. The
+//! business change, its outbox rows, tickets and the callback's outcome commit together.
+
+pub mod alipay;
+pub mod keys;
+pub mod sandbox;
+pub mod wechat;
+
+use chrono::Utc;
+use diesel::prelude::*;
+use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
+use serde_json::json;
+
+use crate::app::AppState;
+use crate::compensation;
+use crate::db::models::Order;
+use crate::db::schema::{payment_callbacks, payment_keys};
+use crate::domain::{Actor, OrderStatus};
+use crate::error::{AppError, AppResult};
+use crate::orders::{self, Ctx, PaymentApplied};
+use crate::tickets::{self, NewTicket};
+use crate::trace::TraceId;
+
+/// What a verified notification says, in the providers' common terms.
+#[derive(Debug, Clone)]
+pub enum Notice {
+    /// Money was collected for `out_trade_no`.
+    Paid {
+        out_trade_no: String,
+        txn_id: String,
+        amount_cents: i64,
+    },
+    /// A refund finished (or failed) at the provider.
+    Refund {
+        out_trade_no: String,
+        refund_no: String,
+        refund_id: String,
+        ok: bool,
+        status: String,
+        amount_cents: i64,
+    },
+    /// Nothing to apply (a closed trade, a state we only record).
+    Other {
+        out_trade_no: Option<String>,
+        what: String,
+    },
+}
+
+/// How a callback ended; stored on the callback row and shown in `Order.callbacks`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Applied,
+    Duplicate,
+    PaidAfterCancel,
+    AmountMismatch,
+    RejectedTransition,
+    UnknownOrder,
+    BadSignature,
+    RefundRecorded,
+    RefundFailed,
+    Recorded,
+}
+
+impl Outcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Applied => "APPLIED",
+            Outcome::Duplicate => "DUPLICATE",
+            Outcome::PaidAfterCancel => "PAID_AFTER_CANCEL",
+            Outcome::AmountMismatch => "AMOUNT_MISMATCH",
+            Outcome::RejectedTransition => "REJECTED_TRANSITION",
+            Outcome::UnknownOrder => "UNKNOWN_ORDER",
+            Outcome::BadSignature => "BAD_SIGNATURE",
+            Outcome::RefundRecorded => "REFUND_RECORDED",
+            Outcome::RefundFailed => "REFUND_FAILED",
+            Outcome::Recorded => "RECORDED",
+        }
+    }
+}
+
+/// The raw evidence of one callback, as received.
+pub struct Received<'a> {
+    pub provider: &'a str,
+    pub verified: bool,
+    pub event_type: Option<&'a str>,
+    /// Decrypted where the provider encrypts.
+    pub body: &'a str,
+    pub headers: serde_json::Value,
+    pub error: Option<&'a str>,
+}
+
+/// Writes the raw callback in a transaction of its own and returns its id.
+pub async fn record(
+    conn: &mut AsyncPgConnection,
+    r: Received<'_>,
+    outcome: &str,
+    trace: &TraceId,
+) -> AppResult<i64> {
+    let id = diesel::insert_into(payment_callbacks::table)
+        .values((
+            payment_callbacks::provider.eq(r.provider),
+            payment_callbacks::verified.eq(r.verified),
+            payment_callbacks::outcome.eq(outcome),
+            payment_callbacks::event_type.eq(r.event_type),
+            payment_callbacks::body.eq(r.body),
+            payment_callbacks::headers.eq(r.headers),
+            payment_callbacks::error.eq(r.error),
+            payment_callbacks::trace_id.eq(trace.as_str()),
+        ))
+        .returning(payment_callbacks::id)
+        .get_result(conn)
+        .await?;
+    metrics::counter!("fitorder_callbacks_total", "provider" => r.provider.to_string(), "outcome" => outcome.to_string())
+        .increment(u64::from(outcome != "RECEIVED"));
+    Ok(id)
+}
+
+/// Applies a verified notice recorded as callback `callback_id`. Returns the outcome; an error
+/// means nothing was applied and the provider should retry (5xx).
+pub async fn apply(
+    state: &AppState,
+    provider: &str,
+    callback_id: i64,
+    notice: Notice,
+    trace: &TraceId,
+) -> AppResult<Outcome> {
+    let mut conn = state.pool.get().await?;
+    let config = state.config.clone();
+    let ctx = Ctx {
+        actor: Actor::provider(provider),
+        trace: trace.clone(),
+    };
+    let provider = provider.to_string();
+    let outcome = conn
+        .transaction(async |conn| -> AppResult<Outcome> {
+            let (outcome, order, key, txn, amount) = match &notice {
+                Notice::Paid {
+                    out_trade_no,
+                    txn_id,
+                    amount_cents,
+                } => {
+                    let key = format!("{out_trade_no}:{txn_id}");
+                    let (o, order) = apply_paid(conn, &config, &provider, out_trade_no, txn_id, *amount_cents, &key, callback_id, &ctx).await?;
+                    (o, order, Some(key), Some(txn_id.clone()), Some(*amount_cents))
+                }
+                Notice::Refund {
+                    out_trade_no,
+                    refund_no,
+                    refund_id,
+                    ok,
+                    status,
+                    amount_cents,
+                } => {
+                    let key = format!("refund:{out_trade_no}:{refund_no}:{refund_id}:{status}");
+                    let order = orders::find_order(conn, out_trade_no).await?;
+                    let outcome = if !claim_key(conn, &key, callback_id).await? {
+                        Outcome::Duplicate
+                    } else if *ok {
+                        Outcome::RefundRecorded
+                    } else {
+                        tickets::open(
+                            conn,
+                            NewTicket {
+                                kind: "REFUND_MISMATCH",
+                                provider: Some(&provider),
+                                order: order.as_ref(),
+                                order_no: Some(out_trade_no),
+                                provider_txn_id: Some(refund_id),
+                                local_amount_cents: None,
+                                provider_amount_cents: Some(*amount_cents),
+                                detail: json!({"source": "callback", "refundNo": refund_no, "refundStatus": status,
+                                               "why": "the provider reports the refund did not go through"}),
+                                finding_key: format!("REFUND_FAILED:{out_trade_no}:{refund_no}:{status}"),
+                            },
+                            &ctx.trace,
+                        )
+                        .await?;
+                        Outcome::RefundFailed
+                    };
+                    (outcome, order, Some(key), Some(refund_id.clone()), Some(*amount_cents))
+                }
+                Notice::Other { out_trade_no, .. } => {
+                    let order = match out_trade_no {
+                        Some(no) => orders::find_order(conn, no).await?,
+                        None => None,
+                    };
+                    (Outcome::Recorded, order, None, None, None)
+                }
+            };
+            diesel::update(payment_callbacks::table.find(callback_id))
+                .set((
+                    payment_callbacks::outcome.eq(outcome.as_str()),
+                    payment_callbacks::order_id.eq(order.as_ref().map(|o| o.id)),
+                    payment_callbacks::order_no.eq(order.as_ref().map(|o| o.order_no.clone()).or(match &notice {
+                        Notice::Paid { out_trade_no, .. } | Notice::Refund { out_trade_no, .. } => Some(out_trade_no.clone()),
+                        Notice::Other { out_trade_no, .. } => out_trade_no.clone(),
+                    })),
+                    payment_callbacks::store_id.eq(order.as_ref().map(|o| o.store_id)),
+                    payment_callbacks::idempotency_key.eq(key),
+                    payment_callbacks::provider_txn_id.eq(txn),
+                    payment_callbacks::amount_cents.eq(amount),
+                ))
+                .execute(conn)
+                .await?;
+            Ok(outcome)
+        })
+        .await?;
+    metrics::counter!("fitorder_callbacks_total", "provider" => provider, "outcome" => outcome.as_str()).increment(1);
+    Ok(outcome)
+}
+
+/// Claims an idempotency key: true for the first claimant, false for every later one. The
+/// unique index decides (a concurrent claimant waits for the first transaction to finish).
+async fn claim_key(conn: &mut AsyncPgConnection, key: &str, callback_id: i64) -> AppResult<bool> {
+    let claimed = diesel::insert_into(payment_keys::table)
+        .values((
+            payment_keys::key.eq(key),
+            payment_keys::callback_id.eq(callback_id),
+        ))
+        .on_conflict_do_nothing()
+        .execute(conn)
+        .await?;
+    Ok(claimed == 1)
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn apply_paid(
+    conn: &mut AsyncPgConnection,
+    config: &crate::config::Config,
+    provider: &str,
+    out_trade_no: &str,
+    txn_id: &str,
+    amount_cents: i64,
+    key: &str,
+    callback_id: i64,
+    ctx: &Ctx,
+) -> AppResult<(Outcome, Option<Order>)> {
+    if !claim_key(conn, key, callback_id).await? {
+        return Ok((
+            Outcome::Duplicate,
+            orders::find_order(conn, out_trade_no).await?,
+        ));
+    }
+    let order = match orders::lock_order(conn, out_trade_no, None).await {
+        Ok(o) => o,
+        Err(AppError::NotFound(_)) => {
+            tickets::open(
+                conn,
+                NewTicket {
+                    kind: "UNKNOWN_ORDER",
+                    provider: Some(provider),
+                    order: None,
+                    order_no: Some(out_trade_no),
+                    provider_txn_id: Some(txn_id),
+                    local_amount_cents: None,
+                    provider_amount_cents: Some(amount_cents),
+                    detail: json!({"source": "callback", "why": "paid for an order fitorder does not know"}),
+                    finding_key: format!("UNKNOWN_ORDER:{key}"),
+                },
+                &ctx.trace,
+            )
+            .await?;
+            return Ok((Outcome::UnknownOrder, None));
+        }
+        Err(e) => return Err(e),
+    };
+    let expected = order.online_cents();
+    if amount_cents != expected {
+        tickets::open(
+            conn,
+            NewTicket {
+                kind: "AMOUNT_MISMATCH",
+                provider: Some(provider),
+                order: Some(&order),
+                order_no: Some(out_trade_no),
+                provider_txn_id: Some(txn_id),
+                local_amount_cents: Some(expected),
+                provider_amount_cents: Some(amount_cents),
+                detail: json!({"source": "callback", "status": order.status,
+                               "why": "the provider collected another amount than the order asks"}),
+                finding_key: format!("AMOUNT_MISMATCH:callback:{key}"),
+            },
+            &ctx.trace,
+        )
+        .await?;
+        return Ok((Outcome::AmountMismatch, Some(order)));
+    }
+    match order.status() {
+        OrderStatus::WaitPay => {
+            let paid = orders::apply_payment(
+                conn,
+                config,
+                &order,
+                PaymentApplied {
+                    method: provider,
+                    idempotency_key: key.to_string(),
+                    provider_txn_id: Some(txn_id),
+                    reference: None,
+                    online_cents: amount_cents,
+                },
+                ctx,
+                &format!("{provider} payment {txn_id}"),
+            )
+            .await?;
+            Ok((Outcome::Applied, Some(paid)))
+        }
+        OrderStatus::Canceled => {
+            // The order stays canceled; the money goes back to the payer.
+            tickets::open(
+                conn,
+                NewTicket {
+                    kind: "PAID_AFTER_CANCEL",
+                    provider: Some(provider),
+                    order: Some(&order),
+                    order_no: Some(out_trade_no),
+                    provider_txn_id: Some(txn_id),
+                    local_amount_cents: Some(expected),
+                    provider_amount_cents: Some(amount_cents),
+                    detail: json!({"source": "callback", "canceledAt": order.canceled_at, "cancelReason": order.cancel_reason,
+                                   "action": "refund to the payer queued as PROVIDER_REFUND"}),
+                    finding_key: format!("PAID_AFTER_CANCEL:{key}"),
+                },
+                &ctx.trace,
+            )
+            .await?;
+            compensation::enqueue_provider_refund(
+                conn,
+                &order,
+                provider,
+                &format!("PAC{}", callback_id),
+                amount_cents,
+                amount_cents,
+                Some(txn_id),
+                "paid after the order was canceled",
+                ctx,
+                config.max_attempts,
+            )
+            .await?;
+            Ok((Outcome::PaidAfterCancel, Some(order)))
+        }
+        other => {
+            // Already paid (by another transaction), used or refunded: a second payment.
+            tickets::open(
+                conn,
+                NewTicket {
+                    kind: "REJECTED_TRANSITION",
+                    provider: Some(provider),
+                    order: Some(&order),
+                    order_no: Some(out_trade_no),
+                    provider_txn_id: Some(txn_id),
+                    local_amount_cents: Some(expected),
+                    provider_amount_cents: Some(amount_cents),
+                    detail: json!({"source": "callback", "status": other.as_str(),
+                                   "firstTxnId": order.provider_txn_id,
+                                   "why": format!("payment {txn_id} arrived for an order that is {other}")}),
+                    finding_key: format!("REJECTED_TRANSITION:{key}"),
+                },
+                &ctx.trace,
+            )
+            .await?;
+            Ok((Outcome::RejectedTransition, Some(order)))
+        }
+    }
+}
+
+/// Seconds between the provider's timestamp and now.
+pub fn skew_seconds(ts: i64) -> i64 {
+    (Utc::now().timestamp() - ts).abs()
+}

@@ -1,0 +1,204 @@
+//! WeChat Pay API v3 notifications: RSA-SHA256 signatures over `timestamp\nnonce\nbody\n`,
+//! AEAD_AES_256_GCM resources.
+
+use aes_gcm::aead::{Aead, Payload};
+use aes_gcm::{Aes256Gcm, KeyInit, Nonce};
+use base64::Engine;
+use rsa::pkcs1v15::{Signature, VerifyingKey};
+use rsa::signature::Verifier;
+use serde::Deserialize;
+use sha2::Sha256;
+
+use super::keys::WechatKeys;
+use super::Notice;
+
+/// Notifications older or newer than this are refused (replays, clock trouble).
+pub const MAX_SKEW_SECONDS: i64 = 300;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WechatError {
+    MissingHeader(&'static str),
+    StaleTimestamp,
+    BadSignature,
+    BadEnvelope(String),
+    Undecryptable,
+    BadResource(String),
+    WrongMerchant,
+}
+
+impl WechatError {
+    pub fn message(&self) -> String {
+        match self {
+            WechatError::MissingHeader(h) => format!("missing header {h}"),
+            WechatError::StaleTimestamp => "timestamp more than 5 minutes from now".into(),
+            WechatError::BadSignature => "signature verification failed".into(),
+            WechatError::BadEnvelope(e) => format!("malformed notification: {e}"),
+            WechatError::Undecryptable => "resource could not be decrypted".into(),
+            WechatError::BadResource(e) => format!("malformed resource: {e}"),
+            WechatError::WrongMerchant => "notification for another merchant".into(),
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+pub struct Envelope {
+    pub id: Option<String>,
+    pub event_type: String,
+    pub resource: Resource,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct Resource {
+    pub algorithm: String,
+    pub ciphertext: String,
+    pub associated_data: Option<String>,
+    pub nonce: String,
+}
+
+#[derive(Debug, Deserialize)]
+struct Amount {
+    total: i64,
+    refund: Option<i64>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Transaction {
+    mchid: Option<String>,
+    out_trade_no: String,
+    transaction_id: String,
+    trade_state: String,
+    amount: Amount,
+}
+
+#[derive(Debug, Deserialize)]
+struct Refund {
+    mchid: Option<String>,
+    out_trade_no: String,
+    out_refund_no: String,
+    refund_id: String,
+    refund_status: String,
+    amount: Amount,
+}
+
+/// The signed headers of a notification.
+pub struct Headers<'a> {
+    pub timestamp: Option<&'a str>,
+    pub nonce: Option<&'a str>,
+    pub signature: Option<&'a str>,
+    pub serial: Option<&'a str>,
+}
+
+/// Checks the signature and the time window.
+pub fn verify(
+    keys: &WechatKeys,
+    h: &Headers<'_>,
+    body: &[u8],
+    now: i64,
+) -> Result<(), WechatError> {
+    let ts = h
+        .timestamp
+        .ok_or(WechatError::MissingHeader("Wechatpay-Timestamp"))?;
+    let nonce = h
+        .nonce
+        .ok_or(WechatError::MissingHeader("Wechatpay-Nonce"))?;
+    let sig = h
+        .signature
+        .ok_or(WechatError::MissingHeader("Wechatpay-Signature"))?;
+    h.serial
+        .ok_or(WechatError::MissingHeader("Wechatpay-Serial"))?;
+    let ts_num: i64 = ts.trim().parse().map_err(|_| WechatError::StaleTimestamp)?;
+    if (now - ts_num).abs() > MAX_SKEW_SECONDS {
+        return Err(WechatError::StaleTimestamp);
+    }
+    let sig = base64::engine::general_purpose::STANDARD
+        .decode(sig.trim())
+        .map_err(|_| WechatError::BadSignature)?;
+    let sig = Signature::try_from(sig.as_slice()).map_err(|_| WechatError::BadSignature)?;
+    let mut message = Vec::with_capacity(ts.len() + nonce.len() + body.len() + 3);
+    message.extend_from_slice(ts.as_bytes());
+    message.push(b'\n');
+    message.extend_from_slice(nonce.as_bytes());
+    message.push(b'\n');
+    message.extend_from_slice(body);
+    message.push(b'\n');
+    VerifyingKey::<Sha256>::new(keys.platform_public_key.clone())
+        .verify(&message, &sig)
+        .map_err(|_| WechatError::BadSignature)
+}
+
+pub fn parse_envelope(body: &[u8]) -> Result<Envelope, WechatError> {
+    serde_json::from_slice(body).map_err(|e| WechatError::BadEnvelope(e.to_string()))
+}
+
+/// Decrypts `resource` (base64 of ciphertext‖tag) with the APIv3 key.
+pub fn decrypt(apiv3_key: &[u8; 32], r: &Resource) -> Result<String, WechatError> {
+    if r.algorithm != "AEAD_AES_256_GCM" {
+        return Err(WechatError::BadEnvelope(format!(
+            "unknown algorithm {}",
+            r.algorithm
+        )));
+    }
+    let data = base64::engine::general_purpose::STANDARD
+        .decode(r.ciphertext.trim())
+        .map_err(|_| WechatError::Undecryptable)?;
+    let nonce: [u8; 12] = r
+        .nonce
+        .as_bytes()
+        .try_into()
+        .map_err(|_| WechatError::Undecryptable)?;
+    if data.len() < 16 {
+        return Err(WechatError::Undecryptable);
+    }
+    let cipher = Aes256Gcm::new_from_slice(apiv3_key).map_err(|_| WechatError::Undecryptable)?;
+    let plain = cipher
+        .decrypt(
+            &Nonce::from(nonce),
+            Payload {
+                msg: &data,
+                aad: r.associated_data.as_deref().unwrap_or("").as_bytes(),
+            },
+        )
+        .map_err(|_| WechatError::Undecryptable)?;
+    String::from_utf8(plain).map_err(|_| WechatError::Undecryptable)
+}
+
+/// Reads the decrypted resource of `event_type` into a notice.
+pub fn notice(keys: &WechatKeys, event_type: &str, plain: &str) -> Result<Notice, WechatError> {
+    let bad = |e: serde_json::Error| WechatError::BadResource(e.to_string());
+    if event_type.starts_with("TRANSACTION.") {
+        let t: Transaction = serde_json::from_str(plain).map_err(bad)?;
+        if t.mchid.as_deref().is_some_and(|m| m != keys.mch_id) {
+            return Err(WechatError::WrongMerchant);
+        }
+        if t.trade_state == "SUCCESS" {
+            Ok(Notice::Paid {
+                out_trade_no: t.out_trade_no,
+                txn_id: t.transaction_id,
+                amount_cents: t.amount.total,
+            })
+        } else {
+            Ok(Notice::Other {
+                out_trade_no: Some(t.out_trade_no),
+                what: t.trade_state,
+            })
+        }
+    } else if event_type.starts_with("REFUND.") {
+        let r: Refund = serde_json::from_str(plain).map_err(bad)?;
+        if r.mchid.as_deref().is_some_and(|m| m != keys.mch_id) {
+            return Err(WechatError::WrongMerchant);
+        }
+        Ok(Notice::Refund {
+            ok: r.refund_status == "SUCCESS",
+            out_trade_no: r.out_trade_no,
+            refund_no: r.out_refund_no,
+            refund_id: r.refund_id,
+            status: r.refund_status,
+            amount_cents: r.amount.refund.unwrap_or(r.amount.total),
+        })
+    } else {
+        Ok(Notice::Other {
+            out_trade_no: None,
+            what: event_type.to_string(),
+        })
+    }
+}

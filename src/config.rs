@@ -38,14 +38,21 @@ pub struct WechatPayConfig {
     pub mch_id: Option<String>,
     pub apiv3_key: Option<String>,
     pub platform_public_key: Option<PathBuf>,
+    /// Base URL of the API (refunds, queries); unset: refunds are simulated.
     pub api_base: Option<String>,
+    /// The merchant's API private key (PEM) and its certificate serial, to sign API calls.
+    pub merchant_private_key: Option<PathBuf>,
+    pub merchant_serial: Option<String>,
 }
 
 #[derive(Clone, Debug, Default)]
 pub struct AlipayConfig {
     pub app_id: Option<String>,
     pub public_key: Option<PathBuf>,
+    /// The gateway URL (refunds, queries); unset: refunds are simulated.
     pub api_base: Option<String>,
+    /// The app's private key (PEM) that signs gateway calls.
+    pub app_private_key: Option<PathBuf>,
 }
 
 /// Lines printed by `fitorder --help`: every variable, its default and meaning.
@@ -66,8 +73,10 @@ Environment:
   FITORDER_MAX_COMPLEXITY        GraphQL complexity limit (default 20000)
   FITORDER_MAX_BODY_BYTES        request body limit (default 1048576)
   FITORDER_DB_POOL_SIZE          connections per process (default 16)
-  WECHATPAY_MCH_ID, WECHATPAY_APIV3_KEY, WECHATPAY_PLATFORM_PUBLIC_KEY, WECHATPAY_API_BASE
-  ALIPAY_APP_ID, ALIPAY_PUBLIC_KEY, ALIPAY_API_BASE
+  WECHATPAY_MCH_ID, WECHATPAY_APIV3_KEY, WECHATPAY_PLATFORM_PUBLIC_KEY   (callbacks)
+  WECHATPAY_API_BASE, WECHATPAY_MCH_PRIVATE_KEY, WECHATPAY_MCH_SERIAL      (refunds, queries)
+  ALIPAY_APP_ID, ALIPAY_PUBLIC_KEY                                        (callbacks)
+  ALIPAY_API_BASE, ALIPAY_APP_PRIVATE_KEY                                 (refunds, queries)
 ";
 
 fn var(name: &str) -> Option<String> {
@@ -125,11 +134,14 @@ impl Config {
                 apiv3_key: var("WECHATPAY_APIV3_KEY"),
                 platform_public_key: var("WECHATPAY_PLATFORM_PUBLIC_KEY").map(PathBuf::from),
                 api_base: var("WECHATPAY_API_BASE"),
+                merchant_private_key: var("WECHATPAY_MCH_PRIVATE_KEY").map(PathBuf::from),
+                merchant_serial: var("WECHATPAY_MCH_SERIAL"),
             },
             alipay: AlipayConfig {
                 app_id: var("ALIPAY_APP_ID"),
                 public_key: var("ALIPAY_PUBLIC_KEY").map(PathBuf::from),
                 api_base: var("ALIPAY_API_BASE"),
+                app_private_key: var("ALIPAY_APP_PRIVATE_KEY").map(PathBuf::from),
             },
             max_complexity: number("FITORDER_MAX_COMPLEXITY", 20_000)?,
             max_depth: 12,

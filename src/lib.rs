@@ -12,6 +12,7 @@ pub mod config;
 pub mod db;
 pub mod domain;
 pub mod error;
+pub mod events;
 pub mod graphql;
 pub mod http;
 pub mod orders;

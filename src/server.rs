@@ -82,7 +82,8 @@ async fn run_with_database(
     db::migrate(url).await?;
     let keys = crate::payments::keys::ProviderKeys::load(&config)?;
     let pool = db::pool(url, config.db_pool_size)?;
-    let state = AppState::with_keys(pool, config.clone(), keys);
+    let events = crate::events::EventHub::start(url.to_string(), pool.clone());
+    let state = AppState::with_keys(pool, config.clone(), keys, events);
     if dev_mode || config.jwt_secret_generated {
         let mut conn = state.pool.get().await?;
         let seeded = crate::seed::seed(&mut conn)
@@ -90,13 +91,24 @@ async fn run_with_database(
             .map_err(|e| anyhow::anyhow!("{}", e.message()))?;
         print_dev_banner(&config, &seeded);
     }
-    let shutdown = shutdown_signal();
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let background = if opts.workers {
+        crate::compensation::worker::spawn(&state, 2, &stop_rx)
+    } else {
+        vec![]
+    };
+    let shutdown = async move {
+        shutdown_signal().await;
+        let _ = stop_tx.send(true);
+    };
     if !opts.http {
         tracing::info!("worker running (no HTTP)");
         shutdown.await;
+        for task in background {
+            let _ = task.await;
+        }
         return Ok(());
     }
-    let _ = opts.workers;
     let listener = tokio::net::TcpListener::bind(&config.addr)
         .await
         .with_context(|| format!("binding {}", config.addr))?;
@@ -104,6 +116,9 @@ async fn run_with_database(
     axum::serve(listener, crate::http::router(state))
         .with_graceful_shutdown(shutdown)
         .await?;
+    for task in background {
+        let _ = task.await;
+    }
     tracing::info!("stopped");
     Ok(())
 }

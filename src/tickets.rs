@@ -52,8 +52,7 @@ pub async fn open(
         tracing::warn!(ticket = ticket.id, kind = t.kind, order_no = ?ticket.order_no, "exception ticket opened");
         metrics::counter!("fitorder_tickets_opened_total", "kind" => t.kind.to_string())
             .increment(1);
-        diesel::sql_query("SELECT pg_notify('fitorder_events', $1)")
-            .bind::<diesel::sql_types::Text, _>(format!("ticket:{}", ticket.id))
+        crate::events::notify_sql(&format!("ticket:{}", ticket.id))
             .execute(conn)
             .await?;
     }

@@ -124,6 +124,28 @@ pub async fn for_order(
             trace_id: trace,
         });
     }
+    let replays: Vec<(DateTime<Utc>, String, String, String)> = compensation_replays::table
+        .inner_join(compensation_events::table)
+        .filter(compensation_events::order_id.eq(order_id))
+        .select((
+            compensation_replays::at,
+            compensation_replays::actor,
+            compensation_events::kind,
+            compensation_replays::trace_id,
+        ))
+        .load(conn)
+        .await?;
+    for (at, actor, kind, trace) in replays {
+        out.push(TimelineEntry {
+            at,
+            kind: "COMPENSATION_REPLAY".into(),
+            actor,
+            from_status: None,
+            to_status: None,
+            summary: format!("{kind} sent back to the queue"),
+            trace_id: trace,
+        });
+    }
     let tickets: Vec<(DateTime<Utc>, String, String, String)> = exception_tickets::table
         .filter(exception_tickets::order_id.eq(order_id))
         .select((

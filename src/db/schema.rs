@@ -294,7 +294,20 @@ diesel::table! {
     }
 }
 
+diesel::table! {
+    compensation_replays (id) {
+        id -> Int8,
+        event_id -> Int8,
+        actor -> Text,
+        trace_id -> Text,
+        at -> Timestamptz,
+    }
+}
+
+diesel::joinable!(compensation_replays -> compensation_events (event_id));
 diesel::joinable!(compensation_attempts -> compensation_events (event_id));
+diesel::joinable!(compensation_events -> orders (order_id));
+diesel::joinable!(order_transitions -> orders (order_id));
 
 diesel::allow_tables_to_appear_in_same_query!(
     stores,
@@ -316,4 +329,5 @@ diesel::allow_tables_to_appear_in_same_query!(
     exception_tickets,
     reconciliation_runs,
     payment_keys,
+    compensation_replays,
 );

@@ -3,5 +3,6 @@
 
 pub mod money;
 pub mod order_status;
+pub mod retry;
 
 pub use order_status::{Actor, ActorKind, OrderStatus, TransitionError};

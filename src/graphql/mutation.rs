@@ -4,6 +4,7 @@
 use async_graphql::{Context, InputObject, Object, OneofObject, ID};
 use chrono::{DateTime, Utc};
 use diesel::prelude::*;
+use diesel::OptionalExtension;
 use diesel_async::RunQueryDsl;
 
 use super::types::*;
@@ -380,28 +381,61 @@ impl Mutation {
         noted(ctx, &mut c, &order_no, r).await.map(OrderNode)
     }
 
+    /// Sends a DEAD event back to the queue (admin and ops).
     async fn replay_compensation(
         &self,
         ctx: &Context<'_>,
         id: ID,
     ) -> AppResult<CompensationEventNode> {
-        viewer(ctx)?.require(&[Role::Admin, Role::Ops])?;
-        let _ = id;
-        Err(AppError::NotBuilt(
-            "compensation replay (the compensation worker)",
+        let v = viewer(ctx)?;
+        v.require(&[Role::Admin, Role::Ops])?;
+        let actx = actor_ctx(ctx)?;
+        let id = parse_id(&id, "id")?;
+        let mut c = conn(ctx).await?;
+        let order_store: Option<i64> = crate::db::schema::compensation_events::table
+            .inner_join(crate::db::schema::orders::table)
+            .filter(crate::db::schema::compensation_events::id.eq(id))
+            .select(crate::db::schema::orders::store_id)
+            .get_result(&mut c)
+            .await
+            .optional()?;
+        match order_store {
+            Some(s) if v.sees_store(s) => {}
+            _ => return Err(AppError::NotFound(format!("compensation event {id}"))),
+        }
+        let more = state(ctx).config.max_attempts;
+        Ok(CompensationEventNode(
+            crate::compensation::replay(&mut c, id, &actx, more).await?,
         ))
     }
 
+    /// Replays every DEAD event, or those of one order; returns how many.
     async fn replay_dead_compensations(
         &self,
         ctx: &Context<'_>,
         order_no: Option<String>,
     ) -> AppResult<i32> {
-        viewer(ctx)?.require(&[Role::Admin, Role::Ops])?;
-        let _ = order_no;
-        Err(AppError::NotBuilt(
-            "compensation replay (the compensation worker)",
-        ))
+        let v = viewer(ctx)?;
+        v.require(&[Role::Admin, Role::Ops])?;
+        let actx = actor_ctx(ctx)?;
+        let mut c = conn(ctx).await?;
+        let order_id = match &order_no {
+            Some(no) => {
+                let o = orders::find_order(&mut c, no)
+                    .await?
+                    .filter(|o| orders::viewer_sees_order(v, o))
+                    .ok_or_else(|| AppError::NotFound(format!("order {no}")))?;
+                Some(o.id)
+            }
+            None => None,
+        };
+        let more = state(ctx).config.max_attempts;
+        let stores = if v.role == Role::Admin {
+            v.stores.clone()
+        } else {
+            None
+        };
+        crate::compensation::replay_dead(&mut c, order_id, stores.as_deref(), &actx, more).await
     }
 
     async fn resolve_ticket(

@@ -1,56 +1,156 @@
-//! Subscriptions for the ops screen and the member app.
+//! Subscriptions for the ops screen and the member app, fed by the process's event hub (one
+//! LISTEN connection, a broadcast channel): events from every instance reach every subscriber.
 
 use async_graphql::{Context, Subscription, ID};
-use futures_util::stream::{self, BoxStream, StreamExt};
+use futures_util::stream::{BoxStream, StreamExt};
+use tokio::sync::broadcast::error::RecvError;
 
 use super::types::{ExceptionTicketNode, OrderStatusChange};
-use super::viewer;
+use super::{parse_id, state, viewer};
+use crate::auth::{Role, Viewer};
 use crate::compensation::CompensationStatus;
-use crate::error::{AppError, AppResult};
+use crate::domain::OrderStatus;
+use crate::events::Event;
 use crate::graphql::types::CompensationEventNode;
 
 pub struct Subscription;
 
-fn not_built<T: Send + 'static>() -> BoxStream<'static, AppResult<T>> {
-    stream::once(async {
-        Err(AppError::NotBuilt(
-            "live subscriptions (the compensation work)",
-        ))
+/// Counts live subscribers for `/metrics` while a stream is alive.
+struct Live;
+impl Live {
+    fn new() -> Live {
+        metrics::gauge!("fitorder_subscribers").increment(1.0);
+        Live
+    }
+}
+impl Drop for Live {
+    fn drop(&mut self) {
+        metrics::gauge!("fitorder_subscribers").decrement(1.0);
+    }
+}
+
+/// The hub's events as a stream; a subscriber that falls behind skips what it missed (counted)
+/// instead of slowing anyone else.
+fn events(ctx: &Context<'_>) -> BoxStream<'static, Event> {
+    let rx = state(ctx).events.subscribe();
+    futures_util::stream::unfold((rx, Live::new()), |(mut rx, live)| async move {
+        loop {
+            match rx.recv().await {
+                Ok(e) => return Some((e, (rx, live))),
+                Err(RecvError::Lagged(n)) => {
+                    metrics::counter!("fitorder_subscriber_lagged_total").increment(n)
+                }
+                Err(RecvError::Closed) => return None,
+            }
+        }
     })
     .boxed()
 }
 
+fn sees_store(v: &Viewer, store_id: i64) -> bool {
+    v.sees_store(store_id)
+}
+
 #[Subscription]
 impl Subscription {
+    /// Compensation events as they are written and attempted (admin and ops).
     async fn compensation_updates(
         &self,
         ctx: &Context<'_>,
         order_no: Option<String>,
         status: Option<Vec<CompensationStatus>>,
-    ) -> async_graphql::Result<BoxStream<'static, AppResult<CompensationEventNode>>> {
-        viewer(ctx)?;
-        let _ = (order_no, status);
-        Ok(not_built())
+    ) -> async_graphql::Result<BoxStream<'static, CompensationEventNode>> {
+        let v = viewer(ctx)?.clone();
+        v.require(&[Role::Admin, Role::Ops])?;
+        let wanted: Option<Vec<&'static str>> =
+            status.map(|s| s.iter().map(|s| s.as_str()).collect());
+        Ok(events(ctx)
+            .filter_map(move |e| {
+                let keep = match &e {
+                    Event::Compensation(ev, no, store) => {
+                        sees_store(&v, *store)
+                            && order_no.as_ref().is_none_or(|o| o == no.as_str())
+                            && wanted
+                                .as_ref()
+                                .is_none_or(|w| w.contains(&ev.status.as_str()))
+                    }
+                    _ => false,
+                };
+                let out = match e {
+                    Event::Compensation(ev, ..) if keep => {
+                        Some(CompensationEventNode((*ev).clone()))
+                    }
+                    _ => None,
+                };
+                futures_util::future::ready(out)
+            })
+            .boxed())
     }
 
+    /// Status changes of orders: members see only their own; staff filter by order or store.
     async fn order_status_changed(
         &self,
         ctx: &Context<'_>,
         order_no: Option<String>,
         store_id: Option<ID>,
-    ) -> async_graphql::Result<BoxStream<'static, AppResult<OrderStatusChange>>> {
-        viewer(ctx)?;
-        let _ = (order_no, store_id);
-        Ok(not_built())
+    ) -> async_graphql::Result<BoxStream<'static, OrderStatusChange>> {
+        let v = viewer(ctx)?.clone();
+        let store = store_id
+            .as_ref()
+            .map(|s| parse_id(s, "storeId"))
+            .transpose()?;
+        Ok(events(ctx)
+            .filter_map(move |e| {
+                let out = match e {
+                    Event::Order(c) => {
+                        let mine = match v.role {
+                            Role::Member => v.member_id == Some(c.member_id),
+                            _ => sees_store(&v, c.store_id),
+                        };
+                        let keep = mine
+                            && order_no.as_ref().is_none_or(|o| *o == c.order_no)
+                            && store.is_none_or(|s| s == c.store_id);
+                        keep.then(|| OrderStatusChange {
+                            order_no: c.order_no.clone(),
+                            from_status: c.from_status.as_deref().and_then(OrderStatus::parse),
+                            to_status: OrderStatus::parse(&c.to_status)
+                                .unwrap_or(OrderStatus::WaitPay),
+                            at: c.at,
+                            actor: c.actor.clone(),
+                            trace_id: c.trace_id.clone(),
+                        })
+                    }
+                    _ => None,
+                };
+                futures_util::future::ready(out)
+            })
+            .boxed())
     }
 
+    /// Exception tickets as they open (admin and ops).
     async fn ticket_opened(
         &self,
         ctx: &Context<'_>,
         store_id: Option<ID>,
-    ) -> async_graphql::Result<BoxStream<'static, AppResult<ExceptionTicketNode>>> {
-        viewer(ctx)?;
-        let _ = store_id;
-        Ok(not_built())
+    ) -> async_graphql::Result<BoxStream<'static, ExceptionTicketNode>> {
+        let v = viewer(ctx)?.clone();
+        v.require(&[Role::Admin, Role::Ops])?;
+        let store = store_id
+            .as_ref()
+            .map(|s| parse_id(s, "storeId"))
+            .transpose()?;
+        Ok(events(ctx)
+            .filter_map(move |e| {
+                let out = match e {
+                    Event::Ticket(t) => {
+                        let visible = t.store_id.is_none_or(|s| sees_store(&v, s));
+                        let keep = visible && store.is_none_or(|s| t.store_id == Some(s));
+                        keep.then(|| ExceptionTicketNode((*t).clone()))
+                    }
+                    _ => None,
+                };
+                futures_util::future::ready(out)
+            })
+            .boxed())
     }
 }

@@ -73,8 +73,9 @@ pub async fn transition(
         ), audit AS (
             INSERT INTO order_transitions (order_id, from_status, to_status, actor, reason, trace_id)
             SELECT id, $3, $2, $4, $5, $10 FROM moved
+            RETURNING id
         )
-        SELECT * FROM moved",
+        SELECT moved.* FROM moved, (SELECT pg_notify('fitorder_events', 'order:' || id) FROM audit) AS announced",
     )
     .bind::<BigInt, _>(order.id)
     .bind::<Text, _>(to.as_str())
@@ -214,7 +215,7 @@ pub async fn transition_audit_birth(
     ctx: &Ctx,
 ) -> AppResult<()> {
     use crate::db::schema::order_transitions as ot;
-    diesel::insert_into(ot::table)
+    let id: i64 = diesel::insert_into(ot::table)
         .values((
             ot::order_id.eq(order.id),
             ot::from_status.eq(None::<String>),
@@ -223,6 +224,10 @@ pub async fn transition_audit_birth(
             ot::reason.eq("order placed"),
             ot::trace_id.eq(ctx.trace.as_str()),
         ))
+        .returning(ot::id)
+        .get_result(conn)
+        .await?;
+    crate::events::notify_sql(&format!("order:{id}"))
         .execute(conn)
         .await?;
     Ok(())

@@ -3,9 +3,11 @@
 use std::path::Path;
 
 use anyhow::{Context, Result};
+use rsa::pkcs1::DecodeRsaPrivateKey;
 use rsa::pkcs1::DecodeRsaPublicKey;
+use rsa::pkcs8::DecodePrivateKey;
 use rsa::pkcs8::DecodePublicKey;
-use rsa::RsaPublicKey;
+use rsa::{RsaPrivateKey, RsaPublicKey};
 
 use crate::config::Config;
 
@@ -16,6 +18,9 @@ pub struct WechatKeys {
     pub mch_id: String,
     pub apiv3_key: [u8; 32],
     pub platform_public_key: RsaPublicKey,
+    /// Signs calls to the API (refunds, queries); without it those are simulated.
+    pub merchant_key: Option<RsaPrivateKey>,
+    pub merchant_serial: Option<String>,
 }
 
 /// Alipay: the app id notifications must name and the Alipay public key that signs them.
@@ -23,6 +28,8 @@ pub struct WechatKeys {
 pub struct AlipayKeys {
     pub app_id: String,
     pub public_key: RsaPublicKey,
+    /// Signs gateway calls (refunds, queries); without it those are simulated.
+    pub app_private_key: Option<RsaPrivateKey>,
 }
 
 #[derive(Clone, Default)]
@@ -48,6 +55,28 @@ pub fn parse_public_key(text: &str) -> Result<RsaPublicKey> {
     RsaPublicKey::from_public_key_der(&der).context("not an RSA public key")
 }
 
+/// Reads an RSA private key in PEM (`PRIVATE KEY` or `RSA PRIVATE KEY`).
+pub fn parse_private_key(text: &str) -> Result<RsaPrivateKey> {
+    let text = text.trim();
+    if text.contains("BEGIN RSA PRIVATE KEY") {
+        return RsaPrivateKey::from_pkcs1_pem(text).context("not an RSA PRIVATE KEY PEM");
+    }
+    RsaPrivateKey::from_pkcs8_pem(text).context("not a PRIVATE KEY PEM")
+}
+
+fn read_private(path: Option<&std::path::PathBuf>) -> Result<Option<RsaPrivateKey>> {
+    match path {
+        None => Ok(None),
+        Some(p) => {
+            let text =
+                std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+            parse_private_key(&text)
+                .with_context(|| format!("parsing {}", p.display()))
+                .map(Some)
+        }
+    }
+}
+
 fn read_key(path: &Path) -> Result<RsaPublicKey> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
@@ -69,6 +98,8 @@ impl ProviderKeys {
                     mch_id: mch.clone(),
                     apiv3_key,
                     platform_public_key: read_key(path)?,
+                    merchant_key: read_private(w.merchant_private_key.as_ref())?,
+                    merchant_serial: w.merchant_serial.clone(),
                 })
             }
             (None, None, None) => None,
@@ -82,6 +113,7 @@ impl ProviderKeys {
             (Some(app_id), Some(path)) => Some(AlipayKeys {
                 app_id: app_id.clone(),
                 public_key: read_key(path)?,
+                app_private_key: read_private(a.app_private_key.as_ref())?,
             }),
             (None, None) => None,
             _ => {

@@ -148,6 +148,7 @@ fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
 pub struct TestApp {
     pub state: AppState,
     pub router: Router,
+    pub db_url: String,
     db_name: String,
     admin_url: String,
 }
@@ -203,11 +204,14 @@ impl TestApp {
         tweak(&mut config);
         let pool = fitorder::db::pool(&db_url, config.db_pool_size).unwrap();
         let keys = fitorder::payments::keys::ProviderKeys::load(&config).unwrap();
-        let state = AppState::with_keys(pool, config, keys);
+        let events = fitorder::events::EventHub::start(db_url.clone(), pool.clone());
+        let db_url = db_url.clone();
+        let state = AppState::with_keys(pool, config, keys, events);
         let router = fitorder::http::router(state.clone());
         TestApp {
             state,
             router,
+            db_url,
             db_name: name,
             admin_url: server.admin_url.clone(),
         }

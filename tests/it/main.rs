@@ -5,6 +5,8 @@ mod harness;
 
 mod catalog_wallet;
 mod check_in;
+mod compensation;
+mod fakes;
 mod http_surface;
 mod limits_and_roles;
 mod orders_flow;
@@ -13,3 +15,4 @@ mod place_order;
 mod providers;
 mod schema_sdl;
 mod state_machine;
+mod ws;

@@ -1,13 +1,17 @@
 //! The transactional outbox: downstream effects written in the transaction of the change that
-//! causes them. Delivery (the worker, retries, DEAD, replay) lives in the compensation worker.
+//! causes them, delivered by [`worker`] (retries with backoff, DEAD, replay).
+
+pub mod downstream;
+pub mod worker;
 
 use diesel::prelude::*;
-use diesel_async::{AsyncPgConnection, RunQueryDsl};
+use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
 use serde_json::json;
 
+use crate::db::models::CompensationEvent;
 use crate::db::models::Order;
 use crate::db::schema::compensation_events as ce;
-use crate::error::AppResult;
+use crate::error::{AppError, AppResult};
 use crate::orders::Ctx;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, async_graphql::Enum)]
@@ -172,7 +176,7 @@ async fn insert(
     ctx: &Ctx,
     max_attempts: i32,
 ) -> AppResult<()> {
-    diesel::insert_into(ce::table)
+    let id: i64 = diesel::insert_into(ce::table)
         .values((
             ce::order_id.eq(order_id),
             ce::kind.eq(kind.as_str()),
@@ -181,11 +185,105 @@ async fn insert(
             ce::idempotency_key.eq(key),
             ce::trace_id.eq(ctx.trace.as_str()),
         ))
-        .execute(conn)
+        .returning(ce::id)
+        .get_result(conn)
         .await?;
-    // Wakes the workers of every process; delivered when this transaction commits.
-    diesel::sql_query("SELECT pg_notify('fitorder_outbox', '')")
+    announce(conn, id).await
+}
+
+/// Wakes the workers of every process and tells subscribers; delivered on commit.
+pub async fn announce(conn: &mut AsyncPgConnection, event_id: i64) -> AppResult<()> {
+    diesel::sql_query("SELECT pg_notify('fitorder_outbox', ''), pg_notify('fitorder_events', 'comp:' || $1::text)")
+        .bind::<diesel::sql_types::BigInt, _>(event_id)
         .execute(conn)
         .await?;
     Ok(())
+}
+
+/// DEAD -> PENDING: the event is due now, with a fresh allowance of attempts (the count goes
+/// on, so the log shows the whole history). Who asked is recorded.
+pub async fn replay(
+    conn: &mut AsyncPgConnection,
+    event_id: i64,
+    ctx: &Ctx,
+    more_attempts: i32,
+) -> AppResult<CompensationEvent> {
+    use crate::db::schema::compensation_replays as cr;
+    conn.transaction(async |conn| -> AppResult<CompensationEvent> {
+        let event: CompensationEvent = ce::table
+            .find(event_id)
+            .select(CompensationEvent::as_select())
+            .for_update()
+            .get_result(conn)
+            .await
+            .optional()?
+            .ok_or_else(|| AppError::NotFound(format!("compensation event {event_id}")))?;
+        if event.status != "DEAD" {
+            return Err(AppError::Conflict(format!(
+                "only DEAD events are replayed; event {event_id} is {}",
+                event.status
+            )));
+        }
+        let replayed: CompensationEvent = diesel::update(ce::table.find(event_id))
+            .set((
+                ce::status.eq("PENDING"),
+                ce::next_attempt_at.eq(diesel::dsl::now),
+                ce::max_attempts.eq(event.attempts + more_attempts),
+                ce::locked_until.eq(None::<chrono::DateTime<chrono::Utc>>),
+                ce::locked_by.eq(None::<String>),
+                ce::updated_at.eq(diesel::dsl::now),
+            ))
+            .returning(CompensationEvent::as_returning())
+            .get_result(conn)
+            .await?;
+        diesel::insert_into(cr::table)
+            .values((
+                cr::event_id.eq(event_id),
+                cr::actor.eq(ctx.actor.to_string()),
+                cr::trace_id.eq(ctx.trace.as_str()),
+            ))
+            .execute(conn)
+            .await?;
+        announce(conn, event_id).await?;
+        Ok(replayed)
+    })
+    .await
+}
+
+/// Replays every DEAD event (of one order, or of all); returns how many.
+pub async fn replay_dead(
+    conn: &mut AsyncPgConnection,
+    order_id: Option<i64>,
+    stores: Option<&[i64]>,
+    ctx: &Ctx,
+    more_attempts: i32,
+) -> AppResult<i32> {
+    use crate::db::schema::orders;
+    let mut q = ce::table
+        .filter(ce::status.eq("DEAD"))
+        .select(ce::id)
+        .into_boxed();
+    if let Some(id) = order_id {
+        q = q.filter(ce::order_id.eq(id));
+    }
+    if let Some(stores) = stores {
+        q = q.filter(
+            ce::order_id.eq_any(
+                orders::table
+                    .filter(orders::store_id.eq_any(stores.to_vec()))
+                    .select(orders::id),
+            ),
+        );
+    }
+    let ids: Vec<i64> = q.order(ce::id).load(conn).await?;
+    let mut n = 0;
+    for id in ids {
+        match replay(conn, id, ctx, more_attempts).await {
+            Ok(_) => n += 1,
+            // Replayed by someone else in the meantime.
+            Err(AppError::Conflict(_)) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(n)
 }

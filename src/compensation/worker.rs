@@ -1,0 +1,299 @@
+//! The compensation worker: claims due outbox rows with `FOR UPDATE SKIP LOCKED` under a lease,
+//! delivers them, and records every attempt. Failures retry with exponential backoff and
+//! jitter; at the attempt limit the event is DEAD and a ticket opens. Any number of workers in
+//! any number of processes may run: a claimed row is invisible to the others until its lease
+//! runs out, so a worker killed mid-call delays its rows by one lease, never loses them.
+
+use std::time::{Duration, Instant};
+
+use chrono::Utc;
+use diesel::prelude::*;
+use diesel::sql_types::{BigInt, Double, Text};
+use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
+use serde_json::json;
+
+use super::downstream::{Delivered, Downstream};
+use crate::app::AppState;
+use crate::db::models::{CompensationEvent, Order};
+use crate::db::schema::{compensation_attempts, compensation_events, orders};
+use crate::domain::retry::backoff;
+use crate::error::AppResult;
+use crate::tickets::{self, NewTicket};
+use crate::trace::TraceId;
+
+#[derive(Clone)]
+pub struct Worker {
+    state: AppState,
+    downstream: Downstream,
+    pub id: String,
+    pub batch: i64,
+}
+
+impl Worker {
+    pub fn new(state: AppState) -> Worker {
+        let downstream = Downstream::new(state.config.clone(), state.keys.clone());
+        let id = format!("{}-{}", hostname(), &TraceId::new().0[..8]);
+        Worker {
+            state,
+            downstream,
+            id,
+            batch: 32,
+        }
+    }
+
+    /// How long a claim holds: longer than any call can take.
+    fn lease(&self) -> Duration {
+        self.state.config.downstream_timeout * 2 + Duration::from_secs(5)
+    }
+
+    /// Runs until `shutdown` flips, waking on outbox notifications and when the next retry is due.
+    pub async fn run(self, mut shutdown: tokio::sync::watch::Receiver<bool>) {
+        tracing::info!(worker = %self.id, "compensation worker started");
+        let wake = self.state.events.outbox.clone();
+        loop {
+            if *shutdown.borrow() {
+                break;
+            }
+            let notified = wake.notified();
+            let processed = match self.run_once().await {
+                Ok(n) => n,
+                Err(e) => {
+                    tracing::warn!(error = %e.message(), "compensation batch failed");
+                    0
+                }
+            };
+            if processed as i64 >= self.batch {
+                continue;
+            }
+            let wait = self
+                .until_next_due()
+                .await
+                .unwrap_or(Duration::from_secs(1));
+            tokio::select! {
+                _ = notified => {},
+                _ = tokio::time::sleep(wait) => {},
+                _ = shutdown.changed() => {},
+            }
+        }
+        tracing::info!(worker = %self.id, "compensation worker stopped");
+    }
+
+    /// Time until the earliest waiting event is due (at most 5 s: the polling fallback).
+    async fn until_next_due(&self) -> AppResult<Duration> {
+        let mut conn = self.state.pool.get().await?;
+        let next: Option<chrono::DateTime<Utc>> = compensation_events::table
+            .filter(compensation_events::status.eq_any(["PENDING", "RETRYING"]))
+            .select(diesel::dsl::min(compensation_events::next_attempt_at))
+            .get_result(&mut conn)
+            .await?;
+        let cap = Duration::from_secs(5);
+        Ok(match next {
+            None => cap,
+            Some(t) => (t - Utc::now())
+                .to_std()
+                .unwrap_or(Duration::from_millis(10))
+                .clamp(Duration::from_millis(10), cap),
+        })
+    }
+
+    /// Claims one batch of due events and delivers them; returns how many were attempted.
+    pub async fn run_once(&self) -> AppResult<usize> {
+        let claimed = self.claim().await?;
+        let n = claimed.len();
+        if n == 0 {
+            return Ok(0);
+        }
+        let outcomes = futures_util::future::join_all(claimed.into_iter().map(|e| async move {
+            let started = Instant::now();
+            let result = self.downstream.deliver(&e).await;
+            (e, result, started.elapsed())
+        }))
+        .await;
+        for (event, result, took) in outcomes {
+            if let Err(err) = self.complete(&event, result, took).await {
+                tracing::warn!(event = event.id, error = %err.message(), "attempt not recorded; the lease will expire and it is tried again");
+            }
+        }
+        Ok(n)
+    }
+
+    async fn claim(&self) -> AppResult<Vec<CompensationEvent>> {
+        let mut conn = self.state.pool.get().await?;
+        Ok(diesel::sql_query(
+            "UPDATE compensation_events e
+                SET locked_until = now() + make_interval(secs => $2), locked_by = $1
+              WHERE e.id IN (
+                    SELECT id FROM compensation_events
+                     WHERE status IN ('PENDING', 'RETRYING') AND next_attempt_at <= now()
+                       AND (locked_until IS NULL OR locked_until < now())
+                     ORDER BY next_attempt_at
+                     LIMIT $3
+                       FOR UPDATE SKIP LOCKED)
+              RETURNING e.*",
+        )
+        .bind::<Text, _>(&self.id)
+        .bind::<Double, _>(self.lease().as_secs_f64())
+        .bind::<BigInt, _>(self.batch)
+        .load(&mut conn)
+        .await?)
+    }
+
+    /// Records the attempt and moves the event on, if this worker still holds it.
+    async fn complete(
+        &self,
+        e: &CompensationEvent,
+        result: Result<Delivered, String>,
+        took: Duration,
+    ) -> AppResult<()> {
+        let mut conn = self.state.pool.get().await?;
+        let config = self.state.config.clone();
+        let worker = match result {
+            Ok(Delivered::Simulated) => "simulator".to_string(),
+            _ => self.id.clone(),
+        };
+        let kind = e.kind.clone();
+        conn.transaction(async |conn| -> AppResult<()> {
+            let attempt = e.attempts + 1;
+            let updated: Option<CompensationEvent> = match &result {
+                Ok(_) => diesel::update(
+                    compensation_events::table
+                        .find(e.id)
+                        .filter(compensation_events::locked_by.eq(&self.id))
+                        .filter(compensation_events::attempts.eq(e.attempts)),
+                )
+                .set((
+                    compensation_events::status.eq("SUCCEEDED"),
+                    compensation_events::attempts.eq(attempt),
+                    compensation_events::last_error.eq(None::<String>),
+                    compensation_events::next_attempt_at.eq(None::<chrono::DateTime<Utc>>),
+                    compensation_events::locked_until.eq(None::<chrono::DateTime<Utc>>),
+                    compensation_events::locked_by.eq(None::<String>),
+                    compensation_events::updated_at.eq(Utc::now()),
+                ))
+                .returning(CompensationEvent::as_returning())
+                .get_result(conn)
+                .await
+                .optional()?,
+                Err(err) => {
+                    let dead = attempt >= e.max_attempts;
+                    let jitter: f64 = {
+                        use rand::Rng;
+                        rand::rng().random_range(-1.0..=1.0)
+                    };
+                    let next = (!dead).then(|| {
+                        Utc::now()
+                            + chrono::Duration::from_std(backoff(
+                                config.retry_base,
+                                attempt,
+                                jitter,
+                            ))
+                            .unwrap_or_default()
+                    });
+                    diesel::update(
+                        compensation_events::table
+                            .find(e.id)
+                            .filter(compensation_events::locked_by.eq(&self.id))
+                            .filter(compensation_events::attempts.eq(e.attempts)),
+                    )
+                    .set((
+                        compensation_events::status.eq(if dead { "DEAD" } else { "RETRYING" }),
+                        compensation_events::attempts.eq(attempt),
+                        compensation_events::last_error.eq(Some(err.as_str())),
+                        compensation_events::next_attempt_at.eq(next),
+                        compensation_events::locked_until.eq(None::<chrono::DateTime<Utc>>),
+                        compensation_events::locked_by.eq(None::<String>),
+                        compensation_events::updated_at.eq(Utc::now()),
+                    ))
+                    .returning(CompensationEvent::as_returning())
+                    .get_result(conn)
+                    .await
+                    .optional()?
+                }
+            };
+            let Some(updated) = updated else {
+                // The lease ran out and another worker took over: its attempt counts, not ours.
+                tracing::warn!(event = e.id, "lease lost before the attempt was recorded");
+                return Ok(());
+            };
+            diesel::insert_into(compensation_attempts::table)
+                .values((
+                    compensation_attempts::event_id.eq(e.id),
+                    compensation_attempts::ok.eq(result.is_ok()),
+                    compensation_attempts::error.eq(result.as_ref().err()),
+                    compensation_attempts::duration_ms
+                        .eq(took.as_millis().min(i32::MAX as u128) as i32),
+                    compensation_attempts::worker.eq(&worker),
+                ))
+                .execute(conn)
+                .await?;
+            if updated.status == "DEAD" {
+                self.open_dead_ticket(conn, &updated).await?;
+            }
+            super::announce(conn, e.id).await
+        })
+        .await?;
+        let outcome = match &result {
+            Ok(_) => "ok",
+            Err(_) => "failed",
+        };
+        metrics::counter!("fitorder_compensation_attempts_total", "kind" => kind, "outcome" => outcome).increment(1);
+        Ok(())
+    }
+
+    async fn open_dead_ticket(
+        &self,
+        conn: &mut AsyncPgConnection,
+        e: &CompensationEvent,
+    ) -> AppResult<()> {
+        let order: Order = orders::table
+            .find(e.order_id)
+            .select(Order::as_select())
+            .get_result(conn)
+            .await?;
+        tracing::error!(event = e.id, kind = %e.kind, order_no = %order.order_no, attempts = e.attempts,
+            last_error = ?e.last_error, "ALERT: compensation event is DEAD");
+        metrics::counter!("fitorder_compensation_dead_total", "kind" => e.kind.clone())
+            .increment(1);
+        tickets::open(
+            conn,
+            NewTicket {
+                kind: "COMPENSATION_DEAD",
+                provider: None,
+                order: Some(&order),
+                order_no: None,
+                provider_txn_id: None,
+                local_amount_cents: None,
+                provider_amount_cents: None,
+                detail: json!({"eventId": e.id.to_string(), "kind": e.kind, "attempts": e.attempts,
+                               "lastError": e.last_error, "idempotencyKey": e.idempotency_key}),
+                finding_key: format!("COMPENSATION_DEAD:{}:{}", e.id, e.attempts),
+            },
+            &TraceId(e.trace_id.clone()),
+        )
+        .await?;
+        Ok(())
+    }
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/etc/hostname")
+        .map(|h| h.trim().to_string())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "worker".into())
+        + &format!("-{}", std::process::id())
+}
+
+/// Starts `n` workers sharing the process's pool.
+pub fn spawn(
+    state: &AppState,
+    n: usize,
+    shutdown: &tokio::sync::watch::Receiver<bool>,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    (0..n)
+        .map(|_| {
+            let w = Worker::new(state.clone());
+            tokio::spawn(w.run(shutdown.clone()))
+        })
+        .collect()
+}

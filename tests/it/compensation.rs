@@ -1,0 +1,433 @@
+//! The outbox worker against a local downstream that fails, hangs or succeeds; DEAD, tickets,
+//! replay; workers racing; a worker killed mid-call; subscribers on another instance.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use fitorder::compensation::worker::Worker;
+use serde_json::json;
+
+use crate::fakes::{FakeDownstream, Mode};
+use crate::harness::*;
+use crate::ws::WsClient;
+
+async fn app_with(fake: &FakeDownstream, max_attempts: i32, timeout_ms: u64) -> TestApp {
+    let url = fake.url.clone();
+    TestApp::with_config(move |c| {
+        c.door_access_url = Some(url.clone());
+        c.ai_access_url = Some(url);
+        c.retry_base = Duration::from_millis(100);
+        c.max_attempts = max_attempts;
+        c.downstream_timeout = Duration::from_millis(timeout_ms);
+    })
+    .await
+}
+
+async fn paid_order(app: &TestApp) -> (Studio, String) {
+    let s = app.studio(100_000, None, 3).await;
+    let placed = app
+        .place(
+            &s.member,
+            json!({"idempotencyKey": key(), "storeId": s.store, "item": {"classPackId": s.pack}, "paymentMethod": "WALLET"}),
+        )
+        .await;
+    let no = placed["order"]["orderNo"].as_str().unwrap().to_string();
+    (s, no)
+}
+
+/// Runs the worker until no event is PENDING or RETRYING (or `secs` pass).
+async fn drain(app: &TestApp, worker: &Worker, secs: u64) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
+    loop {
+        worker.run_once().await.unwrap();
+        let open = app
+            .sql_i64("SELECT count(*) AS v FROM compensation_events WHERE status IN ('PENDING', 'RETRYING')")
+            .await;
+        if open == 0 || tokio::time::Instant::now() > deadline {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+const COMPENSATIONS: &str = "query($no: String!) { order(orderNo: $no) { traceId compensation {
+    id kind status attempts maxAttempts nextAttemptAt lastError idempotencyKey attemptLog { at ok error durationMs } } } }";
+
+#[tokio::test]
+async fn grants_reach_the_downstream_with_key_and_trace() {
+    let fake = FakeDownstream::start(Mode::Healthy).await;
+    let app = app_with(&fake, 5, 2000).await;
+    let (s, no) = paid_order(&app).await;
+    drain(&app, &Worker::new(app.state.clone()), 10).await;
+    let o = app.admin(COMPENSATIONS, json!({"no": no})).await["order"].clone();
+    for e in o["compensation"].as_array().unwrap() {
+        assert_eq!(e["status"], "SUCCEEDED", "{e}");
+        assert_eq!(e["attempts"], 1);
+        assert!(e["nextAttemptAt"].is_null());
+    }
+    let calls = fake.calls();
+    assert_eq!(calls.len(), 2);
+    for c in &calls {
+        assert_eq!(c.body["orderNo"], no);
+        assert_eq!(c.body["memberId"], s.member);
+        assert_eq!(c.body["storeId"], s.store);
+        assert_eq!(c.body["action"], "GRANT");
+        assert!(c.body["eventId"].is_string());
+        assert_eq!(c.trace_id.as_deref(), o["traceId"].as_str());
+    }
+    let keys: std::collections::HashSet<_> = calls
+        .iter()
+        .map(|c| c.body["idempotencyKey"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(keys.len(), 2);
+}
+
+#[tokio::test]
+async fn failures_back_off_exponentially_and_keep_their_key() {
+    let fake = FakeDownstream::start(Mode::FailFirst(6)).await;
+    let app = app_with(&fake, 10, 2000).await;
+    let (_, no) = paid_order(&app).await;
+    let worker = Worker::new(app.state.clone());
+    // First round: both fail; the next attempt is due about one base later (±20%).
+    worker.run_once().await.unwrap();
+    let o = app.admin(COMPENSATIONS, json!({"no": no})).await["order"].clone();
+    for e in o["compensation"].as_array().unwrap() {
+        assert_eq!(e["status"], "RETRYING");
+        assert_eq!(e["attempts"], 1);
+        assert!(e["lastError"].as_str().unwrap().contains("503"), "{e}");
+        let at = chrono::DateTime::parse_from_rfc3339(e["attemptLog"][0]["at"].as_str().unwrap())
+            .unwrap();
+        let next =
+            chrono::DateTime::parse_from_rfc3339(e["nextAttemptAt"].as_str().unwrap()).unwrap();
+        let gap = (next - at).num_milliseconds();
+        assert!((70..=130).contains(&gap), "first gap {gap} ms");
+    }
+    drain(&app, &worker, 20).await;
+    let o = app.admin(COMPENSATIONS, json!({"no": no})).await["order"].clone();
+    for e in o["compensation"].as_array().unwrap() {
+        assert_eq!(e["status"], "SUCCEEDED");
+        let log = e["attemptLog"].as_array().unwrap();
+        assert_eq!(log.len() as i64, e["attempts"].as_i64().unwrap());
+        assert_eq!(log.last().unwrap()["ok"], true);
+        // The gaps grow: every wait is at least 1.5× the one before (2× ± 20% jitter).
+        let times: Vec<_> = log
+            .iter()
+            .map(|a| chrono::DateTime::parse_from_rfc3339(a["at"].as_str().unwrap()).unwrap())
+            .collect();
+        let gaps: Vec<i64> = times
+            .windows(2)
+            .map(|w| (w[1] - w[0]).num_milliseconds())
+            .collect();
+        for g in gaps.windows(2) {
+            assert!(g[1] as f64 >= g[0] as f64 * 1.3, "gaps {gaps:?}");
+        }
+    }
+    // Every attempt of one event carried the same idempotency key.
+    let mut keys_per_event: std::collections::HashMap<String, std::collections::HashSet<String>> =
+        Default::default();
+    for c in fake.calls() {
+        keys_per_event
+            .entry(c.body["eventId"].as_str().unwrap().to_string())
+            .or_default()
+            .insert(c.body["idempotencyKey"].as_str().unwrap().to_string());
+    }
+    assert_eq!(keys_per_event.len(), 2);
+    assert!(
+        keys_per_event.values().all(|k| k.len() == 1),
+        "{keys_per_event:?}"
+    );
+    assert!(fake.calls().len() >= 8, "six failures and two successes");
+}
+
+#[tokio::test]
+async fn hopeless_events_die_open_a_ticket_and_replay_in_one_click() {
+    let fake = FakeDownstream::start(Mode::AlwaysFail).await;
+    let app = app_with(&fake, 3, 2000).await;
+    let (_, no) = paid_order(&app).await;
+    let worker = Worker::new(app.state.clone());
+    drain(&app, &worker, 20).await;
+    let dead = app
+        .op(&app.ops_token(), OPS_OPS, "DeadCompensations", json!({}))
+        .await;
+    let edges = dead["data"]["compensationEvents"]["edges"]
+        .as_array()
+        .unwrap()
+        .clone();
+    assert_eq!(edges.len(), 2);
+    assert!(edges
+        .iter()
+        .all(|e| e["node"]["attempts"] == 3 && e["node"]["orderNo"] == no));
+    let tickets = app
+        .op(&app.ops_token(), OPS_OPS, "OpenTickets", json!({}))
+        .await;
+    let kinds: Vec<&str> = tickets["data"]["exceptionTickets"]["edges"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["node"]["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["COMPENSATION_DEAD", "COMPENSATION_DEAD"]);
+    // The door works again; ops replay one event, then the rest of the order's.
+    fake.set(Mode::Healthy);
+    let id = edges[0]["node"]["id"].as_str().unwrap().to_string();
+    let r = app
+        .op(&app.ops_token(), OPS_OPS, "Replay", json!({"id": id}))
+        .await;
+    assert_eq!(r["data"]["replayCompensation"]["status"], "PENDING");
+    assert_eq!(r["data"]["replayCompensation"]["attempts"], 3);
+    let again = app
+        .op(&app.ops_token(), OPS_OPS, "Replay", json!({"id": id}))
+        .await;
+    assert_eq!(error_code(&again), "CONFLICT");
+    let n = app
+        .op(
+            &app.admin_token(),
+            ADMIN_OPS,
+            "ReplayDeadCompensations",
+            json!({"orderNo": no}),
+        )
+        .await;
+    assert_eq!(n["data"]["replayDeadCompensations"], 1);
+    drain(&app, &worker, 10).await;
+    let o = app.admin(COMPENSATIONS, json!({"no": no})).await["order"].clone();
+    for e in o["compensation"].as_array().unwrap() {
+        assert_eq!(e["status"], "SUCCEEDED");
+        assert_eq!(
+            e["attempts"], 4,
+            "attempts are counted on across the replay"
+        );
+    }
+    let chain = app.order(&no).await;
+    assert!(chain["timeline"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|e| e["kind"] == "COMPENSATION_REPLAY" && e["actor"] == "ops:ops-1"));
+    // Members may not replay.
+    let r = app
+        .op(&app.member_token("1"), OPS_OPS, "Replay", json!({"id": id}))
+        .await;
+    assert_eq!(error_code(&r), "FORBIDDEN");
+}
+
+#[tokio::test]
+async fn a_hanging_downstream_is_a_timed_out_attempt() {
+    let fake = FakeDownstream::start(Mode::Hang).await;
+    let app = app_with(&fake, 5, 300).await;
+    let (_, no) = paid_order(&app).await;
+    let started = std::time::Instant::now();
+    Worker::new(app.state.clone()).run_once().await.unwrap();
+    assert!(started.elapsed() < Duration::from_secs(3));
+    let o = app.admin(COMPENSATIONS, json!({"no": no})).await["order"].clone();
+    for e in o["compensation"].as_array().unwrap() {
+        assert_eq!(e["status"], "RETRYING");
+        assert!(
+            e["lastError"]
+                .as_str()
+                .unwrap()
+                .contains("no answer within"),
+            "{e}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn two_workers_racing_over_a_thousand_events_deliver_each_once() {
+    let fake = FakeDownstream::start(Mode::Healthy).await;
+    let app = Arc::new(app_with(&fake, 5, 5000).await);
+    let (_, no) = paid_order(&app).await;
+    let mut c = app.conn().await;
+    diesel_async::RunQueryDsl::execute(
+        diesel::sql_query(format!(
+            "INSERT INTO compensation_events (order_id, kind, max_attempts, payload, idempotency_key, trace_id)
+             SELECT o.id, 'DOOR_ACCESS_GRANT', 5,
+                    jsonb_build_object('orderNo', o.order_no, 'memberId', o.member_id::text, 'storeId', o.store_id::text, 'action', 'GRANT'),
+                    'bulk-' || g, 'bulk'
+               FROM orders o, generate_series(1, 998) g WHERE o.order_no = '{no}'"
+        )),
+        &mut c,
+    )
+    .await
+    .unwrap();
+    drop(c);
+    let (a, b) = (
+        Worker::new(app.state.clone()),
+        Worker::new(app.state.clone()),
+    );
+    let (app_a, app_b) = (app.clone(), app.clone());
+    let ta = tokio::spawn(async move { drain(&app_a, &a, 60).await });
+    let tb = tokio::spawn(async move { drain(&app_b, &b, 60).await });
+    ta.await.unwrap();
+    tb.await.unwrap();
+    let delivered = fake.delivered_per_key();
+    assert_eq!(delivered.len(), 1000);
+    assert!(
+        delivered.values().all(|n| *n == 1),
+        "some event was delivered twice"
+    );
+    assert_eq!(
+        app.sql_i64("SELECT count(*) AS v FROM compensation_events WHERE status = 'SUCCEEDED'")
+            .await,
+        1000
+    );
+    assert_eq!(
+        app.sql_i64("SELECT count(*) AS v FROM compensation_attempts")
+            .await,
+        1000
+    );
+    let workers = app
+        .sql_i64("SELECT count(DISTINCT worker) AS v FROM compensation_attempts")
+        .await;
+    assert_eq!(workers, 2, "both workers took part");
+}
+
+#[tokio::test]
+async fn a_worker_killed_mid_call_leaves_the_event_to_another_after_its_lease() {
+    let fake = FakeDownstream::start(Mode::Hang).await;
+    let app = app_with(&fake, 5, 400).await;
+    let (_, no) = paid_order(&app).await;
+    // Worker A claims both events and is killed while the downstream hangs.
+    let a = Worker::new(app.state.clone());
+    let killed = tokio::spawn(async move { a.run_once().await });
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    killed.abort();
+    let locked = app
+        .sql_i64("SELECT count(*) AS v FROM compensation_events WHERE locked_until > now() AND status = 'PENDING'")
+        .await;
+    assert_eq!(locked, 2, "claimed under a lease");
+    // Worker B finds nothing while the lease holds, and everything once it ran out.
+    fake.set(Mode::Healthy);
+    let b = Worker::new(app.state.clone());
+    assert_eq!(b.run_once().await.unwrap(), 0);
+    tokio::time::sleep(Duration::from_millis(6_000)).await;
+    drain(&app, &b, 10).await;
+    let o = app.admin(COMPENSATIONS, json!({"no": no})).await["order"].clone();
+    for e in o["compensation"].as_array().unwrap() {
+        assert_eq!(e["status"], "SUCCEEDED", "{e}");
+    }
+}
+
+#[tokio::test]
+async fn subscribers_on_another_instance_see_what_this_one_did() {
+    let fake = FakeDownstream::start(Mode::AlwaysFail).await;
+    let app = app_with(&fake, 2, 2000).await;
+    // Instance B: its own pool and LISTEN connection on the same database, no workers.
+    let b_state = {
+        let pool = fitorder::db::pool(&app.db_url, 4).unwrap();
+        let events = fitorder::events::EventHub::start(app.db_url.clone(), pool.clone());
+        fitorder::app::AppState::with_keys(
+            pool,
+            (*app.state.config).clone(),
+            Default::default(),
+            events,
+        )
+    };
+    let b_addr = crate::fakes::serve(fitorder::http::router(b_state)).await;
+
+    let mut ops = WsClient::connect(&b_addr, Some(&app.ops_token()), false)
+        .await
+        .unwrap();
+    ops.subscribe(
+        "1",
+        OPS_OPS,
+        Some("CompensationUpdates"),
+        json!({"status": ["DEAD"]}),
+    )
+    .await;
+    ops.subscribe("2", OPS_OPS, Some("TicketsOpened"), json!({}))
+        .await;
+    let mut legacy = WsClient::connect(&b_addr, Some(&app.ops_token()), true)
+        .await
+        .unwrap();
+    legacy
+        .subscribe("1", OPS_OPS, Some("OrderStatusChanges"), json!({}))
+        .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let (s, no) = paid_order(&app).await;
+    // The legacy client sees the order born and paid (and so has instance B's hub).
+    let mut seen = vec![];
+    while seen.len() < 2 {
+        let p = legacy
+            .next_payload(10)
+            .await
+            .expect("status change over graphql-ws");
+        assert_eq!(p["data"]["orderStatusChanged"]["orderNo"], no);
+        seen.push(
+            p["data"]["orderStatusChanged"]["toStatus"]
+                .as_str()
+                .unwrap()
+                .to_string(),
+        );
+    }
+    assert_eq!(seen, ["WAIT_PAY", "PAID"]);
+    let mut member = WsClient::connect(&b_addr, Some(&app.member_token(&s.member)), false)
+        .await
+        .unwrap();
+    member
+        .subscribe(
+            "m",
+            MEMBER_OPS,
+            Some("MyOrderStatus"),
+            json!({"orderNo": no}),
+        )
+        .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // A check-in after the member subscribed reaches the member.
+    app.admin(
+        CHECK_IN,
+        json!({"input": {"orderNo": no, "consumeTxnNo": "gate-1"}}),
+    )
+    .await;
+    let mine = member
+        .next_payload(10)
+        .await
+        .expect("member sees own order");
+    assert_eq!(mine["data"]["orderStatusChanged"]["toStatus"], "CONSUMING");
+    assert_eq!(mine["data"]["orderStatusChanged"]["fromStatus"], "PAID");
+    // Instance A's worker kills both grants; B's ops subscriber sees DEAD events and tickets.
+    drain(&app, &Worker::new(app.state.clone()), 20).await;
+    let mut dead = 0;
+    let mut tickets = 0;
+    while dead < 2 || tickets < 2 {
+        let p = ops.next_payload(10).await.expect("ops events");
+        if let Some(e) = p["data"].get("compensationUpdates") {
+            assert_eq!(e["status"], "DEAD");
+            assert_eq!(e["orderNo"], no);
+            dead += 1;
+        }
+        if let Some(t) = p["data"].get("ticketOpened") {
+            assert_eq!(t["kind"], "COMPENSATION_DEAD");
+            tickets += 1;
+        }
+    }
+    // Another member's order never reaches this member.
+    let other = app.new_member(&s.store, 100_000).await;
+    app.place(
+        &other,
+        json!({"idempotencyKey": key(), "storeId": s.store, "item": {"classPackId": s.pack}, "paymentMethod": "WALLET"}),
+    )
+    .await;
+    assert!(member.next_payload(2).await.is_none());
+}
+
+#[tokio::test]
+async fn websocket_connections_without_a_good_token_close_with_4403() {
+    let app = TestApp::new().await;
+    let addr = crate::fakes::serve(app.router.clone()).await;
+    for legacy in [false, true] {
+        for token in [None, Some("not-a-jwt")] {
+            let r = WsClient::connect(&addr, token, legacy).await;
+            let closed = r.err().expect("refused");
+            assert_eq!(closed.code, Some(4403), "legacy={legacy} token={token:?}");
+        }
+    }
+    // Members may not watch the ops streams.
+    let mut m = WsClient::connect(&addr, Some(&app.member_token("1")), false)
+        .await
+        .unwrap();
+    m.subscribe("1", OPS_OPS, Some("CompensationUpdates"), json!({}))
+        .await;
+    let p = m.next_payload(5).await.unwrap();
+    assert_eq!(p["errors"][0]["extensions"]["code"], "FORBIDDEN", "{p}");
+}

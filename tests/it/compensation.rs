@@ -431,3 +431,72 @@ async fn websocket_connections_without_a_good_token_close_with_4403() {
     let p = m.next_payload(5).await.unwrap();
     assert_eq!(p["errors"][0]["extensions"]["code"], "FORBIDDEN", "{p}");
 }
+
+#[tokio::test]
+async fn provider_refunds_call_the_providers_signed_apis() {
+    let api = crate::fakes::FakeProviderApi::start(crate::providers::merchant_public()).await;
+    let (wechat_base, gateway) = (api.base.clone(), format!("{}/gateway.do", api.base));
+    let app = TestApp::with_config(move |c| {
+        crate::providers::configure_refunds(c, &wechat_base, &gateway)
+    })
+    .await;
+    let s = app.studio(0, None, 3).await;
+    let mut nos = vec![];
+    for (method, txn) in [
+        ("WECHAT_PAY", "4200000000000000000000000101"),
+        ("ALIPAY", "2026113022001400000000000101"),
+    ] {
+        let placed = app
+            .place(
+                &s.member,
+                json!({"idempotencyKey": key(), "storeId": s.store, "item": {"classPackId": s.pack}, "paymentMethod": method}),
+            )
+            .await;
+        let no = placed["order"]["orderNo"].as_str().unwrap().to_string();
+        if method == "WECHAT_PAY" {
+            assert_eq!(
+                app.wechat_paid(&no, txn, 10_000).await,
+                axum::http::StatusCode::NO_CONTENT
+            );
+        } else {
+            let form = crate::providers::alipay().payment(&no, txn, "TRADE_SUCCESS", "100.00");
+            assert_eq!(app.alipay_notify(&form).await.1, "success");
+        }
+        app.admin(
+            CHECK_IN,
+            json!({"input": {"orderNo": no, "consumeTxnNo": "g1", "sessions": 4}}),
+        )
+        .await;
+        app.admin(REFUND, json!({"orderNo": no, "reason": "moving"}))
+            .await;
+        nos.push(no);
+    }
+    drain(&app, &Worker::new(app.state.clone()), 10).await;
+    let refunds = api.refunds.lock().unwrap().clone();
+    assert_eq!(refunds.len(), 2, "{refunds:?}");
+    let wx = refunds
+        .iter()
+        .find(|r| r["provider"] == "WECHAT_PAY")
+        .unwrap();
+    assert_eq!(wx["mchid"], crate::providers::MCH_ID);
+    assert_eq!(wx["request"]["out_trade_no"], nos[0]);
+    assert_eq!(
+        wx["request"]["transaction_id"],
+        "4200000000000000000000000101"
+    );
+    assert_eq!(
+        wx["request"]["amount"],
+        json!({"refund": 6000, "total": 10000, "currency": "CNY"})
+    );
+    let ali = refunds.iter().find(|r| r["provider"] == "ALIPAY").unwrap();
+    assert_eq!(ali["request"]["out_trade_no"], nos[1]);
+    assert_eq!(ali["request"]["refund_amount"], "60.00");
+    assert!(ali["request"]["out_request_no"]
+        .as_str()
+        .unwrap()
+        .starts_with("RF"));
+    assert_eq!(
+        app.sql_i64("SELECT count(*) AS v FROM compensation_events WHERE kind = 'PROVIDER_REFUND' AND status = 'SUCCEEDED'").await,
+        2
+    );
+}

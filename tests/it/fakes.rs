@@ -115,3 +115,114 @@ pub async fn serve(router: Router) -> String {
     tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
     addr.to_string()
 }
+
+/// A fake WeChat Pay API and Alipay gateway that check our signatures and record refunds.
+#[derive(Clone)]
+pub struct FakeProviderApi {
+    pub base: String,
+    pub refunds: Arc<Mutex<Vec<Value>>>,
+    key: rsa::RsaPublicKey,
+}
+
+impl FakeProviderApi {
+    pub async fn start(merchant_public: rsa::RsaPublicKey) -> FakeProviderApi {
+        let fake = FakeProviderApi {
+            base: String::new(),
+            refunds: Arc::new(Mutex::new(vec![])),
+            key: merchant_public,
+        };
+        let app = Router::new()
+            .route("/v3/refund/domestic/refunds", post(wechat_refund))
+            .route("/gateway.do", post(alipay_gateway))
+            .with_state(fake.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        FakeProviderApi {
+            base: format!("http://{addr}"),
+            ..fake
+        }
+    }
+}
+
+fn verify(key: &rsa::RsaPublicKey, message: &[u8], sig_b64: &str) -> bool {
+    use base64::Engine;
+    use rsa::signature::Verifier;
+    let Ok(sig) = base64::engine::general_purpose::STANDARD.decode(sig_b64) else {
+        return false;
+    };
+    let Ok(sig) = rsa::pkcs1v15::Signature::try_from(sig.as_slice()) else {
+        return false;
+    };
+    rsa::pkcs1v15::VerifyingKey::<sha2::Sha256>::new(key.clone())
+        .verify(message, &sig)
+        .is_ok()
+}
+
+async fn wechat_refund(
+    State(f): State<FakeProviderApi>,
+    headers: HeaderMap,
+    body: String,
+) -> (StatusCode, Json<Value>) {
+    let auth = headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let field = |name: &str| -> String {
+        auth.split(&format!("{name}=\""))
+            .nth(1)
+            .and_then(|r| r.split('"').next())
+            .unwrap_or("")
+            .to_string()
+    };
+    let message = format!(
+        "POST\n/v3/refund/domestic/refunds\n{}\n{}\n{body}\n",
+        field("timestamp"),
+        field("nonce_str")
+    );
+    if !auth.starts_with("WECHATPAY2-SHA256-RSA2048 ")
+        || !verify(&f.key, message.as_bytes(), &field("signature"))
+    {
+        return (
+            StatusCode::UNAUTHORIZED,
+            Json(serde_json::json!({"code": "SIGN_ERROR", "message": "bad signature"})),
+        );
+    }
+    let v: Value = serde_json::from_str(&body).unwrap();
+    f.refunds
+        .lock()
+        .unwrap()
+        .push(serde_json::json!({"provider": "WECHAT_PAY", "request": v, "mchid": field("mchid")}));
+    (
+        StatusCode::OK,
+        Json(
+            serde_json::json!({"refund_id": "50300000000001", "out_refund_no": v["out_refund_no"], "status": "PROCESSING"}),
+        ),
+    )
+}
+
+async fn alipay_gateway(State(f): State<FakeProviderApi>, body: String) -> Json<Value> {
+    let fields: Vec<(String, String)> = form_urlencoded::parse(body.as_bytes())
+        .into_owned()
+        .collect();
+    let sign = fields
+        .iter()
+        .find(|(k, _)| k == "sign")
+        .map(|(_, v)| v.clone())
+        .unwrap_or_default();
+    let content = fitorder::payments::alipay::signed_content(&fields);
+    if !verify(&f.key, content.as_bytes(), &sign) {
+        return Json(
+            serde_json::json!({"alipay_trade_refund_response": {"code": "40002", "sub_msg": "bad sign"}}),
+        );
+    }
+    let biz: Value =
+        serde_json::from_str(&fields.iter().find(|(k, _)| k == "biz_content").unwrap().1).unwrap();
+    f.refunds
+        .lock()
+        .unwrap()
+        .push(serde_json::json!({"provider": "ALIPAY", "request": biz}));
+    Json(
+        serde_json::json!({"alipay_trade_refund_response": {"code": "10000", "msg": "Success", "fund_change": "Y"}, "sign": "x"}),
+    )
+}

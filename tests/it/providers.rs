@@ -15,6 +15,8 @@ pub const APP_ID: &str = "2021000000000001";
 struct Keys {
     wechat: RsaPrivateKey,
     alipay: RsaPrivateKey,
+    /// Our side's keys: the WeChat Pay merchant key and the Alipay app key.
+    merchant: RsaPrivateKey,
     dir: std::path::PathBuf,
 }
 
@@ -24,6 +26,7 @@ fn keys() -> &'static Keys {
         let mut rng = rand_core::OsRng;
         let wechat = RsaPrivateKey::new(&mut rng, 2048).unwrap();
         let alipay = RsaPrivateKey::new(&mut rng, 2048).unwrap();
+        let merchant = RsaPrivateKey::new(&mut rng, 2048).unwrap();
         let dir = std::env::temp_dir().join(format!("fitorder-test-keys-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(
@@ -42,9 +45,18 @@ fn keys() -> &'static Keys {
                 .unwrap(),
         )
         .unwrap();
+        {
+            use rsa::pkcs8::EncodePrivateKey;
+            std::fs::write(
+                dir.join("merchant.pem"),
+                merchant.to_pkcs8_pem(LineEnding::LF).unwrap().as_bytes(),
+            )
+            .unwrap();
+        }
         Keys {
             wechat,
             alipay,
+            merchant,
             dir,
         }
     })
@@ -84,4 +96,19 @@ pub fn wechat_private_pem() -> String {
         .to_pkcs8_pem(LineEnding::LF)
         .unwrap()
         .to_string()
+}
+
+/// Also points refunds at `base` (a fake provider API), signed with our merchant key.
+pub fn configure_refunds(c: &mut Config, wechat_base: &str, alipay_gateway: &str) {
+    configure(c);
+    let k = keys();
+    c.wechatpay.api_base = Some(wechat_base.into());
+    c.wechatpay.merchant_private_key = Some(k.dir.join("merchant.pem"));
+    c.wechatpay.merchant_serial = Some("MERCHANT-SERIAL-1".into());
+    c.alipay.api_base = Some(alipay_gateway.into());
+    c.alipay.app_private_key = Some(k.dir.join("merchant.pem"));
+}
+
+pub fn merchant_public() -> rsa::RsaPublicKey {
+    keys().merchant.to_public_key()
 }

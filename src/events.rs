@@ -19,6 +19,8 @@ use crate::db::DbPool;
 pub const EVENTS_CHANNEL: &str = "fitorder_events";
 /// Channel that wakes outbox workers when a new event is due.
 pub const OUTBOX_CHANNEL: &str = "fitorder_outbox";
+/// Channel that wakes the expiry timers when an order with a deadline is placed.
+pub const EXPIRY_CHANNEL: &str = "fitorder_expiry";
 
 #[derive(Debug, Clone)]
 pub struct StatusChange {
@@ -44,6 +46,8 @@ pub struct EventHub {
     tx: broadcast::Sender<Event>,
     /// Woken on every outbox notification (and by the hub on reconnect, in case one was missed).
     pub outbox: Arc<Notify>,
+    /// Woken when an order with a deadline is placed anywhere in the cluster.
+    pub expiry: Arc<Notify>,
 }
 
 impl EventHub {
@@ -53,6 +57,7 @@ impl EventHub {
         EventHub {
             tx,
             outbox: Arc::new(Notify::new()),
+            expiry: Arc::new(Notify::new()),
         }
     }
 
@@ -95,13 +100,21 @@ impl EventHub {
         diesel::sql_query(format!("LISTEN {OUTBOX_CHANNEL}"))
             .execute(&mut conn)
             .await?;
+        diesel::sql_query(format!("LISTEN {EXPIRY_CHANNEL}"))
+            .execute(&mut conn)
+            .await?;
         // Anything committed while we were not listening is still due: let workers look.
         self.outbox.notify_waiters();
+        self.expiry.notify_waiters();
         let mut stream = std::pin::pin!(conn.notifications_stream());
         while let Some(n) = stream.next().await {
             let n = n?;
             if n.channel == OUTBOX_CHANNEL {
                 self.outbox.notify_waiters();
+                continue;
+            }
+            if n.channel == EXPIRY_CHANNEL {
+                self.expiry.notify_waiters();
                 continue;
             }
             if self.tx.receiver_count() == 0 {

@@ -93,7 +93,15 @@ async fn run_with_database(
     }
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let background = if opts.workers {
-        crate::compensation::worker::spawn(&state, 2, &stop_rx)
+        let mut tasks = crate::compensation::worker::spawn(&state, 2, &stop_rx);
+        tasks.push(tokio::spawn(crate::expiry::run_timer(
+            state.clone(),
+            stop_rx.clone(),
+        )));
+        tasks.push(tokio::spawn(
+            crate::tasks::Scheduler::standard(state.clone()).run(stop_rx.clone()),
+        ));
+        tasks
     } else {
         vec![]
     };

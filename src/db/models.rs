@@ -251,3 +251,17 @@ pub struct ReconciliationRun {
     pub error: Option<String>,
     pub trace_id: String,
 }
+
+#[derive(Debug, Clone, Queryable, Selectable, QueryableByName)]
+#[diesel(table_name = task_runs)]
+pub struct TaskRun {
+    pub id: i64,
+    pub task: String,
+    pub tick: DateTime<Utc>,
+    pub status: String,
+    pub instance: String,
+    pub started_at: DateTime<Utc>,
+    pub finished_at: Option<DateTime<Utc>>,
+    pub rows_touched: i64,
+    pub detail: Option<String>,
+}

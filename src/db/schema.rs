@@ -304,6 +304,20 @@ diesel::table! {
     }
 }
 
+diesel::table! {
+    task_runs (id) {
+        id -> Int8,
+        task -> Text,
+        tick -> Timestamptz,
+        status -> Text,
+        instance -> Text,
+        started_at -> Timestamptz,
+        finished_at -> Nullable<Timestamptz>,
+        rows_touched -> Int8,
+        detail -> Nullable<Text>,
+    }
+}
+
 diesel::joinable!(compensation_replays -> compensation_events (event_id));
 diesel::joinable!(compensation_attempts -> compensation_events (event_id));
 diesel::joinable!(compensation_events -> orders (order_id));
@@ -330,4 +344,5 @@ diesel::allow_tables_to_appear_in_same_query!(
     reconciliation_runs,
     payment_keys,
     compensation_replays,
+    task_runs,
 );

@@ -4,5 +4,6 @@
 pub mod money;
 pub mod order_status;
 pub mod retry;
+pub mod schedule;
 
 pub use order_status::{Actor, ActorKind, OrderStatus, TransitionError};

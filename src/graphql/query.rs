@@ -441,6 +441,30 @@ impl Query {
         ))
     }
 
+    /// Runs of the periodic tasks (order:expire, alert:check, reconcile:daily, data:cleanup),
+    /// newest first (admin and ops).
+    async fn task_runs(
+        &self,
+        ctx: &Context<'_>,
+        task: Option<String>,
+        first: Option<i32>,
+    ) -> AppResult<Vec<TaskRunNode>> {
+        viewer(ctx)?.require(&[Role::Admin, Role::Ops])?;
+        let first = page_size(first)?;
+        let mut c = conn(ctx).await?;
+        let mut q = task_runs::table.into_boxed();
+        if let Some(t) = task {
+            q = q.filter(task_runs::task.eq(t));
+        }
+        let rows: Vec<models::TaskRun> = q
+            .order(task_runs::id.desc())
+            .limit(first)
+            .select(models::TaskRun::as_select())
+            .load(&mut c)
+            .await?;
+        Ok(rows.into_iter().map(TaskRunNode).collect())
+    }
+
     /// Counts per anomaly category in `[from, to)`, computed from the recorded rows.
     async fn anomaly_stats(
         &self,

@@ -700,3 +700,38 @@ pub struct OrderStatusChange {
     pub actor: String,
     pub trace_id: String,
 }
+
+/// One run of a periodic task (one tick, claimed by one instance).
+pub struct TaskRunNode(pub models::TaskRun);
+
+#[Object(name = "TaskRun")]
+impl TaskRunNode {
+    async fn id(&self) -> ID {
+        ID(self.0.id.to_string())
+    }
+    async fn task(&self) -> &str {
+        &self.0.task
+    }
+    async fn tick(&self) -> DateTime<Utc> {
+        self.0.tick
+    }
+    /// RUNNING, SUCCEEDED or FAILED
+    async fn status(&self) -> &str {
+        &self.0.status
+    }
+    async fn instance(&self) -> &str {
+        &self.0.instance
+    }
+    async fn started_at(&self) -> DateTime<Utc> {
+        self.0.started_at
+    }
+    async fn finished_at(&self) -> Option<DateTime<Utc>> {
+        self.0.finished_at
+    }
+    async fn rows_touched(&self) -> i32 {
+        int(self.0.rows_touched)
+    }
+    async fn detail(&self) -> Option<&str> {
+        self.0.detail.as_deref()
+    }
+}

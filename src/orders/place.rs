@@ -183,6 +183,12 @@ pub async fn place_order(
             };
             transition_audit_birth(conn, &order, ctx).await?;
             reserve_item(conn, &order).await?;
+            if order.expires_at.is_some() {
+                // Wakes the expiry timers of every instance for the new deadline.
+                diesel::sql_query("SELECT pg_notify('fitorder_expiry', '')")
+                    .execute(conn)
+                    .await?;
+            }
             match method {
                 "WALLET" => {
                     wallet_move(

@@ -6,6 +6,7 @@
 //! business change, its outbox rows, tickets and the callback's outcome commit together.
 
 pub mod alipay;
+pub mod api;
 pub mod keys;
 pub mod sandbox;
 pub mod wechat;
@@ -269,27 +270,29 @@ async fn apply_paid(
         Err(e) => return Err(e),
     };
     let expected = order.online_cents();
-    if amount_cents != expected {
-        tickets::open(
-            conn,
-            NewTicket {
-                kind: "AMOUNT_MISMATCH",
-                provider: Some(provider),
-                order: Some(&order),
-                order_no: Some(out_trade_no),
-                provider_txn_id: Some(txn_id),
-                local_amount_cents: Some(expected),
-                provider_amount_cents: Some(amount_cents),
-                detail: json!({"source": "callback", "status": order.status,
-                               "why": "the provider collected another amount than the order asks"}),
-                finding_key: format!("AMOUNT_MISMATCH:callback:{key}"),
-            },
-            &ctx.trace,
-        )
-        .await?;
-        return Ok((Outcome::AmountMismatch, Some(order)));
-    }
     match order.status() {
+        // Only a payment that would be applied must match the amount; money for a canceled
+        // order goes back whatever it was.
+        OrderStatus::WaitPay if amount_cents != expected => {
+            tickets::open(
+                    conn,
+                    NewTicket {
+                        kind: "AMOUNT_MISMATCH",
+                        provider: Some(provider),
+                        order: Some(&order),
+                        order_no: Some(out_trade_no),
+                        provider_txn_id: Some(txn_id),
+                        local_amount_cents: Some(expected),
+                        provider_amount_cents: Some(amount_cents),
+                        detail: json!({"source": "callback", "status": order.status,
+                                       "why": "the provider collected another amount than the order asks"}),
+                        finding_key: format!("AMOUNT_MISMATCH:callback:{key}"),
+                    },
+                    &ctx.trace,
+                )
+                .await?;
+            Ok((Outcome::AmountMismatch, Some(order)))
+        }
         OrderStatus::WaitPay => {
             let paid = orders::apply_payment(
                 conn,

@@ -121,6 +121,11 @@ pub async fn serve(router: Router) -> String {
 pub struct FakeProviderApi {
     pub base: String,
     pub refunds: Arc<Mutex<Vec<Value>>>,
+    /// out_trade_no -> (transaction id, fen) of trades the fake says were paid.
+    pub paid: Arc<Mutex<HashMap<String, (String, i64)>>>,
+    pub closed: Arc<Mutex<Vec<String>>>,
+    /// When set, queries never answer.
+    pub hang_queries: Arc<std::sync::atomic::AtomicBool>,
     key: rsa::RsaPublicKey,
 }
 
@@ -129,10 +134,21 @@ impl FakeProviderApi {
         let fake = FakeProviderApi {
             base: String::new(),
             refunds: Arc::new(Mutex::new(vec![])),
+            paid: Arc::new(Mutex::new(HashMap::new())),
+            closed: Arc::new(Mutex::new(vec![])),
+            hang_queries: Arc::new(std::sync::atomic::AtomicBool::new(false)),
             key: merchant_public,
         };
         let app = Router::new()
             .route("/v3/refund/domestic/refunds", post(wechat_refund))
+            .route(
+                "/v3/pay/transactions/out-trade-no/{no}",
+                axum::routing::get(wechat_query),
+            )
+            .route(
+                "/v3/pay/transactions/out-trade-no/{no}/close",
+                post(wechat_close),
+            )
             .route("/gateway.do", post(alipay_gateway))
             .with_state(fake.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -225,4 +241,78 @@ async fn alipay_gateway(State(f): State<FakeProviderApi>, body: String) -> Json<
     Json(
         serde_json::json!({"alipay_trade_refund_response": {"code": "10000", "msg": "Success", "fund_change": "Y"}, "sign": "x"}),
     )
+}
+
+fn wechat_signed(
+    f: &FakeProviderApi,
+    headers: &HeaderMap,
+    method: &str,
+    path: &str,
+    body: &str,
+) -> bool {
+    let auth = headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let field = |name: &str| -> String {
+        auth.split(&format!("{name}=\""))
+            .nth(1)
+            .and_then(|r| r.split('"').next())
+            .unwrap_or("")
+            .to_string()
+    };
+    let message = format!(
+        "{method}\n{path}\n{}\n{}\n{body}\n",
+        field("timestamp"),
+        field("nonce_str")
+    );
+    verify(&f.key, message.as_bytes(), &field("signature"))
+}
+
+async fn wechat_query(
+    State(f): State<FakeProviderApi>,
+    axum::extract::Path(no): axum::extract::Path<String>,
+    uri: axum::http::Uri,
+    headers: HeaderMap,
+) -> (StatusCode, Json<Value>) {
+    if f.hang_queries.load(Ordering::SeqCst) {
+        tokio::time::sleep(Duration::from_secs(3600)).await;
+    }
+    let path = uri
+        .path_and_query()
+        .map(|p| p.as_str().to_string())
+        .unwrap_or_default();
+    if !wechat_signed(&f, &headers, "GET", &path, "") {
+        return (
+            StatusCode::UNAUTHORIZED,
+            Json(serde_json::json!({"code": "SIGN_ERROR"})),
+        );
+    }
+    let paid = f.paid.lock().unwrap().get(&no).cloned();
+    match paid {
+        Some((txn, fen)) => (
+            StatusCode::OK,
+            Json(
+                serde_json::json!({"out_trade_no": no, "transaction_id": txn, "trade_state": "SUCCESS", "amount": {"total": fen}}),
+            ),
+        ),
+        None => (
+            StatusCode::OK,
+            Json(serde_json::json!({"out_trade_no": no, "trade_state": "NOTPAY"})),
+        ),
+    }
+}
+
+async fn wechat_close(
+    State(f): State<FakeProviderApi>,
+    axum::extract::Path(no): axum::extract::Path<String>,
+    headers: HeaderMap,
+    body: String,
+) -> StatusCode {
+    let path = format!("/v3/pay/transactions/out-trade-no/{no}/close");
+    if !wechat_signed(&f, &headers, "POST", &path, &body) {
+        return StatusCode::UNAUTHORIZED;
+    }
+    f.closed.lock().unwrap().push(no);
+    StatusCode::NO_CONTENT
 }

@@ -6,6 +6,7 @@ mod harness;
 mod catalog_wallet;
 mod check_in;
 mod compensation;
+mod expiry;
 mod fakes;
 mod http_surface;
 mod limits_and_roles;

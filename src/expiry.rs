@@ -1,0 +1,260 @@
+//! Expiry: unpaid online orders are canceled on time, exactly once, with their seat or stock
+//! released and frozen wallet money unfrozen in the same statement.
+//!
+//! Two triggers, one effect. The precise one sleeps until the earliest `expires_at` of the
+//! partial index (woken when an order is placed, on any instance); the fallback is the
+//! scheduler's `order:expire` scan. Both call [`expire_due`]: before canceling, the provider is
+//! asked whether the order was paid after all (a late or lost callback) and the payment is
+//! applied instead; otherwise the trade is closed and the orders are canceled in one set-based
+//! statement that skips rows another instance holds — zero rows means someone else did it.
+
+use std::time::Duration;
+
+use chrono::Utc;
+use diesel::prelude::*;
+use diesel::sql_types::{Array, BigInt, Text};
+use diesel_async::{AsyncPgConnection, RunQueryDsl};
+use serde_json::json;
+
+use crate::app::AppState;
+use crate::db::schema::orders;
+use crate::domain::{order_status, ActorKind, OrderStatus};
+use crate::error::AppResult;
+use crate::payments::api::{ProviderApi, TradeState};
+use crate::payments::{self, Notice, Received};
+use crate::trace::TraceId;
+
+/// Orders canceled per statement.
+pub const BATCH: i64 = 1000;
+
+#[derive(QueryableByName)]
+struct Count {
+    #[diesel(sql_type = BigInt)]
+    n: i64,
+}
+
+/// Cancels due WAIT_PAY orders (all due ones, or only `ids`), releasing what they hold. Rows
+/// locked by another instance are skipped, never waited for.
+pub async fn cancel_expired(
+    conn: &mut AsyncPgConnection,
+    ids: Option<&[i64]>,
+    limit: i64,
+    trace: &TraceId,
+) -> AppResult<i64> {
+    // The state machine's verdict for the whole batch: the system may cancel a waiting order.
+    order_status::check(
+        OrderStatus::WaitPay,
+        OrderStatus::Canceled,
+        ActorKind::System,
+    )?;
+    let r: Count = diesel::sql_query(
+        "WITH due AS (
+            SELECT id FROM orders
+             WHERE status = 'WAIT_PAY' AND expires_at IS NOT NULL AND expires_at <= now()
+               AND ($1::bigint[] IS NULL OR id = ANY($1))
+             ORDER BY expires_at
+             LIMIT $2
+               FOR UPDATE SKIP LOCKED
+        ), moved AS (
+            UPDATE orders o
+               SET status = 'CANCELED', canceled_at = now(), cancel_reason = 'TIMEOUT', updated_at = now()
+              FROM due WHERE o.id = due.id AND o.status = 'WAIT_PAY'
+            RETURNING o.id, o.member_id, o.coach_slot_id, o.class_pack_id, o.payment_method, o.wallet_amount_cents
+        ), audit AS (
+            INSERT INTO order_transitions (order_id, from_status, to_status, actor, reason, trace_id)
+            SELECT id, 'WAIT_PAY', 'CANCELED', 'system:expiry', 'TIMEOUT', $3 FROM moved
+            RETURNING id
+        ), seats AS (
+            UPDATE coach_slots s SET remaining = s.remaining + m.n
+              FROM (SELECT coach_slot_id, count(*) AS n FROM moved WHERE coach_slot_id IS NOT NULL GROUP BY 1) m
+             WHERE s.id = m.coach_slot_id
+        ), stock AS (
+            UPDATE class_packs p SET stock = p.stock + m.n
+              FROM (SELECT class_pack_id, count(*) AS n FROM moved WHERE class_pack_id IS NOT NULL GROUP BY 1) m
+             WHERE p.id = m.class_pack_id AND p.stock IS NOT NULL
+        ), unfrozen AS (
+            INSERT INTO wallet_ledger (member_id, kind, balance_delta, frozen_delta, order_id, actor, trace_id)
+            SELECT member_id, 'UNFREEZE', wallet_amount_cents, -wallet_amount_cents, id, 'system:expiry', $3
+              FROM moved WHERE payment_method = 'MIXED' AND wallet_amount_cents > 0
+        ), announced AS (
+            SELECT count(pg_notify('fitorder_events', 'order:' || id)) AS n FROM audit
+        )
+        SELECT (SELECT count(*) FROM moved) + 0 * (SELECT n FROM announced) AS n",
+    )
+    .bind::<diesel::sql_types::Nullable<Array<BigInt>>, _>(ids.map(|i| i.to_vec()))
+    .bind::<BigInt, _>(limit)
+    .bind::<Text, _>(trace.as_str())
+    .get_result(conn)
+    .await?;
+    if r.n > 0 {
+        metrics::counter!("fitorder_orders_expired_total").increment(r.n as u64);
+        tracing::info!(canceled = r.n, "expired orders canceled");
+    }
+    Ok(r.n)
+}
+
+/// Expires everything due now; returns how many orders were settled (canceled or found paid).
+pub async fn expire_due(state: &AppState, api: &ProviderApi) -> AppResult<i64> {
+    let trace = TraceId::new();
+    let mut total = 0;
+    loop {
+        let mut conn = state.pool.get().await?;
+        let due: Vec<(i64, String, Option<String>)> = orders::table
+            .filter(orders::status.eq("WAIT_PAY"))
+            .filter(orders::expires_at.le(Utc::now()))
+            .order(orders::expires_at)
+            .limit(BATCH)
+            .select((orders::id, orders::order_no, orders::online_provider))
+            .load(&mut conn)
+            .await?;
+        if due.is_empty() {
+            return Ok(total);
+        }
+        let asked = due
+            .iter()
+            .any(|(_, _, p)| p.as_deref().is_some_and(|p| api.configured(p)));
+        let to_cancel: Vec<i64> = if asked {
+            let mut cancel = vec![];
+            for (id, order_no, provider) in &due {
+                let provider = provider.as_deref().unwrap_or_default();
+                if settle_with_provider(state, api, provider, order_no, &trace).await {
+                    total += 1;
+                } else {
+                    cancel.push(*id);
+                }
+            }
+            cancel
+        } else {
+            due.iter().map(|(id, ..)| *id).collect()
+        };
+        if !to_cancel.is_empty() {
+            total += cancel_expired(&mut conn, Some(&to_cancel), BATCH, &trace).await?;
+        }
+        if (due.len() as i64) < BATCH {
+            return Ok(total);
+        }
+    }
+}
+
+/// Asks the provider about one expiring order. True when it turned out paid (and the payment
+/// was applied); false when it should be canceled (not paid, or the provider did not answer:
+/// expiry is never held up, a later payment is handled as paid-after-cancel).
+async fn settle_with_provider(
+    state: &AppState,
+    api: &ProviderApi,
+    provider: &str,
+    order_no: &str,
+    trace: &TraceId,
+) -> bool {
+    match api.query(provider, order_no, trace.as_str()).await {
+        Ok(TradeState::Paid {
+            txn_id,
+            amount_cents,
+        }) => {
+            let body = json!({"source": "trade query at expiry", "out_trade_no": order_no,
+                              "transaction_id": txn_id, "amount": amount_cents})
+            .to_string();
+            let recorded = async {
+                let mut conn = state.pool.get().await?;
+                payments::record(
+                    &mut conn,
+                    Received {
+                        provider,
+                        verified: true,
+                        event_type: Some("TRADE_QUERY"),
+                        body: &body,
+                        headers: json!({}),
+                        error: None,
+                    },
+                    "RECEIVED",
+                    trace,
+                )
+                .await
+            }
+            .await;
+            let Ok(callback_id) = recorded else {
+                return false;
+            };
+            let notice = Notice::Paid {
+                out_trade_no: order_no.to_string(),
+                txn_id,
+                amount_cents,
+            };
+            match payments::apply(state, provider, callback_id, notice, trace).await {
+                Ok(payments::Outcome::Applied) => {
+                    tracing::info!(order_no, "expiring order was paid: late payment applied");
+                    true
+                }
+                Ok(other) => {
+                    tracing::warn!(
+                        order_no,
+                        outcome = other.as_str(),
+                        "expiring order: provider payment not applied"
+                    );
+                    false
+                }
+                Err(e) => {
+                    tracing::warn!(order_no, error = %e.message(), "expiring order: applying the found payment failed");
+                    false
+                }
+            }
+        }
+        Ok(TradeState::NotPaid) => {
+            if let Err(e) = api.close(provider, order_no, trace.as_str()).await {
+                tracing::warn!(order_no, error = %e, "closing the trade failed; canceling anyway");
+            }
+            false
+        }
+        Ok(TradeState::Unknown) => false,
+        Err(e) => {
+            tracing::warn!(order_no, error = %e, "provider did not answer the trade query; canceling anyway");
+            false
+        }
+    }
+}
+
+/// The precise trigger: sleeps until the earliest deadline, wakes when orders are placed.
+pub async fn run_timer(state: AppState, mut shutdown: tokio::sync::watch::Receiver<bool>) {
+    let api = ProviderApi::new(state.config.clone(), state.keys.clone());
+    let wake = state.events.expiry.clone();
+    loop {
+        if *shutdown.borrow() {
+            return;
+        }
+        let notified = wake.notified();
+        let wait = match next_deadline(&state).await {
+            Ok(Some(t)) if t <= Utc::now() => {
+                if let Err(e) = expire_due(&state, &api).await {
+                    tracing::warn!(error = %e.message(), "expiry failed; retrying shortly");
+                    Duration::from_secs(1)
+                } else {
+                    Duration::ZERO
+                }
+            }
+            Ok(Some(t)) => (t - Utc::now())
+                .to_std()
+                .unwrap_or_default()
+                .min(Duration::from_secs(30)),
+            Ok(None) => Duration::from_secs(30),
+            Err(_) => Duration::from_secs(1),
+        };
+        if wait.is_zero() {
+            continue;
+        }
+        tokio::select! {
+            _ = notified => {},
+            _ = tokio::time::sleep(wait) => {},
+            _ = shutdown.changed() => {},
+        }
+    }
+}
+
+async fn next_deadline(state: &AppState) -> AppResult<Option<chrono::DateTime<Utc>>> {
+    let mut conn = state.pool.get().await?;
+    Ok(orders::table
+        .filter(orders::status.eq("WAIT_PAY"))
+        .filter(orders::expires_at.is_not_null())
+        .select(diesel::dsl::min(orders::expires_at))
+        .get_result(&mut conn)
+        .await?)
+}

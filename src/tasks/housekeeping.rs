@@ -1,0 +1,96 @@
+//! `alert:check` and `data:cleanup`.
+
+use diesel::sql_types::BigInt;
+use diesel::QueryableByName;
+use diesel_async::RunQueryDsl;
+
+use crate::app::AppState;
+use crate::error::AppResult;
+
+#[derive(QueryableByName)]
+struct N {
+    #[diesel(sql_type = BigInt)]
+    n: i64,
+}
+
+/// How long a task run may stay RUNNING before it is declared stuck (its instance died).
+const STUCK_MINUTES: i64 = 15;
+/// Idempotency keys are kept well past the providers' retry windows (a day or so).
+const KEY_RETENTION_DAYS: i64 = 90;
+/// Successful delivery attempts are kept this long; failures and anything a ticket needs stay.
+const ATTEMPT_RETENTION_DAYS: i64 = 90;
+const TASK_RUN_RETENTION_DAYS: i64 = 30;
+
+/// Looks for what needs a human: DEAD events, stuck task runs and reconciliations. Stuck runs
+/// are closed as FAILED (so the next tick can run); every finding is logged as an alert.
+pub async fn alert_check(state: AppState) -> AppResult<i64> {
+    let mut conn = state.pool.get().await?;
+    let stuck: N = diesel::sql_query(format!(
+        "WITH s AS (UPDATE task_runs SET status = 'FAILED', finished_at = now(),
+                        detail = 'stuck: no outcome after {STUCK_MINUTES} minutes (instance died?)'
+                     WHERE status = 'RUNNING' AND started_at < now() - interval '{STUCK_MINUTES} minutes' RETURNING 1),
+              r AS (UPDATE reconciliation_runs SET status = 'FAILED', finished_at = now(),
+                        error = 'stuck: no outcome after an hour (instance died?)'
+                     WHERE status = 'RUNNING' AND started_at < now() - interval '1 hour' RETURNING 1)
+         SELECT (SELECT count(*) FROM s) + (SELECT count(*) FROM r) AS n"
+    ))
+    .get_result(&mut conn)
+    .await?;
+    if stuck.n > 0 {
+        tracing::error!(runs = stuck.n, "ALERT: stuck runs closed as FAILED");
+    }
+    let dead: N =
+        diesel::sql_query("SELECT count(*) AS n FROM compensation_events WHERE status = 'DEAD'")
+            .get_result(&mut conn)
+            .await?;
+    metrics::gauge!("fitorder_compensation_dead").set(dead.n as f64);
+    let backlog: N = diesel::sql_query(
+        "SELECT count(*) AS n FROM compensation_events WHERE status IN ('PENDING', 'RETRYING') AND next_attempt_at < now() - interval '5 minutes'",
+    )
+    .get_result(&mut conn)
+    .await?;
+    metrics::gauge!("fitorder_compensation_overdue").set(backlog.n as f64);
+    if dead.n > 0 {
+        tracing::error!(
+            dead = dead.n,
+            "ALERT: DEAD compensation events wait for a replay"
+        );
+    }
+    if backlog.n > 0 {
+        tracing::error!(
+            overdue = backlog.n,
+            "ALERT: compensation events overdue by more than 5 minutes (no worker running?)"
+        );
+    }
+    Ok(stuck.n + dead.n + backlog.n)
+}
+
+/// Prunes what is safe to prune: old idempotency keys, old successful attempt logs, old task
+/// runs — never anything an open ticket's order needs.
+pub async fn data_cleanup(state: AppState) -> AppResult<i64> {
+    let mut conn = state.pool.get().await?;
+    let r: N = diesel::sql_query(format!(
+        "WITH open_orders AS (
+            SELECT order_id FROM exception_tickets WHERE status IN ('OPEN', 'IN_PROGRESS') AND order_id IS NOT NULL
+         ), keys AS (
+            DELETE FROM payment_keys k USING payment_callbacks c
+             WHERE k.callback_id = c.id AND k.created_at < now() - interval '{KEY_RETENTION_DAYS} days'
+               AND (c.order_id IS NULL OR c.order_id NOT IN (SELECT order_id FROM open_orders))
+            RETURNING 1
+         ), attempts AS (
+            DELETE FROM compensation_attempts a USING compensation_events e
+             WHERE a.event_id = e.id AND a.ok AND e.status = 'SUCCEEDED'
+               AND a.at < now() - interval '{ATTEMPT_RETENTION_DAYS} days'
+               AND e.order_id NOT IN (SELECT order_id FROM open_orders)
+            RETURNING 1
+         ), runs AS (
+            DELETE FROM task_runs WHERE status <> 'RUNNING' AND started_at < now() - interval '{TASK_RUN_RETENTION_DAYS} days'
+            RETURNING 1
+         )
+         SELECT (SELECT count(*) FROM keys) + (SELECT count(*) FROM attempts) + (SELECT count(*) FROM runs) AS n"
+    ))
+    .get_result(&mut conn)
+    .await?;
+    tracing::info!(pruned = r.n, "data cleanup");
+    Ok(r.n)
+}

@@ -1,0 +1,174 @@
+//! The scheduler: periodic tasks registered by name with a schedule. Each tick of each task
+//! runs once across the whole cluster: the instance that inserts the `(task, tick)` row runs it
+//! and records how it went; the others find the row taken. Any number of processes may run the
+//! scheduler; none is a leader.
+
+mod housekeeping;
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use diesel::prelude::*;
+use diesel_async::RunQueryDsl;
+use futures_util::future::BoxFuture;
+
+use crate::app::AppState;
+use crate::db::schema::task_runs;
+use crate::domain::schedule::Schedule;
+use crate::error::{AppError, AppResult};
+
+/// A task body: returns how many rows it touched.
+pub type TaskFn = fn(AppState) -> BoxFuture<'static, AppResult<i64>>;
+
+#[derive(Clone)]
+pub struct Task {
+    pub name: &'static str,
+    pub schedule: Schedule,
+    pub run: TaskFn,
+}
+
+#[derive(Clone)]
+pub struct Scheduler {
+    state: AppState,
+    instance: String,
+    pub tasks: Vec<Task>,
+}
+
+impl Scheduler {
+    /// fitorder's periodic tasks.
+    pub fn standard(state: AppState) -> Scheduler {
+        let scan = state.config.scan_interval.as_secs().max(1) as i64;
+        let mut tasks = vec![
+            Task {
+                name: "order:expire",
+                schedule: Schedule::Every { secs: scan },
+                run: |s| {
+                    Box::pin(async move {
+                        let api = crate::payments::api::ProviderApi::new(
+                            s.config.clone(),
+                            s.keys.clone(),
+                        );
+                        crate::expiry::expire_due(&s, &api).await
+                    })
+                },
+            },
+            Task {
+                name: "alert:check",
+                schedule: Schedule::Every { secs: 60 },
+                run: |s| Box::pin(housekeeping::alert_check(s)),
+            },
+            Task {
+                name: "data:cleanup",
+                schedule: Schedule::DailyAt {
+                    hour: 3,
+                    minute: 30,
+                },
+                run: |s| Box::pin(housekeeping::data_cleanup(s)),
+            },
+        ];
+        tasks.extend(crate::reconciliation::scheduled_tasks());
+        Scheduler {
+            instance: format!(
+                "{}-{}",
+                std::process::id(),
+                &crate::trace::TraceId::new().0[..6]
+            ),
+            state,
+            tasks,
+        }
+    }
+
+    /// Runs every task whose current tick nobody has claimed yet. Returns the tasks this
+    /// instance ran.
+    pub async fn tick(&self, now: DateTime<Utc>) -> Vec<&'static str> {
+        let mut ran = vec![];
+        for task in &self.tasks {
+            let tick = task.schedule.current_tick(now, self.state.config.timezone);
+            match self.claim(task.name, tick).await {
+                Ok(Some(id)) => {
+                    self.execute(task, id).await;
+                    ran.push(task.name);
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::warn!(task = task.name, error = %e.message(), "could not claim a tick")
+                }
+            }
+        }
+        ran
+    }
+
+    async fn claim(&self, task: &str, tick: DateTime<Utc>) -> AppResult<Option<i64>> {
+        let mut conn = self.state.pool.get().await?;
+        Ok(diesel::insert_into(task_runs::table)
+            .values((
+                task_runs::task.eq(task),
+                task_runs::tick.eq(tick),
+                task_runs::instance.eq(&self.instance),
+            ))
+            .on_conflict_do_nothing()
+            .returning(task_runs::id)
+            .get_result(&mut conn)
+            .await
+            .optional()?)
+    }
+
+    async fn execute(&self, task: &Task, run_id: i64) {
+        let started = std::time::Instant::now();
+        let result = (task.run)(self.state.clone()).await;
+        let (status, rows, detail) = match &result {
+            Ok(n) => ("SUCCEEDED", *n, None),
+            Err(e) => ("FAILED", 0, Some(e.message())),
+        };
+        if let Some(d) = &detail {
+            tracing::error!(task = task.name, error = %d, "scheduled task failed");
+        }
+        metrics::counter!("fitorder_task_runs_total", "task" => task.name, "status" => status)
+            .increment(1);
+        metrics::histogram!("fitorder_task_seconds", "task" => task.name)
+            .record(started.elapsed().as_secs_f64());
+        let recorded = async {
+            let mut conn = self.state.pool.get().await?;
+            diesel::update(task_runs::table.find(run_id))
+                .set((
+                    task_runs::status.eq(status),
+                    task_runs::finished_at.eq(Utc::now()),
+                    task_runs::rows_touched.eq(rows),
+                    task_runs::detail.eq(detail),
+                ))
+                .execute(&mut conn)
+                .await?;
+            Ok::<_, AppError>(())
+        }
+        .await;
+        if let Err(e) = recorded {
+            tracing::warn!(task = task.name, error = %e.message(), "task outcome not recorded");
+        }
+    }
+
+    /// Ticks until `shutdown` flips, sleeping until the next tick of any task.
+    pub async fn run(self, mut shutdown: tokio::sync::watch::Receiver<bool>) {
+        tracing::info!(tasks = ?self.tasks.iter().map(|t| t.name).collect::<Vec<_>>(), "scheduler started");
+        loop {
+            if *shutdown.borrow() {
+                return;
+            }
+            let now = Utc::now();
+            self.tick(now).await;
+            let next = self
+                .tasks
+                .iter()
+                .map(|t| t.schedule.next_tick(now, self.state.config.timezone))
+                .min()
+                .unwrap_or(now + chrono::Duration::seconds(60));
+            let wait = (next - Utc::now())
+                .to_std()
+                .unwrap_or_default()
+                .clamp(Duration::from_millis(50), Duration::from_secs(60));
+            tokio::select! {
+                _ = tokio::time::sleep(wait) => {},
+                _ = shutdown.changed() => {},
+            }
+        }
+    }
+}

@@ -13,25 +13,24 @@ pub struct AppState {
     pub config: Arc<Config>,
     pub keys: Arc<ProviderKeys>,
     pub events: EventHub,
+    /// The database URL, for the few things a pool connection cannot do (COPY, LISTEN).
+    pub db_url: Arc<String>,
 }
 
 impl AppState {
     /// State without provider keys (their callbacks answer 503) and without live events.
     pub fn new(pool: DbPool, config: Config) -> AppState {
-        AppState::with_keys(pool, config, ProviderKeys::default(), EventHub::detached())
+        let url = config.database_url.clone().unwrap_or_default();
+        AppState::with_keys(pool, config, ProviderKeys::default(), EventHub::detached(), url)
     }
 
-    pub fn with_keys(
-        pool: DbPool,
-        config: Config,
-        keys: ProviderKeys,
-        events: EventHub,
-    ) -> AppState {
+    pub fn with_keys(pool: DbPool, config: Config, keys: ProviderKeys, events: EventHub, db_url: String) -> AppState {
         AppState {
             pool,
             config: Arc::new(config),
             keys: Arc::new(keys),
             events,
+            db_url: Arc::new(db_url),
         }
     }
 }

@@ -84,9 +84,7 @@ impl Viewer {
         if self.sees_store(store_id) {
             Ok(())
         } else {
-            Err(AppError::Forbidden(format!(
-                "no access to store {store_id}"
-            )))
+            Err(AppError::Forbidden(format!("no access to store {store_id}")))
         }
     }
 }
@@ -123,12 +121,8 @@ pub fn verify(secret: &str, header_value: &str) -> AppResult<Viewer> {
     let mut validation = Validation::new(Algorithm::HS256);
     validation.set_required_spec_claims(&["exp", "sub"]);
     validation.leeway = 5;
-    let data = jsonwebtoken::decode::<Claims>(
-        token,
-        &DecodingKey::from_secret(secret.as_bytes()),
-        &validation,
-    )
-    .map_err(|e| AppError::Unauthenticated(format!("invalid token: {e}")))?;
+    let data = jsonwebtoken::decode::<Claims>(token, &DecodingKey::from_secret(secret.as_bytes()), &validation)
+        .map_err(|e| AppError::Unauthenticated(format!("invalid token: {e}")))?;
     let claims = data.claims;
     let role = Role::parse(&claims.role)
         .ok_or_else(|| AppError::Unauthenticated(format!("unknown role {:?}", claims.role)))?;
@@ -136,9 +130,12 @@ pub fn verify(secret: &str, header_value: &str) -> AppResult<Viewer> {
         return Err(AppError::Unauthenticated("empty subject".into()));
     }
     let member_id = match role {
-        Role::Member => Some(claims.sub.parse::<i64>().map_err(|_| {
-            AppError::Unauthenticated("a member token's sub must be a member id".into())
-        })?),
+        Role::Member => Some(
+            claims
+                .sub
+                .parse::<i64>()
+                .map_err(|_| AppError::Unauthenticated("a member token's sub must be a member id".into()))?,
+        ),
         _ => None,
     };
     let stores = match claims.stores {

@@ -5,18 +5,14 @@ use diesel::prelude::*;
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
 
 use crate::db::models::{ClassPack, CoachSlot, Member, MembershipPlan, Store};
-use crate::db::schema::{
-    class_packs, coach_slots, members, membership_plans, stores, wallet_ledger,
-};
+use crate::db::schema::{class_packs, coach_slots, members, membership_plans, stores, wallet_ledger};
 use crate::error::{AppError, AppResult};
 use crate::orders::{wallet_move, Ctx, WalletMove};
 
 fn name_ok(field: &str, value: &str) -> AppResult<String> {
     let v = value.trim();
     if v.is_empty() || v.chars().count() > 100 {
-        return Err(AppError::bad(format!(
-            "{field} must be 1 to 100 characters"
-        )));
+        return Err(AppError::bad(format!("{field} must be 1 to 100 characters")));
     }
     Ok(v.to_string())
 }
@@ -28,11 +24,7 @@ fn price_ok(price_cents: i32) -> AppResult<i64> {
     Ok(i64::from(price_cents))
 }
 
-pub async fn create_store(
-    conn: &mut AsyncPgConnection,
-    name: &str,
-    code: &str,
-) -> AppResult<Store> {
+pub async fn create_store(conn: &mut AsyncPgConnection, name: &str, code: &str) -> AppResult<Store> {
     let name = name_ok("name", name)?;
     let code = code.trim();
     if code.is_empty()
@@ -41,9 +33,7 @@ pub async fn create_store(
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
     {
-        return Err(AppError::bad(
-            "code must be 1 to 32 letters, digits, - or _",
-        ));
+        return Err(AppError::bad("code must be 1 to 32 letters, digits, - or _"));
     }
     Ok(diesel::insert_into(stores::table)
         .values((stores::name.eq(name), stores::code.eq(code)))
@@ -62,17 +52,9 @@ pub async fn require_store(conn: &mut AsyncPgConnection, store_id: i64) -> AppRe
         .ok_or_else(|| AppError::NotFound(format!("store {store_id}")))
 }
 
-pub async fn create_member(
-    conn: &mut AsyncPgConnection,
-    store_id: i64,
-    name: &str,
-    phone: &str,
-) -> AppResult<Member> {
+pub async fn create_member(conn: &mut AsyncPgConnection, store_id: i64, name: &str, phone: &str) -> AppResult<Member> {
     let name = name_ok("name", name)?;
-    let phone: String = phone
-        .chars()
-        .filter(|c| !c.is_whitespace() && *c != '-')
-        .collect();
+    let phone: String = phone.chars().filter(|c| !c.is_whitespace() && *c != '-').collect();
     let digits = phone.strip_prefix('+').unwrap_or(&phone);
     if !(5..=20).contains(&digits.len()) || !digits.bytes().all(|b| b.is_ascii_digit()) {
         return Err(AppError::bad("phone must be 5 to 20 digits"));

@@ -85,8 +85,7 @@ fn var(name: &str) -> Option<String> {
 
 fn duration(name: &str, default: &str) -> Result<Duration> {
     let raw = var(name).unwrap_or_else(|| default.to_string());
-    humantime::parse_duration(&raw)
-        .with_context(|| format!("{name}={raw:?} is not a duration like 15m or 2s"))
+    humantime::parse_duration(&raw).with_context(|| format!("{name}={raw:?} is not a duration like 15m or 2s"))
 }
 
 fn number<T: std::str::FromStr>(name: &str, default: T) -> Result<T> {
@@ -105,14 +104,11 @@ impl Config {
             None => (dev_secret(), true),
         };
         let tz_name = var("FITORDER_TIMEZONE").unwrap_or_else(|| "Asia/Shanghai".into());
-        let timezone = tz_name.parse::<chrono_tz::Tz>().map_err(|_| {
-            anyhow::anyhow!("FITORDER_TIMEZONE={tz_name:?} is not an IANA time zone")
-        })?;
+        let timezone = tz_name
+            .parse::<chrono_tz::Tz>()
+            .map_err(|_| anyhow::anyhow!("FITORDER_TIMEZONE={tz_name:?} is not an IANA time zone"))?;
         let max_attempts: i32 = number("FITORDER_MAX_ATTEMPTS", 5)?;
-        anyhow::ensure!(
-            max_attempts >= 1,
-            "FITORDER_MAX_ATTEMPTS must be at least 1"
-        );
+        anyhow::ensure!(max_attempts >= 1, "FITORDER_MAX_ATTEMPTS must be at least 1");
         Ok(Config {
             database_url: var("DATABASE_URL"),
             addr: var("FITORDER_ADDR").unwrap_or_else(|| "127.0.0.1:8080".into()),

@@ -107,34 +107,20 @@ impl From<TransitionError> for AppError {
 /// Named constraints that mean "the client asked for something the books cannot allow".
 fn constraint_error(name: &str, message: &str) -> Option<AppError> {
     Some(match name {
-        "wallet_balance_not_negative" => {
-            AppError::InsufficientFunds("wallet balance is too low".into())
-        }
-        "wallet_frozen_not_negative" => {
-            AppError::Conflict("frozen wallet money was already released".into())
-        }
-        "class_pack_stock_not_negative" | "coach_slot_seats_in_range" => {
-            AppError::SoldOut("sold out".into())
-        }
+        "wallet_balance_not_negative" => AppError::InsufficientFunds("wallet balance is too low".into()),
+        "wallet_frozen_not_negative" => AppError::Conflict("frozen wallet money was already released".into()),
+        "class_pack_stock_not_negative" | "coach_slot_seats_in_range" => AppError::SoldOut("sold out".into()),
         "stores_code_key" => AppError::Conflict("a store with this code exists".into()),
-        "members_store_phone_key" => {
-            AppError::Conflict("a member with this phone exists in this store".into())
-        }
+        "members_store_phone_key" => AppError::Conflict("a member with this phone exists in this store".into()),
         "orders_member_idempotency_key" => {
             AppError::Conflict("an order with this idempotency key is being placed".into())
         }
         "orders_sessions_in_range" => AppError::BadInput("not enough sessions left".into()),
-        "wallet_ledger_top_up_reference" => {
-            AppError::Conflict("top-up reference already used".into())
-        }
-        "payments_one_per_order" | "payments_idempotency_key" => {
-            AppError::Conflict("order already paid".into())
-        }
+        "wallet_ledger_top_up_reference" => AppError::Conflict("top-up reference already used".into()),
+        "payments_one_per_order" | "payments_idempotency_key" => AppError::Conflict("order already paid".into()),
         "refunds_one_per_order" => AppError::Conflict("order already refunded".into()),
         "check_ins_order_txn_key" => AppError::Conflict("check-in already recorded".into()),
-        _ if message.contains("violates check constraint") => {
-            AppError::BadInput(format!("refused: {name}"))
-        }
+        _ if message.contains("violates check constraint") => AppError::BadInput(format!("refused: {name}")),
         _ => return None,
     })
 }
@@ -163,9 +149,9 @@ impl From<DieselError> for AppError {
                     DatabaseErrorKind::SerializationFailure => {
                         AppError::Conflict("concurrent update, please retry".into())
                     }
-                    DatabaseErrorKind::ForeignKeyViolation => AppError::BadInput(format!(
-                        "refers to something that does not exist: {message}"
-                    )),
+                    DatabaseErrorKind::ForeignKeyViolation => {
+                        AppError::BadInput(format!("refers to something that does not exist: {message}"))
+                    }
                     _ => AppError::Internal(std::sync::Arc::new(anyhow::Error::new(e))),
                 }
             }

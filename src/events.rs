@@ -189,11 +189,7 @@ async fn load(pool: &DbPool, payload: &str) -> anyhow::Result<Option<Event>> {
             let row: Option<(CompensationEvent, String, i64)> = compensation_events::table
                 .inner_join(orders::table)
                 .filter(compensation_events::id.eq(id))
-                .select((
-                    CompensationEvent::as_select(),
-                    orders::order_no,
-                    orders::store_id,
-                ))
+                .select((CompensationEvent::as_select(), orders::order_no, orders::store_id))
                 .get_result(&mut conn)
                 .await
                 .optional()?;
@@ -213,8 +209,7 @@ async fn load(pool: &DbPool, payload: &str) -> anyhow::Result<Option<Event>> {
 /// A statement announcing `payload` on the events channel when the transaction commits.
 pub fn notify_sql(
     payload: &str,
-) -> diesel::query_builder::BoxedSqlQuery<'static, diesel::pg::Pg, diesel::query_builder::SqlQuery>
-{
+) -> diesel::query_builder::BoxedSqlQuery<'static, diesel::pg::Pg, diesel::query_builder::SqlQuery> {
     diesel::sql_query("SELECT pg_notify('fitorder_events', $1)")
         .into_boxed()
         .bind::<diesel::sql_types::Text, _>(payload.to_string())

@@ -42,11 +42,7 @@ pub async fn cancel_expired(
     trace: &TraceId,
 ) -> AppResult<i64> {
     // The state machine's verdict for the whole batch: the system may cancel a waiting order.
-    order_status::check(
-        OrderStatus::WaitPay,
-        OrderStatus::Canceled,
-        ActorKind::System,
-    )?;
+    order_status::check(OrderStatus::WaitPay, OrderStatus::Canceled, ActorKind::System)?;
     let r: Count = diesel::sql_query(
         "WITH due AS (
             SELECT id FROM orders
@@ -147,10 +143,7 @@ async fn settle_with_provider(
     trace: &TraceId,
 ) -> bool {
     match api.query(provider, order_no, trace.as_str()).await {
-        Ok(TradeState::Paid {
-            txn_id,
-            amount_cents,
-        }) => {
+        Ok(TradeState::Paid { txn_id, amount_cents }) => {
             let body = json!({"source": "trade query at expiry", "out_trade_no": order_no,
                               "transaction_id": txn_id, "amount": amount_cents})
             .to_string();

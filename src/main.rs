@@ -23,10 +23,7 @@ Usage:
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    if args
-        .iter()
-        .any(|a| a == "--help" || a == "-h" || a == "help")
-    {
+    if args.iter().any(|a| a == "--help" || a == "-h" || a == "help") {
         print!("{USAGE}\n{ENV_HELP}");
         return ExitCode::SUCCESS;
     }
@@ -52,8 +49,7 @@ fn flag(args: &[String], name: &str) -> Option<String> {
         .and_then(|i| args.get(i + 1).cloned())
         .or_else(|| {
             let prefix = format!("{name}=");
-            args.iter()
-                .find_map(|a| a.strip_prefix(&prefix).map(str::to_string))
+            args.iter().find_map(|a| a.strip_prefix(&prefix).map(str::to_string))
         })
 }
 
@@ -78,35 +74,22 @@ fn run(args: Vec<String>) -> Result<()> {
             let role = flag(rest, "--role").context("--role is required (member, admin, ops)")?;
             let role = Role::parse(&role).with_context(|| format!("unknown role {role:?}"))?;
             let sub = flag(rest, "--sub").context("--sub is required")?;
-            let stores = flag(rest, "--stores")
-                .map(|s| s.split(',').map(|x| x.trim().to_string()).collect());
+            let stores = flag(rest, "--stores").map(|s| s.split(',').map(|x| x.trim().to_string()).collect());
             let ttl = match flag(rest, "--ttl") {
                 Some(t) => humantime::parse_duration(&t).with_context(|| format!("--ttl {t:?}"))?,
                 None => std::time::Duration::from_secs(3600),
             };
-            println!(
-                "{}",
-                issue_token(&config.jwt_secret, role, &sub, stores, ttl)
-            );
+            println!("{}", issue_token(&config.jwt_secret, role, &sub, stores, ttl));
             Ok(())
         }
         "serve" | "worker" | "migrate" | "seed" | "reconcile" => {
             let config = Config::from_env()?;
-            let rt = tokio::runtime::Builder::new_multi_thread()
-                .enable_all()
-                .build()?;
+            let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
             rt.block_on(async move {
                 match command {
                     "serve" => {
                         let workers = !rest.iter().any(|a| a == "--no-workers");
-                        server::run(
-                            config,
-                            ServeOptions {
-                                http: true,
-                                workers,
-                            },
-                        )
-                        .await
+                        server::run(config, ServeOptions { http: true, workers }).await
                     }
                     "worker" => {
                         server::run(
@@ -137,11 +120,7 @@ fn run(args: Vec<String>) -> Result<()> {
                                 .map_err(|e| anyhow::anyhow!("{}", e.message()))?;
                             println!(
                                 "demo data {}: stores {:?}, members {:?}",
-                                if s.created {
-                                    "created"
-                                } else {
-                                    "already present"
-                                },
+                                if s.created { "created" } else { "already present" },
                                 s.store_ids,
                                 s.member_ids
                             );
@@ -153,9 +132,7 @@ fn run(args: Vec<String>) -> Result<()> {
                         }
                         r
                     }
-                    _ => bail!(
-                        "reconcile is not available yet (reconciliation is a later piece of work)"
-                    ),
+                    _ => bail!("reconcile is not available yet (reconciliation is a later piece of work)"),
                 }
             })
         }

@@ -66,17 +66,8 @@ pub async fn seed(conn: &mut AsyncPgConnection) -> AppResult<Seeded> {
     for store in [sh.id, hz.id] {
         catalog::create_membership_plan(conn, store, "Monthly card", 30, 39_900).await?;
         catalog::create_membership_plan(conn, store, "Annual card", 365, 299_900).await?;
-        catalog::create_class_pack(conn, store, "AI strength · 10 sessions", 10, 99_900, None)
-            .await?;
-        catalog::create_class_pack(
-            conn,
-            store,
-            "Launch offer · 5 sessions",
-            5,
-            19_900,
-            Some(20),
-        )
-        .await?;
+        catalog::create_class_pack(conn, store, "AI strength · 10 sessions", 10, 99_900, None).await?;
+        catalog::create_class_pack(conn, store, "Launch offer · 5 sessions", 5, 19_900, Some(20)).await?;
         let tomorrow = (Utc::now() + Duration::days(1))
             .with_minute(0)
             .and_then(|t| t.with_second(0))
@@ -84,16 +75,7 @@ pub async fn seed(conn: &mut AsyncPgConnection) -> AppResult<Seeded> {
             .unwrap_or_else(Utc::now);
         for (i, coach) in ["Coach Liu", "Coach Zhao", "Coach Sun"].iter().enumerate() {
             let start = tomorrow + Duration::hours(i as i64 * 2);
-            catalog::create_coach_slot(
-                conn,
-                store,
-                coach,
-                start,
-                start + Duration::hours(1),
-                2,
-                30_000,
-            )
-            .await?;
+            catalog::create_coach_slot(conn, store, coach, start, start + Duration::hours(1), 2, 30_000).await?;
         }
     }
     Ok(Seeded {

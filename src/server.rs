@@ -20,9 +20,7 @@ pub async fn resolve_database(config: &Config) -> Result<(String, Option<Arc<Dev
     }
     let dev = tokio::task::spawn_blocking(|| DevPostgres::ensure(Path::new("./.fitorder/pg")))
         .await?
-        .context(
-            "DATABASE_URL is unset, so fitorder starts its own PostgreSQL under ./.fitorder/pg",
-        )?;
+        .context("DATABASE_URL is unset, so fitorder starts its own PostgreSQL under ./.fitorder/pg")?;
     let dev = Arc::new(dev);
     ensure_database(&dev.url("postgres"), "fitorder").await?;
     Ok((dev.url("fitorder"), Some(dev)))
@@ -39,11 +37,10 @@ pub async fn ensure_database(admin_url: &str, name: &str) -> Result<()> {
         #[diesel(sql_type = diesel::sql_types::Bool)]
         exists: bool,
     }
-    let found: Exists =
-        diesel::sql_query("SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1) AS exists")
-            .bind::<diesel::sql_types::Text, _>(name)
-            .get_result(&mut conn)
-            .await?;
+    let found: Exists = diesel::sql_query("SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1) AS exists")
+        .bind::<diesel::sql_types::Text, _>(name)
+        .get_result(&mut conn)
+        .await?;
     if !found.exists {
         // Two processes may race here; the loser's "already exists" is fine.
         if let Err(e) = diesel::sql_query(format!("CREATE DATABASE \"{name}\""))
@@ -73,17 +70,12 @@ pub async fn run(config: Config, opts: ServeOptions) -> Result<()> {
     result
 }
 
-async fn run_with_database(
-    config: Config,
-    opts: ServeOptions,
-    url: &str,
-    dev_mode: bool,
-) -> Result<()> {
+async fn run_with_database(config: Config, opts: ServeOptions, url: &str, dev_mode: bool) -> Result<()> {
     db::migrate(url).await?;
     let keys = crate::payments::keys::ProviderKeys::load(&config)?;
     let pool = db::pool(url, config.db_pool_size)?;
     let events = crate::events::EventHub::start(url.to_string(), pool.clone());
-    let state = AppState::with_keys(pool, config.clone(), keys, events);
+    let state = AppState::with_keys(pool, config.clone(), keys, events, url.to_string());
     if dev_mode || config.jwt_secret_generated {
         let mut conn = state.pool.get().await?;
         let seeded = crate::seed::seed(&mut conn)
@@ -94,10 +86,7 @@ async fn run_with_database(
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let background = if opts.workers {
         let mut tasks = crate::compensation::worker::spawn(&state, 2, &stop_rx);
-        tasks.push(tokio::spawn(crate::expiry::run_timer(
-            state.clone(),
-            stop_rx.clone(),
-        )));
+        tasks.push(tokio::spawn(crate::expiry::run_timer(state.clone(), stop_rx.clone())));
         tasks.push(tokio::spawn(
             crate::tasks::Scheduler::standard(state.clone()).run(stop_rx.clone()),
         ));
@@ -151,10 +140,7 @@ fn print_dev_banner(config: &Config, seeded: &crate::seed::Seeded) {
     println!("  admin token:  {admin}");
     println!("  ops token:    {ops}");
     if let Some(member) = member {
-        println!(
-            "  member token: {member}   (member {})",
-            seeded.member_ids[0]
-        );
+        println!("  member token: {member}   (member {})", seeded.member_ids[0]);
     }
     println!(
         "  demo stores: {:?}, members: {:?}",

@@ -50,8 +50,7 @@ pub async fn open(
         .optional()?;
     if let Some(ticket) = &opened {
         tracing::warn!(ticket = ticket.id, kind = t.kind, order_no = ?ticket.order_no, "exception ticket opened");
-        metrics::counter!("fitorder_tickets_opened_total", "kind" => t.kind.to_string())
-            .increment(1);
+        metrics::counter!("fitorder_tickets_opened_total", "kind" => t.kind.to_string()).increment(1);
         crate::events::notify_sql(&format!("ticket:{}", ticket.id))
             .execute(conn)
             .await?;

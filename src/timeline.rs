@@ -12,20 +12,9 @@ use crate::error::AppResult;
 use crate::graphql::TimelineEntry;
 
 /// at, ok, error, duration, event kind, event trace id, worker.
-type AttemptRow = (
-    DateTime<Utc>,
-    bool,
-    Option<String>,
-    i32,
-    String,
-    String,
-    String,
-);
+type AttemptRow = (DateTime<Utc>, bool, Option<String>, i32, String, String, String);
 
-pub async fn for_order(
-    conn: &mut AsyncPgConnection,
-    order_id: i64,
-) -> AppResult<Vec<TimelineEntry>> {
+pub async fn for_order(conn: &mut AsyncPgConnection, order_id: i64) -> AppResult<Vec<TimelineEntry>> {
     let mut out = Vec::new();
     let transitions: Vec<OrderTransition> = order_transitions::table
         .filter(order_transitions::order_id.eq(order_id))
@@ -86,9 +75,7 @@ pub async fn for_order(
                 cb.provider,
                 cb.event_type.as_deref().unwrap_or("notification"),
                 cb.outcome,
-                cb.provider_txn_id
-                    .map(|t| format!(" ({t})"))
-                    .unwrap_or_default()
+                cb.provider_txn_id.map(|t| format!(" ({t})")).unwrap_or_default()
             ),
             trace_id: cb.trace_id,
         });
@@ -111,10 +98,7 @@ pub async fn for_order(
         out.push(TimelineEntry {
             at,
             kind: "COMPENSATION_ATTEMPT".into(),
-            actor: format!(
-                "system:{}",
-                if worker.is_empty() { "worker" } else { &worker }
-            ),
+            actor: format!("system:{}", if worker.is_empty() { "worker" } else { &worker }),
             from_status: None,
             to_status: None,
             summary: match error {

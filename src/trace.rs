@@ -18,21 +18,14 @@ impl TraceId {
         if let Some(tp) = headers.get("traceparent").and_then(|v| v.to_str().ok()) {
             let mut parts = tp.split('-');
             if let (Some(_), Some(id)) = (parts.next(), parts.next()) {
-                if id.len() == 32
-                    && id.bytes().all(|b| b.is_ascii_hexdigit())
-                    && id != "0".repeat(32)
-                {
+                if id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit()) && id != "0".repeat(32) {
                     return TraceId(id.to_ascii_lowercase());
                 }
             }
         }
         if let Some(id) = headers.get("x-trace-id").and_then(|v| v.to_str().ok()) {
             let id = id.trim();
-            if (8..=64).contains(&id.len())
-                && id
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-            {
+            if (8..=64).contains(&id.len()) && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_') {
                 return TraceId(id.to_string());
             }
         }

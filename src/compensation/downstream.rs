@@ -37,12 +37,8 @@ impl Downstream {
     /// One attempt. `Err` carries what went wrong, for the attempt log.
     pub async fn deliver(&self, e: &CompensationEvent) -> Result<Delivered, String> {
         match e.kind.as_str() {
-            "DOOR_ACCESS_GRANT" | "DOOR_ACCESS_REVOKE" => {
-                self.access(self.config.door_access_url.as_deref(), e).await
-            }
-            "AI_ACCESS_GRANT" | "AI_ACCESS_REVOKE" => {
-                self.access(self.config.ai_access_url.as_deref(), e).await
-            }
+            "DOOR_ACCESS_GRANT" | "DOOR_ACCESS_REVOKE" => self.access(self.config.door_access_url.as_deref(), e).await,
+            "AI_ACCESS_GRANT" | "AI_ACCESS_REVOKE" => self.access(self.config.ai_access_url.as_deref(), e).await,
             "PROVIDER_REFUND" => {
                 let p = &e.payload;
                 let req = RefundRequest {

@@ -84,10 +84,7 @@ pub async fn enqueue_grants(
     ctx: &Ctx,
     max_attempts: i32,
 ) -> AppResult<()> {
-    for kind in [
-        CompensationKind::DoorAccessGrant,
-        CompensationKind::AiAccessGrant,
-    ] {
+    for kind in [CompensationKind::DoorAccessGrant, CompensationKind::AiAccessGrant] {
         enqueue_access(conn, order, kind, "GRANT", ctx, max_attempts).await?;
     }
     Ok(())
@@ -100,10 +97,7 @@ pub async fn enqueue_revokes(
     ctx: &Ctx,
     max_attempts: i32,
 ) -> AppResult<()> {
-    for kind in [
-        CompensationKind::DoorAccessRevoke,
-        CompensationKind::AiAccessRevoke,
-    ] {
+    for kind in [CompensationKind::DoorAccessRevoke, CompensationKind::AiAccessRevoke] {
         enqueue_access(conn, order, kind, "REVOKE", ctx, max_attempts).await?;
     }
     Ok(())
@@ -259,10 +253,7 @@ pub async fn replay_dead(
     more_attempts: i32,
 ) -> AppResult<i32> {
     use crate::db::schema::orders;
-    let mut q = ce::table
-        .filter(ce::status.eq("DEAD"))
-        .select(ce::id)
-        .into_boxed();
+    let mut q = ce::table.filter(ce::status.eq("DEAD")).select(ce::id).into_boxed();
     if let Some(id) = order_id {
         q = q.filter(ce::order_id.eq(id));
     }

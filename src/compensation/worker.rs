@@ -65,10 +65,7 @@ impl Worker {
             if processed as i64 >= self.batch {
                 continue;
             }
-            let wait = self
-                .until_next_due()
-                .await
-                .unwrap_or(Duration::from_secs(1));
+            let wait = self.until_next_due().await.unwrap_or(Duration::from_secs(1));
             tokio::select! {
                 _ = notified => {},
                 _ = tokio::time::sleep(wait) => {},
@@ -182,12 +179,8 @@ impl Worker {
                     };
                     let next = (!dead).then(|| {
                         Utc::now()
-                            + chrono::Duration::from_std(backoff(
-                                config.retry_base,
-                                attempt,
-                                jitter,
-                            ))
-                            .unwrap_or_default()
+                            + chrono::Duration::from_std(backoff(config.retry_base, attempt, jitter))
+                                .unwrap_or_default()
                     });
                     diesel::update(
                         compensation_events::table
@@ -220,8 +213,7 @@ impl Worker {
                     compensation_attempts::event_id.eq(e.id),
                     compensation_attempts::ok.eq(result.is_ok()),
                     compensation_attempts::error.eq(result.as_ref().err()),
-                    compensation_attempts::duration_ms
-                        .eq(took.as_millis().min(i32::MAX as u128) as i32),
+                    compensation_attempts::duration_ms.eq(took.as_millis().min(i32::MAX as u128) as i32),
                     compensation_attempts::worker.eq(&worker),
                 ))
                 .execute(conn)
@@ -240,11 +232,7 @@ impl Worker {
         Ok(())
     }
 
-    async fn open_dead_ticket(
-        &self,
-        conn: &mut AsyncPgConnection,
-        e: &CompensationEvent,
-    ) -> AppResult<()> {
+    async fn open_dead_ticket(&self, conn: &mut AsyncPgConnection, e: &CompensationEvent) -> AppResult<()> {
         let order: Order = orders::table
             .find(e.order_id)
             .select(Order::as_select())
@@ -252,8 +240,7 @@ impl Worker {
             .await?;
         tracing::error!(event = e.id, kind = %e.kind, order_no = %order.order_no, attempts = e.attempts,
             last_error = ?e.last_error, "ALERT: compensation event is DEAD");
-        metrics::counter!("fitorder_compensation_dead_total", "kind" => e.kind.clone())
-            .increment(1);
+        metrics::counter!("fitorder_compensation_dead_total", "kind" => e.kind.clone()).increment(1);
         tickets::open(
             conn,
             NewTicket {

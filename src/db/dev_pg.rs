@@ -26,8 +26,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 
-const HOW_TO_GET_POSTGRES: &str =
-    "install the PostgreSQL server packages (e.g. `apt-get install postgresql`) \
+const HOW_TO_GET_POSTGRES: &str = "install the PostgreSQL server packages (e.g. `apt-get install postgresql`) \
      so that `initdb` and `pg_ctl` are on PATH or under /usr/lib/postgresql/<version>/bin, \
      or set DATABASE_URL to use an existing database";
 
@@ -57,15 +56,12 @@ impl DevPostgres {
     /// Starts (or reuses) the private cluster under `dir`.
     pub fn ensure(dir: &Path) -> Result<DevPostgres> {
         let bin_dir = find_bin_dir()?;
-        let run_as =
-            if unsafe { libc::geteuid() } == 0 {
-                let user = lookup_user("postgres").or_else(|| lookup_user("nobody"));
-                Some(user.context(
-                    "running as root, but no `postgres`/`nobody` user to run PostgreSQL as",
-                )?)
-            } else {
-                None
-            };
+        let run_as = if unsafe { libc::geteuid() } == 0 {
+            let user = lookup_user("postgres").or_else(|| lookup_user("nobody"));
+            Some(user.context("running as root, but no `postgres`/`nobody` user to run PostgreSQL as")?)
+        } else {
+            None
+        };
         let dir = prepare_dir(dir, run_as.as_ref())?;
         let data = dir.join("data");
 
@@ -107,9 +103,7 @@ impl DevPostgres {
         } else {
             pg.port = match read_port_file(&pg.dir) {
                 Some(p) if TcpListener::bind((Ipv4Addr::LOCALHOST, p)).is_ok() => p,
-                _ => TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?
-                    .local_addr()?
-                    .port(),
+                _ => TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?.local_addr()?.port(),
             };
             fs::write(pg.dir.join("fitorder.port"), pg.port.to_string())?;
             pg.start()?;
@@ -178,9 +172,7 @@ impl DevPostgres {
     /// A cluster made by another major version cannot be started; say so instead of failing
     /// later with a log excerpt.
     fn check_major_version(&self) -> Result<()> {
-        let cluster = fs::read_to_string(self.data.join("PG_VERSION"))?
-            .trim()
-            .to_string();
+        let cluster = fs::read_to_string(self.data.join("PG_VERSION"))?.trim().to_string();
         let out = self.command("pg_ctl").arg("--version").output()?;
         let version = String::from_utf8_lossy(&out.stdout);
         let binaries = version
@@ -212,11 +204,7 @@ impl DevPostgres {
         };
         let comm = fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
         if !comm.is_empty() && !comm.starts_with("postgres") {
-            tracing::info!(
-                pid,
-                "removing stale postmaster.pid (PID now used by {:?})",
-                comm.trim()
-            );
+            tracing::info!(pid, "removing stale postmaster.pid (PID now used by {:?})", comm.trim());
             let _ = fs::remove_file(pid_file);
         }
     }
@@ -279,10 +267,7 @@ fn pg_command(program: &Path, run_as: Option<&RunAs>) -> Command {
     // A neutral cwd: the caller's cwd (e.g. /root) may be unreadable for the postgres user.
     cmd.current_dir("/");
     if let Some(u) = run_as {
-        cmd.uid(u.uid)
-            .gid(u.gid)
-            .env("USER", &u.name)
-            .env("LOGNAME", &u.name);
+        cmd.uid(u.uid).gid(u.gid).env("USER", &u.name).env("LOGNAME", &u.name);
     }
     cmd
 }
@@ -298,12 +283,7 @@ fn find_bin_dir() -> Result<PathBuf> {
         .into_iter()
         .flatten()
         .flatten()
-        .filter_map(|e| {
-            Some((
-                e.file_name().to_str()?.parse::<u32>().ok()?,
-                e.path().join("bin"),
-            ))
-        })
+        .filter_map(|e| Some((e.file_name().to_str()?.parse::<u32>().ok()?, e.path().join("bin"))))
         .collect();
     versioned.sort_by_key(|v| std::cmp::Reverse(v.0));
     candidates.extend(versioned.into_iter().map(|(_, p)| p));
@@ -323,9 +303,7 @@ fn find_bin_dir() -> Result<PathBuf> {
                     .map(|o| o.status.success())
                     .unwrap_or(false)
         })
-        .ok_or_else(|| {
-            anyhow!("no PostgreSQL server binaries (initdb, pg_ctl) found: {HOW_TO_GET_POSTGRES}")
-        })
+        .ok_or_else(|| anyhow!("no PostgreSQL server binaries (initdb, pg_ctl) found: {HOW_TO_GET_POSTGRES}"))
 }
 
 /// Creates `dir` (absolute) and, when running as root, hands it and every parent we created
@@ -400,15 +378,7 @@ fn lookup_user(name: &str) -> Option<RunAs> {
     let mut pwd: libc::passwd = unsafe { std::mem::zeroed() };
     let mut result: *mut libc::passwd = std::ptr::null_mut();
     let mut buf = vec![0 as libc::c_char; 16 * 1024];
-    let rc = unsafe {
-        libc::getpwnam_r(
-            cname.as_ptr(),
-            &mut pwd,
-            buf.as_mut_ptr(),
-            buf.len(),
-            &mut result,
-        )
-    };
+    let rc = unsafe { libc::getpwnam_r(cname.as_ptr(), &mut pwd, buf.as_mut_ptr(), buf.len(), &mut result) };
     (rc == 0 && !result.is_null()).then(|| RunAs {
         name: name.to_string(),
         uid: pwd.pw_uid,
@@ -428,11 +398,7 @@ fn read_running_port(data: &Path) -> Option<u16> {
 }
 
 fn read_port_file(dir: &Path) -> Option<u16> {
-    fs::read_to_string(dir.join("fitorder.port"))
-        .ok()?
-        .trim()
-        .parse()
-        .ok()
+    fs::read_to_string(dir.join("fitorder.port")).ok()?.trim().parse().ok()
 }
 
 fn wait_for_tcp(port: u16, timeout: Duration) -> Result<()> {

@@ -18,10 +18,7 @@ pub const MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations");
 /// A pool whose checkouts give up after a few seconds, so a database that is down or a pool
 /// that is exhausted answers INTERNAL quickly instead of hanging the request.
 pub fn pool(url: &str, size: usize) -> Result<DbPool> {
-    let manager = AsyncDieselConnectionManager::<AsyncPgConnection>::new_with_config(
-        url,
-        ManagerConfig::default(),
-    );
+    let manager = AsyncDieselConnectionManager::<AsyncPgConnection>::new_with_config(url, ManagerConfig::default());
     Pool::builder(manager)
         .max_size(size)
         .wait_timeout(Some(std::time::Duration::from_secs(5)))

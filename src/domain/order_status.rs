@@ -41,36 +41,16 @@ pub const TRANSITIONS: &[(OrderStatus, OrderStatus, &[ActorKind], &str)] = {
     &[
         // Wallet orders are paid by the member who places them; online ones by the provider's
         // callback (or a late payment found by the system's query); offline ones by staff.
-        (
-            WaitPay,
-            Paid,
-            &[Member, Admin, Provider, System],
-            "payment applied",
-        ),
+        (WaitPay, Paid, &[Member, Admin, Provider, System], "payment applied"),
         // The member changes their mind, staff cancel at the desk, or the order times out.
-        (
-            WaitPay,
-            Canceled,
-            &[Member, Admin, System],
-            "canceled before payment",
-        ),
+        (WaitPay, Canceled, &[Member, Admin, System], "canceled before payment"),
         // The first check-in; the system passes a never-used membership through here at its end.
         (Paid, Consuming, &[Member, Admin, System], "first check-in"),
         // The last credit used, or the membership's validity over.
-        (
-            Consuming,
-            Consumed,
-            &[Member, Admin, System],
-            "everything used",
-        ),
+        (Consuming, Consumed, &[Member, Admin, System], "everything used"),
         // Refunds are staff decisions (admin, or ops closing a ticket).
         (Paid, Refunded, &[Admin, Ops], "refunded before use"),
-        (
-            Consuming,
-            Refunded,
-            &[Admin, Ops],
-            "refunded the unused share",
-        ),
+        (Consuming, Refunded, &[Admin, Ops], "refunded the unused share"),
     ]
 };
 
@@ -196,9 +176,7 @@ impl fmt::Display for Actor {
 pub fn check(from: OrderStatus, to: OrderStatus, actor: ActorKind) -> Result<(), TransitionError> {
     match TRANSITIONS.iter().find(|(f, t, ..)| *f == from && *t == to) {
         None => Err(TransitionError::Illegal { from, to }),
-        Some((_, _, actors, _)) if !actors.contains(&actor) => {
-            Err(TransitionError::NotAllowed { from, to, actor })
-        }
+        Some((_, _, actors, _)) if !actors.contains(&actor) => Err(TransitionError::NotAllowed { from, to, actor }),
         Some(_) => Ok(()),
     }
 }
@@ -268,10 +246,7 @@ mod tests {
         assert!(OrderStatus::Canceled.is_final());
         assert!(OrderStatus::Refunded.is_final());
         assert!(!OrderStatus::Paid.is_final());
-        assert_eq!(
-            OrderStatus::parse("CONSUMING"),
-            Some(OrderStatus::Consuming)
-        );
+        assert_eq!(OrderStatus::parse("CONSUMING"), Some(OrderStatus::Consuming));
         assert_eq!(OrderStatus::parse("nope"), None);
     }
 }

@@ -80,10 +80,7 @@ mod tests {
             s.current_tick(at("2026-11-30T08:15:42Z"), tz),
             at("2026-11-30T08:15:00Z")
         );
-        assert_eq!(
-            s.next_tick(at("2026-11-30T08:15:42Z"), tz),
-            at("2026-11-30T08:16:00Z")
-        );
+        assert_eq!(s.next_tick(at("2026-11-30T08:15:42Z"), tz), at("2026-11-30T08:16:00Z"));
         assert_eq!(
             s.current_tick(at("2026-11-30T08:15:00Z"), tz),
             at("2026-11-30T08:15:00Z")
@@ -103,9 +100,6 @@ mod tests {
             s.current_tick(at("2026-11-29T17:59:59Z"), tz),
             at("2026-11-28T18:00:00Z")
         );
-        assert_eq!(
-            s.next_tick(at("2026-11-30T08:00:00Z"), tz),
-            at("2026-11-30T18:00:00Z")
-        );
+        assert_eq!(s.next_tick(at("2026-11-30T08:00:00Z"), tz), at("2026-11-30T18:00:00Z"));
     }
 }

@@ -4,9 +4,7 @@
 use async_graphql::{OutputType, SimpleObject};
 use base64::Engine;
 
-use super::types::{
-    CompensationEventNode, ExceptionTicketNode, MembershipNode, OrderNode, ReconciliationRunNode,
-};
+use super::types::{CompensationEventNode, ExceptionTicketNode, MembershipNode, OrderNode, ReconciliationRunNode};
 use crate::error::{AppError, AppResult};
 
 pub const DEFAULT_PAGE: i64 = 20;

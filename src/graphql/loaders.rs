@@ -124,16 +124,12 @@ many_by!(
     CompensationAttempt,
     |r| r.event_id
 );
-many_by!(MemberMemberships, memberships, member_id, Membership, |r| r
-    .member_id);
+many_by!(MemberMemberships, memberships, member_id, Membership, |r| r.member_id);
 
 impl Loader<OrderTickets> for DbLoader {
     type Value = Vec<ExceptionTicket>;
     type Error = LoadError;
-    async fn load(
-        &self,
-        keys: &[OrderTickets],
-    ) -> Result<HashMap<OrderTickets, Vec<ExceptionTicket>>, LoadError> {
+    async fn load(&self, keys: &[OrderTickets]) -> Result<HashMap<OrderTickets, Vec<ExceptionTicket>>, LoadError> {
         let ids: Vec<i64> = keys.iter().map(|k| k.0).collect();
         let mut conn = self.pool.get().await?;
         let rows: Vec<ExceptionTicket> = exception_tickets::table
@@ -155,10 +151,7 @@ impl Loader<OrderTickets> for DbLoader {
 impl Loader<OrderCallbacks> for DbLoader {
     type Value = Vec<PaymentCallback>;
     type Error = LoadError;
-    async fn load(
-        &self,
-        keys: &[OrderCallbacks],
-    ) -> Result<HashMap<OrderCallbacks, Vec<PaymentCallback>>, LoadError> {
+    async fn load(&self, keys: &[OrderCallbacks]) -> Result<HashMap<OrderCallbacks, Vec<PaymentCallback>>, LoadError> {
         let ids: Vec<i64> = keys.iter().map(|k| k.0).collect();
         let mut conn = self.pool.get().await?;
         let rows: Vec<PaymentCallback> = payment_callbacks::table
@@ -180,10 +173,7 @@ impl Loader<OrderCallbacks> for DbLoader {
 impl Loader<OrderMembership> for DbLoader {
     type Value = Membership;
     type Error = LoadError;
-    async fn load(
-        &self,
-        keys: &[OrderMembership],
-    ) -> Result<HashMap<OrderMembership, Membership>, LoadError> {
+    async fn load(&self, keys: &[OrderMembership]) -> Result<HashMap<OrderMembership, Membership>, LoadError> {
         let ids: Vec<i64> = keys.iter().map(|k| k.0).collect();
         let mut conn = self.pool.get().await?;
         let rows: Vec<Membership> = memberships::table
@@ -191,10 +181,7 @@ impl Loader<OrderMembership> for DbLoader {
             .select(Membership::as_select())
             .load(&mut conn)
             .await?;
-        Ok(rows
-            .into_iter()
-            .map(|r| (OrderMembership(r.order_id), r))
-            .collect())
+        Ok(rows.into_iter().map(|r| (OrderMembership(r.order_id), r)).collect())
     }
 }
 

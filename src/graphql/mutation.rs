@@ -94,10 +94,7 @@ pub struct CreateCoachSlotInput {
 
 pub fn payment_instruction(o: &crate::db::models::Order) -> Option<PaymentInstruction> {
     let online = o.online_cents();
-    let provider = o
-        .online_provider
-        .as_deref()
-        .and_then(PaymentProvider::parse)?;
+    let provider = o.online_provider.as_deref().and_then(PaymentProvider::parse)?;
     (online > 0).then(|| PaymentInstruction {
         provider,
         out_trade_no: o.order_no.clone(),
@@ -108,12 +105,7 @@ pub fn payment_instruction(o: &crate::db::models::Order) -> Option<PaymentInstru
 
 /// A refused status change leaves no row in the failed transaction; count it separately so
 /// that anomalyStats shows how often callers try.
-async fn noted<T>(
-    ctx: &Context<'_>,
-    c: &mut DbConn,
-    order_no: &str,
-    r: AppResult<T>,
-) -> AppResult<T> {
+async fn noted<T>(ctx: &Context<'_>, c: &mut DbConn, order_no: &str, r: AppResult<T>) -> AppResult<T> {
     if let Err(AppError::IllegalTransition { from, to }) = &r {
         {
             let order = orders::find_order(c, order_no).await.ok().flatten();
@@ -140,17 +132,11 @@ fn require_admin<'a>(ctx: &Context<'a>) -> AppResult<&'a crate::auth::Viewer> {
 
 #[Object]
 impl Mutation {
-    async fn place_order(
-        &self,
-        ctx: &Context<'_>,
-        input: PlaceOrderInput,
-    ) -> AppResult<PlaceOrderPayload> {
+    async fn place_order(&self, ctx: &Context<'_>, input: PlaceOrderInput) -> AppResult<PlaceOrderPayload> {
         let v = viewer(ctx)?;
         let actx = actor_ctx(ctx)?;
         let item = match &input.item {
-            OrderItemInput::MembershipPlanId(id) => {
-                PlacedItem::MembershipPlan(parse_id(id, "membershipPlanId")?)
-            }
+            OrderItemInput::MembershipPlanId(id) => PlacedItem::MembershipPlan(parse_id(id, "membershipPlanId")?),
             OrderItemInput::ClassPackId(id) => PlacedItem::ClassPack(parse_id(id, "classPackId")?),
             OrderItemInput::CoachSlotId(id) => PlacedItem::CoachSlot(parse_id(id, "coachSlotId")?),
         };
@@ -160,11 +146,7 @@ impl Mutation {
             item,
             payment_method: input.payment_method.as_str().to_string(),
             wallet_amount_cents: input.wallet_amount_cents.map(i64::from),
-            member_id: input
-                .member_id
-                .as_ref()
-                .map(|m| parse_id(m, "memberId"))
-                .transpose()?,
+            member_id: input.member_id.as_ref().map(|m| parse_id(m, "memberId")).transpose()?,
             online_provider: input.online_provider.map(|p| p.as_str().to_string()),
         };
         let st = state(ctx);
@@ -177,12 +159,7 @@ impl Mutation {
     }
 
     /// Cancels a waiting order: members their own, staff any of their stores'.
-    async fn cancel_order(
-        &self,
-        ctx: &Context<'_>,
-        order_no: String,
-        reason: Option<String>,
-    ) -> AppResult<OrderNode> {
+    async fn cancel_order(&self, ctx: &Context<'_>, order_no: String, reason: Option<String>) -> AppResult<OrderNode> {
         let v = viewer(ctx)?;
         v.require(&[Role::Member, Role::Admin])?;
         let actx = actor_ctx(ctx)?;
@@ -191,9 +168,7 @@ impl Mutation {
             .filter(|r| !r.is_empty())
             .unwrap_or_else(|| format!("canceled by {}", v.role.as_str()));
         if reason == orders::TIMEOUT_REASON {
-            return Err(AppError::bad(
-                "TIMEOUT is the reason of expired orders only",
-            ));
+            return Err(AppError::bad("TIMEOUT is the reason of expired orders only"));
         }
         let mut c = conn(ctx).await?;
         let r = orders::cancel_order(&mut c, Some(v), &order_no, &reason, &actx).await;
@@ -221,16 +196,10 @@ impl Mutation {
         })
     }
 
-    async fn create_store(
-        &self,
-        ctx: &Context<'_>,
-        input: CreateStoreInput,
-    ) -> AppResult<StoreNode> {
+    async fn create_store(&self, ctx: &Context<'_>, input: CreateStoreInput) -> AppResult<StoreNode> {
         let v = require_admin(ctx)?;
         if v.stores.is_some() {
-            return Err(AppError::Forbidden(
-                "store-limited staff may not open stores".into(),
-            ));
+            return Err(AppError::Forbidden("store-limited staff may not open stores".into()));
         }
         let mut c = conn(ctx).await?;
         Ok(StoreNode(
@@ -238,11 +207,7 @@ impl Mutation {
         ))
     }
 
-    async fn create_member(
-        &self,
-        ctx: &Context<'_>,
-        input: CreateMemberInput,
-    ) -> AppResult<MemberNode> {
+    async fn create_member(&self, ctx: &Context<'_>, input: CreateMemberInput) -> AppResult<MemberNode> {
         let v = require_admin(ctx)?;
         let store = parse_id(&input.store_id, "storeId")?;
         v.require_store(store)?;
@@ -262,22 +227,11 @@ impl Mutation {
         v.require_store(store)?;
         let mut c = conn(ctx).await?;
         Ok(MembershipPlanNode(
-            catalog::create_membership_plan(
-                &mut c,
-                store,
-                &input.name,
-                input.duration_days,
-                input.price_cents,
-            )
-            .await?,
+            catalog::create_membership_plan(&mut c, store, &input.name, input.duration_days, input.price_cents).await?,
         ))
     }
 
-    async fn create_class_pack(
-        &self,
-        ctx: &Context<'_>,
-        input: CreateClassPackInput,
-    ) -> AppResult<ClassPackNode> {
+    async fn create_class_pack(&self, ctx: &Context<'_>, input: CreateClassPackInput) -> AppResult<ClassPackNode> {
         let v = require_admin(ctx)?;
         let store = parse_id(&input.store_id, "storeId")?;
         v.require_store(store)?;
@@ -295,11 +249,7 @@ impl Mutation {
         ))
     }
 
-    async fn create_coach_slot(
-        &self,
-        ctx: &Context<'_>,
-        input: CreateCoachSlotInput,
-    ) -> AppResult<CoachSlotNode> {
+    async fn create_coach_slot(&self, ctx: &Context<'_>, input: CreateCoachSlotInput) -> AppResult<CoachSlotNode> {
         let v = require_admin(ctx)?;
         let store = parse_id(&input.store_id, "storeId")?;
         v.require_store(store)?;
@@ -346,15 +296,7 @@ impl Mutation {
         let v = require_admin(ctx)?;
         let actx = actor_ctx(ctx)?;
         let mut c = conn(ctx).await?;
-        let r = orders::confirm_offline_payment(
-            &mut c,
-            &state(ctx).config,
-            v,
-            &order_no,
-            &reference,
-            &actx,
-        )
-        .await;
+        let r = orders::confirm_offline_payment(&mut c, &state(ctx).config, v, &order_no, &reference, &actx).await;
         noted(ctx, &mut c, &order_no, r).await.map(OrderNode)
     }
 
@@ -382,11 +324,7 @@ impl Mutation {
     }
 
     /// Sends a DEAD event back to the queue (admin and ops).
-    async fn replay_compensation(
-        &self,
-        ctx: &Context<'_>,
-        id: ID,
-    ) -> AppResult<CompensationEventNode> {
+    async fn replay_compensation(&self, ctx: &Context<'_>, id: ID) -> AppResult<CompensationEventNode> {
         let v = viewer(ctx)?;
         v.require(&[Role::Admin, Role::Ops])?;
         let actx = actor_ctx(ctx)?;
@@ -410,11 +348,7 @@ impl Mutation {
     }
 
     /// Replays every DEAD event, or those of one order; returns how many.
-    async fn replay_dead_compensations(
-        &self,
-        ctx: &Context<'_>,
-        order_no: Option<String>,
-    ) -> AppResult<i32> {
+    async fn replay_dead_compensations(&self, ctx: &Context<'_>, order_no: Option<String>) -> AppResult<i32> {
         let v = viewer(ctx)?;
         v.require(&[Role::Admin, Role::Ops])?;
         let actx = actor_ctx(ctx)?;
@@ -430,11 +364,7 @@ impl Mutation {
             None => None,
         };
         let more = state(ctx).config.max_attempts;
-        let stores = if v.role == Role::Admin {
-            v.stores.clone()
-        } else {
-            None
-        };
+        let stores = if v.role == Role::Admin { v.stores.clone() } else { None };
         crate::compensation::replay_dead(&mut c, order_id, stores.as_deref(), &actx, more).await
     }
 
@@ -460,8 +390,6 @@ impl Mutation {
     ) -> AppResult<ReconciliationRunNode> {
         viewer(ctx)?.require(&[Role::Admin])?;
         let _ = (provider, date);
-        Err(AppError::NotBuilt(
-            "reconciliation (the reconciliation work)",
-        ))
+        Err(AppError::NotBuilt("reconciliation (the reconciliation work)"))
     }
 }

@@ -106,14 +106,10 @@ impl Query {
         let v = viewer(ctx)?;
         let mut c = conn(ctx).await?;
         let order = crate::orders::find_order(&mut c, &order_no).await?;
-        Ok(order
-            .filter(|o| crate::orders::viewer_sees_order(v, o))
-            .map(OrderNode))
+        Ok(order.filter(|o| crate::orders::viewer_sees_order(v, o)).map(OrderNode))
     }
 
-    #[graphql(
-        complexity = "connection::page_size(first).unwrap_or(20) as usize * child_complexity + 2"
-    )]
+    #[graphql(complexity = "connection::page_size(first).unwrap_or(20) as usize * child_complexity + 2")]
     async fn orders(
         &self,
         ctx: &Context<'_>,
@@ -144,8 +140,7 @@ impl Query {
                 p = p.filter(orders::member_id.eq(parse_id(id, "memberId")?));
             }
             if let Some(expired) = f.is_expired {
-                let clause =
-                    "((status = 'WAIT_PAY' AND expires_at IS NOT NULL AND expires_at <= now()) \
+                let clause = "((status = 'WAIT_PAY' AND expires_at IS NOT NULL AND expires_at <= now()) \
                               OR (cancel_reason IS NOT NULL AND cancel_reason = 'TIMEOUT'))";
                 p = if expired {
                     p.filter(sql::<Bool>(clause))
@@ -176,14 +171,7 @@ impl Query {
             .select(models::Order::as_select())
             .load(&mut c)
             .await?;
-        Ok(connection::build(
-            rows,
-            first,
-            after,
-            total,
-            |r| r.id,
-            OrderNode,
-        ))
+        Ok(connection::build(rows, first, after, total, |r| r.id, OrderNode))
     }
 
     /// A member: members may read only themselves, store-limited staff only their stores'.
@@ -200,9 +188,7 @@ impl Query {
         }
     }
 
-    #[graphql(
-        complexity = "connection::page_size(first).unwrap_or(20) as usize * child_complexity + 2"
-    )]
+    #[graphql(complexity = "connection::page_size(first).unwrap_or(20) as usize * child_complexity + 2")]
     async fn memberships(
         &self,
         ctx: &Context<'_>,
@@ -246,21 +232,10 @@ impl Query {
             .select(models::Membership::as_select())
             .load(&mut c)
             .await?;
-        Ok(connection::build(
-            rows,
-            first,
-            after,
-            total,
-            |r| r.id,
-            MembershipNode,
-        ))
+        Ok(connection::build(rows, first, after, total, |r| r.id, MembershipNode))
     }
 
-    async fn exception_ticket(
-        &self,
-        ctx: &Context<'_>,
-        id: ID,
-    ) -> AppResult<Option<ExceptionTicketNode>> {
+    async fn exception_ticket(&self, ctx: &Context<'_>, id: ID) -> AppResult<Option<ExceptionTicketNode>> {
         let v = viewer(ctx)?;
         v.require(&[Role::Admin, Role::Ops])?;
         let id = parse_id(&id, "id")?;
@@ -275,9 +250,7 @@ impl Query {
             .map(ExceptionTicketNode))
     }
 
-    #[graphql(
-        complexity = "connection::page_size(first).unwrap_or(20) as usize * child_complexity + 2"
-    )]
+    #[graphql(complexity = "connection::page_size(first).unwrap_or(20) as usize * child_complexity + 2")]
     async fn exception_tickets(
         &self,
         ctx: &Context<'_>,
@@ -337,9 +310,7 @@ impl Query {
         ))
     }
 
-    #[graphql(
-        complexity = "connection::page_size(first).unwrap_or(20) as usize * child_complexity + 2"
-    )]
+    #[graphql(complexity = "connection::page_size(first).unwrap_or(20) as usize * child_complexity + 2")]
     async fn compensation_events(
         &self,
         ctx: &Context<'_>,
@@ -356,11 +327,8 @@ impl Query {
             let mut p = compensation_events::table.into_boxed();
             if let Some(stores) = store_scope(v) {
                 p = p.filter(
-                    compensation_events::order_id.eq_any(
-                        orders::table
-                            .filter(orders::store_id.eq_any(stores))
-                            .select(orders::id),
-                    ),
+                    compensation_events::order_id
+                        .eq_any(orders::table.filter(orders::store_id.eq_any(stores)).select(orders::id)),
                 );
             }
             if let Some(st) = &f.status {
@@ -373,11 +341,8 @@ impl Query {
             }
             if let Some(no) = &f.order_no {
                 p = p.filter(
-                    compensation_events::order_id.eq_any(
-                        orders::table
-                            .filter(orders::order_no.eq(no.clone()))
-                            .select(orders::id),
-                    ),
+                    compensation_events::order_id
+                        .eq_any(orders::table.filter(orders::order_no.eq(no.clone())).select(orders::id)),
                 );
             }
             Ok(p)
@@ -404,9 +369,7 @@ impl Query {
         ))
     }
 
-    #[graphql(
-        complexity = "connection::page_size(first).unwrap_or(20) as usize * child_complexity + 2"
-    )]
+    #[graphql(complexity = "connection::page_size(first).unwrap_or(20) as usize * child_complexity + 2")]
     async fn reconciliation_runs(
         &self,
         ctx: &Context<'_>,
@@ -417,10 +380,7 @@ impl Query {
         let first = page_size(first)?;
         let after = after.as_deref().map(decode_cursor).transpose()?;
         let mut c = conn(ctx).await?;
-        let total: i64 = reconciliation_runs::table
-            .count()
-            .get_result(&mut c)
-            .await?;
+        let total: i64 = reconciliation_runs::table.count().get_result(&mut c).await?;
         let mut page = reconciliation_runs::table.into_boxed();
         if let Some(id) = after {
             page = page.filter(reconciliation_runs::id.lt(id));
@@ -478,10 +438,7 @@ impl Query {
         if to < from {
             return Err(AppError::bad("to must not be before from"));
         }
-        let store = store_id
-            .as_ref()
-            .map(|s| parse_id(s, "storeId"))
-            .transpose()?;
+        let store = store_id.as_ref().map(|s| parse_id(s, "storeId")).transpose()?;
         if let Some(s) = store {
             v.require_store(s)?;
         }
@@ -491,11 +448,7 @@ impl Query {
             .iter()
             .map(|cat| AnomalyStat {
                 category: *cat,
-                count: counts
-                    .get(cat.as_str())
-                    .copied()
-                    .map(super::int)
-                    .unwrap_or(0),
+                count: counts.get(cat.as_str()).copied().map(super::int).unwrap_or(0),
             })
             .collect())
     }

@@ -37,9 +37,7 @@ fn events(ctx: &Context<'_>) -> BoxStream<'static, Event> {
         loop {
             match rx.recv().await {
                 Ok(e) => return Some((e, (rx, live))),
-                Err(RecvError::Lagged(n)) => {
-                    metrics::counter!("fitorder_subscriber_lagged_total").increment(n)
-                }
+                Err(RecvError::Lagged(n)) => metrics::counter!("fitorder_subscriber_lagged_total").increment(n),
                 Err(RecvError::Closed) => return None,
             }
         }
@@ -62,24 +60,19 @@ impl Subscription {
     ) -> async_graphql::Result<BoxStream<'static, CompensationEventNode>> {
         let v = viewer(ctx)?.clone();
         v.require(&[Role::Admin, Role::Ops])?;
-        let wanted: Option<Vec<&'static str>> =
-            status.map(|s| s.iter().map(|s| s.as_str()).collect());
+        let wanted: Option<Vec<&'static str>> = status.map(|s| s.iter().map(|s| s.as_str()).collect());
         Ok(events(ctx)
             .filter_map(move |e| {
                 let keep = match &e {
                     Event::Compensation(ev, no, store) => {
                         sees_store(&v, *store)
                             && order_no.as_ref().is_none_or(|o| o == no.as_str())
-                            && wanted
-                                .as_ref()
-                                .is_none_or(|w| w.contains(&ev.status.as_str()))
+                            && wanted.as_ref().is_none_or(|w| w.contains(&ev.status.as_str()))
                     }
                     _ => false,
                 };
                 let out = match e {
-                    Event::Compensation(ev, ..) if keep => {
-                        Some(CompensationEventNode((*ev).clone()))
-                    }
+                    Event::Compensation(ev, ..) if keep => Some(CompensationEventNode((*ev).clone())),
                     _ => None,
                 };
                 futures_util::future::ready(out)
@@ -95,10 +88,7 @@ impl Subscription {
         store_id: Option<ID>,
     ) -> async_graphql::Result<BoxStream<'static, OrderStatusChange>> {
         let v = viewer(ctx)?.clone();
-        let store = store_id
-            .as_ref()
-            .map(|s| parse_id(s, "storeId"))
-            .transpose()?;
+        let store = store_id.as_ref().map(|s| parse_id(s, "storeId")).transpose()?;
         Ok(events(ctx)
             .filter_map(move |e| {
                 let out = match e {
@@ -113,8 +103,7 @@ impl Subscription {
                         keep.then(|| OrderStatusChange {
                             order_no: c.order_no.clone(),
                             from_status: c.from_status.as_deref().and_then(OrderStatus::parse),
-                            to_status: OrderStatus::parse(&c.to_status)
-                                .unwrap_or(OrderStatus::WaitPay),
+                            to_status: OrderStatus::parse(&c.to_status).unwrap_or(OrderStatus::WaitPay),
                             at: c.at,
                             actor: c.actor.clone(),
                             trace_id: c.trace_id.clone(),
@@ -135,10 +124,7 @@ impl Subscription {
     ) -> async_graphql::Result<BoxStream<'static, ExceptionTicketNode>> {
         let v = viewer(ctx)?.clone();
         v.require(&[Role::Admin, Role::Ops])?;
-        let store = store_id
-            .as_ref()
-            .map(|s| parse_id(s, "storeId"))
-            .transpose()?;
+        let store = store_id.as_ref().map(|s| parse_id(s, "storeId")).transpose()?;
         Ok(events(ctx)
             .filter_map(move |e| {
                 let out = match e {

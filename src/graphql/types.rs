@@ -293,11 +293,7 @@ impl PaymentCallbackNode {
         ID(self.0.id.to_string())
     }
     async fn provider(&self) -> AppResult<PaymentProvider> {
-        parse_or_internal(
-            PaymentProvider::parse(&self.0.provider),
-            "provider",
-            &self.0.provider,
-        )
+        parse_or_internal(PaymentProvider::parse(&self.0.provider), "provider", &self.0.provider)
     }
     async fn received_at(&self) -> DateTime<Utc> {
         self.0.received_at
@@ -338,17 +334,10 @@ impl CompensationEventNode {
         ID(self.0.id.to_string())
     }
     async fn order_no(&self) -> String {
-        self.0.payload["orderNo"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string()
+        self.0.payload["orderNo"].as_str().unwrap_or_default().to_string()
     }
     async fn kind(&self) -> AppResult<CompensationKind> {
-        parse_or_internal(
-            CompensationKind::parse(&self.0.kind),
-            "compensation kind",
-            &self.0.kind,
-        )
+        parse_or_internal(CompensationKind::parse(&self.0.kind), "compensation kind", &self.0.kind)
     }
     async fn status(&self) -> AppResult<CompensationStatus> {
         parse_or_internal(
@@ -410,11 +399,7 @@ impl ExceptionTicketNode {
         parse_or_internal(TicketKind::parse(&self.0.kind), "ticket kind", &self.0.kind)
     }
     async fn status(&self) -> AppResult<TicketStatus> {
-        parse_or_internal(
-            TicketStatus::parse(&self.0.status),
-            "ticket status",
-            &self.0.status,
-        )
+        parse_or_internal(TicketStatus::parse(&self.0.status), "ticket status", &self.0.status)
     }
     async fn provider(&self) -> Option<PaymentProvider> {
         self.0.provider.as_deref().and_then(PaymentProvider::parse)
@@ -499,10 +484,7 @@ impl OrderNode {
     }
     /// The provider that takes the online part (WECHAT_PAY, ALIPAY), if any.
     async fn online_provider(&self) -> Option<PaymentProvider> {
-        self.0
-            .online_provider
-            .as_deref()
-            .and_then(PaymentProvider::parse)
+        self.0.online_provider.as_deref().and_then(PaymentProvider::parse)
     }
     async fn sessions_total(&self) -> i32 {
         self.0.sessions_total
@@ -571,11 +553,7 @@ impl OrderNode {
             .collect())
     }
     async fn tickets(&self, ctx: &Context<'_>) -> AppResult<Vec<ExceptionTicketNode>> {
-        if request(ctx)
-            .viewer
-            .as_ref()
-            .is_some_and(|v| v.role == Role::Member)
-        {
+        if request(ctx).viewer.as_ref().is_some_and(|v| v.role == Role::Member) {
             // Tickets are staff's working material, not the member's.
             return Ok(vec![]);
         }
@@ -605,11 +583,7 @@ impl ReconciliationRunNode {
         ID(self.0.id.to_string())
     }
     async fn provider(&self) -> AppResult<PaymentProvider> {
-        parse_or_internal(
-            PaymentProvider::parse(&self.0.provider),
-            "provider",
-            &self.0.provider,
-        )
+        parse_or_internal(PaymentProvider::parse(&self.0.provider), "provider", &self.0.provider)
     }
     async fn bill_date(&self) -> Date {
         Date(self.0.bill_date)

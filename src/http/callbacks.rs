@@ -12,11 +12,7 @@ use crate::payments::{self, alipay, wechat, Outcome, Received};
 use crate::trace::TraceId;
 
 fn wechat_fail(status: StatusCode, message: &str) -> Response {
-    (
-        status,
-        axum::Json(json!({"code": "FAIL", "message": message})),
-    )
-        .into_response()
+    (status, axum::Json(json!({"code": "FAIL", "message": message}))).into_response()
 }
 
 fn header<'a>(h: &'a HeaderMap, name: &str) -> Option<&'a str> {
@@ -31,10 +27,7 @@ pub async fn wechat_notify(
 ) -> Response {
     let Some(keys) = s.keys.wechat.as_ref() else {
         tracing::error!("WeChat Pay notification refused: WECHATPAY_MCH_ID, WECHATPAY_APIV3_KEY and WECHATPAY_PLATFORM_PUBLIC_KEY are not all set");
-        return wechat_fail(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "WeChat Pay is not configured",
-        );
+        return wechat_fail(StatusCode::SERVICE_UNAVAILABLE, "WeChat Pay is not configured");
     };
     let h = wechat::Headers {
         timestamp: header(&headers, "wechatpay-timestamp"),
@@ -111,16 +104,10 @@ pub async fn wechat_notify(
     }
 }
 
-pub async fn alipay_notify(
-    State(s): State<HttpState>,
-    Extension(trace): Extension<TraceId>,
-    body: Bytes,
-) -> Response {
+pub async fn alipay_notify(State(s): State<HttpState>, Extension(trace): Extension<TraceId>, body: Bytes) -> Response {
     let failure = |status: StatusCode| (status, "failure").into_response();
     let Some(keys) = s.keys.alipay.as_ref() else {
-        tracing::error!(
-            "Alipay notification refused: ALIPAY_APP_ID and ALIPAY_PUBLIC_KEY are not both set"
-        );
+        tracing::error!("Alipay notification refused: ALIPAY_APP_ID and ALIPAY_PUBLIC_KEY are not both set");
         return (StatusCode::SERVICE_UNAVAILABLE, "failure").into_response();
     };
     let raw = String::from_utf8_lossy(&body).to_string();
@@ -221,9 +208,11 @@ async fn process(
             .await
             .map_err(|e| e.message())?
     };
-    payments::apply(&s.app, provider, callback_id, notice, trace).await.map_err(|e| {
-        let msg = e.message();
-        tracing::error!(callback_id, error = %msg, "callback recorded but not applied; the provider will retry");
-        msg
-    })
+    payments::apply(&s.app, provider, callback_id, notice, trace)
+        .await
+        .map_err(|e| {
+            let msg = e.message();
+            tracing::error!(callback_id, error = %msg, "callback recorded but not applied; the provider will retry");
+            msg
+        })
 }

@@ -1,8 +1,6 @@
 //! GraphQL over HTTP and WebSocket.
 
-use async_graphql::http::{
-    GraphiQLSource, WebSocket as GqlWebSocket, WebSocketProtocols, WsMessage,
-};
+use async_graphql::http::{GraphiQLSource, WebSocket as GqlWebSocket, WebSocketProtocols, WsMessage};
 use async_graphql::Data;
 use async_graphql_axum::rejection::GraphQLRejection;
 use async_graphql_axum::{GraphQLRequest, GraphQLResponse};
@@ -68,10 +66,7 @@ pub async fn graphiql() -> Html<String> {
         GraphiQLSource::build()
             .endpoint("/graphql")
             .subscription_endpoint("/graphql/ws")
-            .header(
-                "Authorization",
-                "Bearer <paste a token from `fitorder token`>",
-            )
+            .header("Authorization", "Bearer <paste a token from `fitorder token`>")
             .title("fitorder GraphiQL")
             .finish(),
     )

@@ -26,8 +26,5 @@ pub async fn render(State(s): State<HttpState>) -> impl IntoResponse {
     ::metrics::gauge!("fitorder_db_pool_size").set(status.size as f64);
     ::metrics::gauge!("fitorder_db_pool_available").set(status.available as f64);
     ::metrics::gauge!("fitorder_db_pool_waiting").set(status.waiting as f64);
-    (
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        handle.render(),
-    )
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], handle.render())
 }

@@ -34,19 +34,10 @@ pub fn router(app: AppState) -> Router {
     let keys = app.keys.clone();
     let state = HttpState { app, schema, keys };
     Router::new()
-        .route(
-            "/graphql",
-            get(graphql_routes::graphiql).post(graphql_routes::graphql),
-        )
+        .route("/graphql", get(graphql_routes::graphiql).post(graphql_routes::graphql))
         .route("/graphql/ws", get(graphql_routes::subscriptions))
-        .route(
-            "/pay/wechat/notify",
-            axum::routing::post(callbacks::wechat_notify),
-        )
-        .route(
-            "/pay/alipay/notify",
-            axum::routing::post(callbacks::alipay_notify),
-        )
+        .route("/pay/wechat/notify", axum::routing::post(callbacks::wechat_notify))
+        .route("/pay/alipay/notify", axum::routing::post(callbacks::alipay_notify))
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
         .route("/metrics", get(metrics::render))
@@ -81,8 +72,7 @@ async fn trace_requests(mut req: Request, next: Next) -> Response {
     let route_label = known_route(&route);
     ::metrics::counter!("fitorder_http_requests_total", "route" => route_label, "method" => method.clone(), "status" => status.to_string())
         .increment(1);
-    ::metrics::histogram!("fitorder_http_request_seconds", "route" => route_label)
-        .record(elapsed.as_secs_f64());
+    ::metrics::histogram!("fitorder_http_request_seconds", "route" => route_label).record(elapsed.as_secs_f64());
     tracing::debug!(parent: &span, status, ms = elapsed.as_millis() as u64, "done");
     resp
 }

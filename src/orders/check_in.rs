@@ -103,11 +103,7 @@ pub async fn check_in(
 }
 
 /// A membership has no credits: any number of check-ins within its validity.
-async fn check_in_membership(
-    conn: &mut AsyncPgConnection,
-    order: Order,
-    ctx: &Ctx,
-) -> AppResult<(Order, i32)> {
+async fn check_in_membership(conn: &mut AsyncPgConnection, order: Order, ctx: &Ctx) -> AppResult<(Order, i32)> {
     let m: Option<Membership> = memberships::table
         .filter(memberships::order_id.eq(order.id))
         .select(Membership::as_select())
@@ -141,17 +137,10 @@ async fn check_in_membership(
     Ok((order, 0))
 }
 
-async fn use_credits(
-    conn: &mut AsyncPgConnection,
-    order: Order,
-    sessions: i32,
-    ctx: &Ctx,
-) -> AppResult<(Order, i32)> {
+async fn use_credits(conn: &mut AsyncPgConnection, order: Order, sessions: i32, ctx: &Ctx) -> AppResult<(Order, i32)> {
     let left = order.sessions_total - order.sessions_used;
     if sessions > left {
-        return Err(AppError::bad(format!(
-            "only {left} session(s) left on this order"
-        )));
+        return Err(AppError::bad(format!("only {left} session(s) left on this order")));
     }
     let remaining = left - sessions;
     let mut order = order;

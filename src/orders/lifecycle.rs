@@ -89,12 +89,7 @@ pub async fn apply_payment(
 
 /// A new card starts now, or when the member's current card of this store ends, so that
 /// renewing early loses no days.
-async fn open_membership(
-    conn: &mut AsyncPgConnection,
-    order: &Order,
-    plan_id: i64,
-    days: i32,
-) -> AppResult<()> {
+async fn open_membership(conn: &mut AsyncPgConnection, order: &Order, plan_id: i64, days: i32) -> AppResult<()> {
     let now = Utc::now();
     let current_end: Option<chrono::DateTime<Utc>> = memberships::table
         .filter(memberships::member_id.eq(order.member_id))
@@ -138,9 +133,7 @@ pub async fn confirm_offline_payment(
     conn.transaction(async |conn| -> AppResult<Order> {
         let order = lock_order(conn, order_no, Some(viewer)).await?;
         if order.payment_method != "OFFLINE" {
-            return Err(AppError::bad(
-                "only OFFLINE orders are confirmed at the desk",
-            ));
+            return Err(AppError::bad("only OFFLINE orders are confirmed at the desk"));
         }
         // A repeated confirmation with the same reference answers like the first.
         if order.status() != OrderStatus::WaitPay {
@@ -250,9 +243,7 @@ pub async fn refund_order(
     viewer.require(&[Role::Admin])?;
     let reason = reason.trim();
     if reason.is_empty() || reason.len() > 500 {
-        return Err(AppError::bad(
-            "a refund needs a reason of 1 to 500 characters",
-        ));
+        return Err(AppError::bad("a refund needs a reason of 1 to 500 characters"));
     }
     conn.transaction(async |conn| -> AppResult<Order> {
         let order = lock_order(conn, order_no, Some(viewer)).await?;
@@ -341,10 +332,7 @@ pub async fn refund_order(
         }
         if membership.is_some() {
             diesel::update(memberships::table.filter(memberships::order_id.eq(order.id)))
-                .set((
-                    memberships::status.eq("REVOKED"),
-                    memberships::ended_at.eq(Utc::now()),
-                ))
+                .set((memberships::status.eq("REVOKED"), memberships::ended_at.eq(Utc::now())))
                 .execute(conn)
                 .await?;
         }

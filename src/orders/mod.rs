@@ -7,9 +7,7 @@ mod lifecycle;
 mod place;
 
 pub use check_in::{check_in, CheckInOutcome};
-pub use lifecycle::{
-    apply_payment, cancel_order, confirm_offline_payment, refund_order, PaymentApplied,
-};
+pub use lifecycle::{apply_payment, cancel_order, confirm_offline_payment, refund_order, PaymentApplied};
 pub use place::{place_order, PlaceOrder, PlacedItem};
 
 use diesel::prelude::*;
@@ -92,8 +90,7 @@ pub async fn transition(
     .optional()?;
     match moved {
         Some(o) => {
-            metrics::counter!("fitorder_transitions_total", "from" => from.as_str(), "to" => to.as_str())
-                .increment(1);
+            metrics::counter!("fitorder_transitions_total", "from" => from.as_str(), "to" => to.as_str()).increment(1);
             Ok(o)
         }
         // Someone else changed it first (only possible when the caller did not lock the row).
@@ -123,11 +120,7 @@ pub async fn find_order(conn: &mut AsyncPgConnection, order_no: &str) -> AppResu
 
 /// Locks the order for the rest of the transaction. Members may only lock their own orders;
 /// anyone else's is answered as not found. Store-limited admins only their stores'.
-pub async fn lock_order(
-    conn: &mut AsyncPgConnection,
-    order_no: &str,
-    viewer: Option<&Viewer>,
-) -> AppResult<Order> {
+pub async fn lock_order(conn: &mut AsyncPgConnection, order_no: &str, viewer: Option<&Viewer>) -> AppResult<Order> {
     let order: Option<Order> = orders::table
         .filter(orders::order_no.eq(order_no))
         .select(Order::as_select())
@@ -161,14 +154,10 @@ pub async fn release_item(conn: &mut AsyncPgConnection, order: &Order) -> AppRes
             .await?;
     }
     if let Some(pack) = order.class_pack_id {
-        diesel::update(
-            class_packs::table
-                .find(pack)
-                .filter(class_packs::stock.is_not_null()),
-        )
-        .set(class_packs::stock.eq(class_packs::stock + 1))
-        .execute(conn)
-        .await?;
+        diesel::update(class_packs::table.find(pack).filter(class_packs::stock.is_not_null()))
+            .set(class_packs::stock.eq(class_packs::stock + 1))
+            .execute(conn)
+            .await?;
     }
     Ok(())
 }
@@ -186,11 +175,7 @@ pub struct WalletMove<'a> {
 }
 
 /// Writes a wallet movement; the ledger trigger applies it to the member's balances.
-pub async fn wallet_move(
-    conn: &mut AsyncPgConnection,
-    m: WalletMove<'_>,
-    ctx: &Ctx,
-) -> AppResult<()> {
+pub async fn wallet_move(conn: &mut AsyncPgConnection, m: WalletMove<'_>, ctx: &Ctx) -> AppResult<()> {
     use crate::db::schema::wallet_ledger as wl;
     diesel::insert_into(wl::table)
         .values((
@@ -209,11 +194,7 @@ pub async fn wallet_move(
 }
 
 /// The audit row of an order's birth (NONE -> WAIT_PAY), so the history starts at placement.
-pub async fn transition_audit_birth(
-    conn: &mut AsyncPgConnection,
-    order: &Order,
-    ctx: &Ctx,
-) -> AppResult<()> {
+pub async fn transition_audit_birth(conn: &mut AsyncPgConnection, order: &Order, ctx: &Ctx) -> AppResult<()> {
     use crate::db::schema::order_transitions as ot;
     let id: i64 = diesel::insert_into(ot::table)
         .values((
@@ -227,8 +208,6 @@ pub async fn transition_audit_birth(
         .returning(ot::id)
         .get_result(conn)
         .await?;
-    crate::events::notify_sql(&format!("order:{id}"))
-        .execute(conn)
-        .await?;
+    crate::events::notify_sql(&format!("order:{id}")).execute(conn).await?;
     Ok(())
 }

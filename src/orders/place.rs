@@ -47,12 +47,7 @@ impl PlaceOrder {
     fn request_hash(&self, member_id: i64) -> String {
         let canon = format!(
             "{}|{}|{:?}|{}|{:?}|{:?}",
-            member_id,
-            self.store_id,
-            self.item,
-            self.payment_method,
-            self.wallet_amount_cents,
-            self.online_provider
+            member_id, self.store_id, self.item, self.payment_method, self.wallet_amount_cents, self.online_provider
         );
         hex::encode(Sha256::digest(canon.as_bytes()))
     }
@@ -70,9 +65,7 @@ pub async fn place_order(
         Role::Member => {
             let own = viewer.member_id.expect("member tokens carry a member id");
             if req.member_id.is_some_and(|m| m != own) {
-                return Err(AppError::Forbidden(
-                    "members place orders for themselves only".into(),
-                ));
+                return Err(AppError::Forbidden("members place orders for themselves only".into()));
             }
             own
         }
@@ -89,20 +82,14 @@ pub async fn place_order(
     let method = req.payment_method.as_str();
     let online_provider = match method {
         "WECHAT_PAY" | "ALIPAY" => Some(method.to_string()),
-        "MIXED" => Some(
-            req.online_provider
-                .clone()
-                .unwrap_or_else(|| "WECHAT_PAY".into()),
-        ),
+        "MIXED" => Some(req.online_provider.clone().unwrap_or_else(|| "WECHAT_PAY".into())),
         _ => None,
     };
     if online_provider
         .as_deref()
         .is_some_and(|p| p != "WECHAT_PAY" && p != "ALIPAY")
     {
-        return Err(AppError::bad(
-            "the online part is paid with WECHAT_PAY or ALIPAY",
-        ));
+        return Err(AppError::bad("the online part is paid with WECHAT_PAY or ALIPAY"));
     }
     if method != "MIXED" && req.wallet_amount_cents.is_some_and(|w| w != 0) {
         return Err(AppError::bad("walletAmountCents is for MIXED orders only"));
@@ -143,9 +130,9 @@ pub async fn place_order(
                 }
                 _ => 0,
             };
-            let expires_at: Option<DateTime<Utc>> = online_provider.as_ref().map(|_| {
-                now + chrono::Duration::from_std(config.order_timeout).unwrap_or_default()
-            });
+            let expires_at: Option<DateTime<Utc>> = online_provider
+                .as_ref()
+                .map(|_| now + chrono::Duration::from_std(config.order_timeout).unwrap_or_default());
             let (plan, pack, slot) = match req.item {
                 PlacedItem::MembershipPlan(id) => (Some(id), None, None),
                 PlacedItem::ClassPack(id) => (None, Some(id), None),
@@ -243,14 +230,13 @@ pub async fn place_order(
         .await?;
     match placed {
         Some(order) => {
-            metrics::counter!("fitorder_orders_placed_total", "method" => method.to_string())
-                .increment(1);
+            metrics::counter!("fitorder_orders_placed_total", "method" => method.to_string()).increment(1);
             Ok(order)
         }
         None => {
-            let existing = find_by_key(conn, member_id, &key).await?.ok_or_else(|| {
-                AppError::Conflict("the order with this key was rolled back; retry".into())
-            })?;
+            let existing = find_by_key(conn, member_id, &key)
+                .await?
+                .ok_or_else(|| AppError::Conflict("the order with this key was rolled back; retry".into()))?;
             same_request(existing, &hash)
         }
     }
@@ -267,11 +253,7 @@ fn same_request(existing: Order, hash: &str) -> AppResult<Order> {
     }
 }
 
-async fn find_by_key(
-    conn: &mut AsyncPgConnection,
-    member_id: i64,
-    key: &str,
-) -> AppResult<Option<Order>> {
+async fn find_by_key(conn: &mut AsyncPgConnection, member_id: i64, key: &str) -> AppResult<Option<Order>> {
     Ok(orders::table
         .filter(orders::member_id.eq(member_id))
         .filter(orders::idempotency_key.eq(key))
@@ -343,11 +325,7 @@ async fn price_item(
             }
             Priced {
                 kind: "PRIVATE_SESSION",
-                name: format!(
-                    "{} · {}",
-                    s.coach_name,
-                    s.starts_at.format("%Y-%m-%d %H:%M UTC")
-                ),
+                name: format!("{} · {}", s.coach_name, s.starts_at.format("%Y-%m-%d %H:%M UTC")),
                 amount: s.price_cents,
                 sessions: 1,
                 plan_days: None,
@@ -360,14 +338,10 @@ async fn price_item(
 /// reaches the client as SOLD_OUT; concurrent buyers serialize on the item's row lock.
 async fn reserve_item(conn: &mut AsyncPgConnection, order: &Order) -> AppResult<()> {
     if let Some(slot) = order.coach_slot_id {
-        let taken = diesel::update(
-            coach_slots::table
-                .find(slot)
-                .filter(coach_slots::remaining.gt(0)),
-        )
-        .set(coach_slots::remaining.eq(coach_slots::remaining - 1))
-        .execute(conn)
-        .await?;
+        let taken = diesel::update(coach_slots::table.find(slot).filter(coach_slots::remaining.gt(0)))
+            .set(coach_slots::remaining.eq(coach_slots::remaining - 1))
+            .execute(conn)
+            .await?;
         if taken == 0 {
             return Err(AppError::SoldOut("no seats left in this coach slot".into()));
         }

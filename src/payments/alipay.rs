@@ -37,10 +37,7 @@ pub fn parse_form(body: &[u8]) -> Result<Vec<(String, String)>, AlipayError> {
 }
 
 pub fn field<'a>(fields: &'a [(String, String)], name: &str) -> Option<&'a str> {
-    fields
-        .iter()
-        .find(|(k, _)| k == name)
-        .map(|(_, v)| v.as_str())
+    fields.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
 }
 
 /// The string Alipay signs: every non-empty field but `sign` and `sign_type`, sorted by key.
@@ -78,13 +75,11 @@ pub fn verify(keys: &AlipayKeys, fields: &[(String, String)]) -> Result<(), Alip
 /// Reads verified fields into a notice. A notification carrying `refund_fee` reports a refund
 /// (Alipay sends those with the trade's status); TRADE_SUCCESS and TRADE_FINISHED mean paid.
 pub fn notice(fields: &[(String, String)]) -> Result<Notice, AlipayError> {
-    let need =
-        |k: &str| field(fields, k).ok_or_else(|| AlipayError::BadForm(format!("missing {k}")));
+    let need = |k: &str| field(fields, k).ok_or_else(|| AlipayError::BadForm(format!("missing {k}")));
     let out_trade_no = need("out_trade_no")?.to_string();
     let status = need("trade_status")?.to_string();
     if let Some(refund_fee) = field(fields, "refund_fee").filter(|v| !v.is_empty()) {
-        let cents =
-            parse_yuan(refund_fee).ok_or_else(|| AlipayError::BadForm("refund_fee".into()))?;
+        let cents = parse_yuan(refund_fee).ok_or_else(|| AlipayError::BadForm("refund_fee".into()))?;
         return Ok(Notice::Refund {
             out_trade_no,
             refund_no: field(fields, "out_biz_no").unwrap_or_default().to_string(),
@@ -97,8 +92,7 @@ pub fn notice(fields: &[(String, String)]) -> Result<Notice, AlipayError> {
     match status.as_str() {
         "TRADE_SUCCESS" | "TRADE_FINISHED" => {
             let amount = need("total_amount")?;
-            let cents = parse_yuan(amount)
-                .ok_or_else(|| AlipayError::BadForm(format!("total_amount {amount:?}")))?;
+            let cents = parse_yuan(amount).ok_or_else(|| AlipayError::BadForm(format!("total_amount {amount:?}")))?;
             Ok(Notice::Paid {
                 out_trade_no,
                 txn_id: need("trade_no")?.to_string(),

@@ -60,9 +60,7 @@ fn b64(bytes: &[u8]) -> String {
 }
 
 fn sign(key: &RsaPrivateKey, message: &[u8]) -> String {
-    b64(&SigningKey::<Sha256>::new(key.clone())
-        .sign(message)
-        .to_bytes())
+    b64(&SigningKey::<Sha256>::new(key.clone()).sign(message).to_bytes())
 }
 
 fn nonce() -> String {
@@ -125,12 +123,7 @@ impl ProviderApi {
     fn wechat(&self) -> Option<Wechat<'_>> {
         let keys = self.keys.wechat.as_ref()?;
         Some(Wechat {
-            base: self
-                .config
-                .wechatpay
-                .api_base
-                .as_deref()?
-                .trim_end_matches('/'),
+            base: self.config.wechatpay.api_base.as_deref()?.trim_end_matches('/'),
             key: keys.merchant_key.as_ref()?,
             serial: keys.merchant_serial.as_deref()?,
             keys,
@@ -193,13 +186,7 @@ impl ProviderApi {
         check(resp).await
     }
 
-    async fn alipay_call(
-        &self,
-        a: &Alipay<'_>,
-        method: &str,
-        biz: Value,
-        trace: &str,
-    ) -> Result<Value, String> {
+    async fn alipay_call(&self, a: &Alipay<'_>, method: &str, biz: Value, trace: &str) -> Result<Value, String> {
         let mut fields: Vec<(String, String)> = vec![
             ("app_id".into(), a.keys.app_id.clone()),
             ("method".into(), method.into()),
@@ -272,9 +259,7 @@ impl ProviderApi {
                     "out_request_no": r.refund_no,
                     "refund_reason": r.reason,
                 });
-                let v = self
-                    .alipay_call(&a, "alipay.trade.refund", biz, r.trace_id)
-                    .await?;
+                let v = self.alipay_call(&a, "alipay.trade.refund", biz, r.trace_id).await?;
                 match v["code"].as_str() {
                     Some("10000") => Ok(Called::Done),
                     _ => Err(format!(
@@ -289,12 +274,7 @@ impl ProviderApi {
     }
 
     /// Asks whether `out_trade_no` was paid (a callback may be late or lost).
-    pub async fn query(
-        &self,
-        provider: &str,
-        out_trade_no: &str,
-        trace: &str,
-    ) -> Result<TradeState, String> {
+    pub async fn query(&self, provider: &str, out_trade_no: &str, trace: &str) -> Result<TradeState, String> {
         match provider {
             "WECHAT_PAY" => {
                 let Some(w) = self.wechat() else {
@@ -310,9 +290,7 @@ impl ProviderApi {
                         amount_cents: v["amount"]["total"].as_i64().unwrap_or(-1),
                     }),
                     Ok(_) => Ok(TradeState::NotPaid),
-                    Err(e) if e.contains("ORDER_NOT_EXIST") || e.starts_with("HTTP 404") => {
-                        Ok(TradeState::NotPaid)
-                    }
+                    Err(e) if e.contains("ORDER_NOT_EXIST") || e.starts_with("HTTP 404") => Ok(TradeState::NotPaid),
                     Err(e) => Err(e),
                 }
             }
@@ -321,23 +299,13 @@ impl ProviderApi {
                     return Ok(TradeState::Unknown);
                 };
                 let v = self
-                    .alipay_call(
-                        &a,
-                        "alipay.trade.query",
-                        json!({"out_trade_no": out_trade_no}),
-                        trace,
-                    )
+                    .alipay_call(&a, "alipay.trade.query", json!({"out_trade_no": out_trade_no}), trace)
                     .await?;
                 match (v["code"].as_str(), v["trade_status"].as_str()) {
-                    (Some("10000"), Some("TRADE_SUCCESS" | "TRADE_FINISHED")) => {
-                        Ok(TradeState::Paid {
-                            txn_id: v["trade_no"].as_str().unwrap_or_default().to_string(),
-                            amount_cents: v["total_amount"]
-                                .as_str()
-                                .and_then(parse_yuan)
-                                .unwrap_or(-1),
-                        })
-                    }
+                    (Some("10000"), Some("TRADE_SUCCESS" | "TRADE_FINISHED")) => Ok(TradeState::Paid {
+                        txn_id: v["trade_no"].as_str().unwrap_or_default().to_string(),
+                        amount_cents: v["total_amount"].as_str().and_then(parse_yuan).unwrap_or(-1),
+                    }),
                     (Some("10000"), _) => Ok(TradeState::NotPaid),
                     (_, _) if v["sub_code"] == "ACQ.TRADE_NOT_EXIST" => Ok(TradeState::NotPaid),
                     _ => Err(format!(
@@ -352,12 +320,7 @@ impl ProviderApi {
     }
 
     /// Closes the trade so that it cannot be paid any more (before the order is canceled).
-    pub async fn close(
-        &self,
-        provider: &str,
-        out_trade_no: &str,
-        trace: &str,
-    ) -> Result<Called, String> {
+    pub async fn close(&self, provider: &str, out_trade_no: &str, trace: &str) -> Result<Called, String> {
         match provider {
             "WECHAT_PAY" => {
                 let Some(w) = self.wechat() else {
@@ -374,12 +337,7 @@ impl ProviderApi {
                     return Ok(Called::Simulated);
                 };
                 let v = self
-                    .alipay_call(
-                        &a,
-                        "alipay.trade.close",
-                        json!({"out_trade_no": out_trade_no}),
-                        trace,
-                    )
+                    .alipay_call(&a, "alipay.trade.close", json!({"out_trade_no": out_trade_no}), trace)
                     .await?;
                 match v["code"].as_str() {
                     Some("10000") => Ok(Called::Done),

@@ -68,8 +68,7 @@ fn read_private(path: Option<&std::path::PathBuf>) -> Result<Option<RsaPrivateKe
     match path {
         None => Ok(None),
         Some(p) => {
-            let text =
-                std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+            let text = std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
             parse_private_key(&text)
                 .with_context(|| format!("parsing {}", p.display()))
                 .map(Some)
@@ -78,8 +77,7 @@ fn read_private(path: Option<&std::path::PathBuf>) -> Result<Option<RsaPrivateKe
 }
 
 fn read_key(path: &Path) -> Result<RsaPublicKey> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     parse_public_key(&text).with_context(|| format!("parsing {}", path.display()))
 }
 
@@ -117,7 +115,9 @@ impl ProviderKeys {
             }),
             (None, None) => None,
             _ => {
-                tracing::warn!("Alipay is partly configured (need ALIPAY_APP_ID and ALIPAY_PUBLIC_KEY): its callbacks are refused");
+                tracing::warn!(
+                    "Alipay is partly configured (need ALIPAY_APP_ID and ALIPAY_PUBLIC_KEY): its callbacks are refused"
+                );
                 None
             }
         };

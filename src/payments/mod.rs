@@ -45,10 +45,7 @@ pub enum Notice {
         amount_cents: i64,
     },
     /// Nothing to apply (a closed trade, a state we only record).
-    Other {
-        out_trade_no: Option<String>,
-        what: String,
-    },
+    Other { out_trade_no: Option<String>, what: String },
 }
 
 /// How a callback ended; stored on the callback row and shown in `Order.callbacks`.
@@ -95,12 +92,7 @@ pub struct Received<'a> {
 }
 
 /// Writes the raw callback in a transaction of its own and returns its id.
-pub async fn record(
-    conn: &mut AsyncPgConnection,
-    r: Received<'_>,
-    outcome: &str,
-    trace: &TraceId,
-) -> AppResult<i64> {
+pub async fn record(conn: &mut AsyncPgConnection, r: Received<'_>, outcome: &str, trace: &TraceId) -> AppResult<i64> {
     let id = diesel::insert_into(payment_callbacks::table)
         .values((
             payment_callbacks::provider.eq(r.provider),
@@ -145,7 +137,18 @@ pub async fn apply(
                     amount_cents,
                 } => {
                     let key = format!("{out_trade_no}:{txn_id}");
-                    let (o, order) = apply_paid(conn, &config, &provider, out_trade_no, txn_id, *amount_cents, &key, callback_id, &ctx).await?;
+                    let (o, order) = apply_paid(
+                        conn,
+                        &config,
+                        &provider,
+                        out_trade_no,
+                        txn_id,
+                        *amount_cents,
+                        &key,
+                        callback_id,
+                        &ctx,
+                    )
+                    .await?;
                     (o, order, Some(key), Some(txn_id.clone()), Some(*amount_cents))
                 }
                 Notice::Refund {
@@ -197,7 +200,9 @@ pub async fn apply(
                     payment_callbacks::outcome.eq(outcome.as_str()),
                     payment_callbacks::order_id.eq(order.as_ref().map(|o| o.id)),
                     payment_callbacks::order_no.eq(order.as_ref().map(|o| o.order_no.clone()).or(match &notice {
-                        Notice::Paid { out_trade_no, .. } | Notice::Refund { out_trade_no, .. } => Some(out_trade_no.clone()),
+                        Notice::Paid { out_trade_no, .. } | Notice::Refund { out_trade_no, .. } => {
+                            Some(out_trade_no.clone())
+                        }
                         Notice::Other { out_trade_no, .. } => out_trade_no.clone(),
                     })),
                     payment_callbacks::store_id.eq(order.as_ref().map(|o| o.store_id)),
@@ -218,10 +223,7 @@ pub async fn apply(
 /// unique index decides (a concurrent claimant waits for the first transaction to finish).
 async fn claim_key(conn: &mut AsyncPgConnection, key: &str, callback_id: i64) -> AppResult<bool> {
     let claimed = diesel::insert_into(payment_keys::table)
-        .values((
-            payment_keys::key.eq(key),
-            payment_keys::callback_id.eq(callback_id),
-        ))
+        .values((payment_keys::key.eq(key), payment_keys::callback_id.eq(callback_id)))
         .on_conflict_do_nothing()
         .execute(conn)
         .await?;
@@ -241,10 +243,7 @@ async fn apply_paid(
     ctx: &Ctx,
 ) -> AppResult<(Outcome, Option<Order>)> {
     if !claim_key(conn, key, callback_id).await? {
-        return Ok((
-            Outcome::Duplicate,
-            orders::find_order(conn, out_trade_no).await?,
-        ));
+        return Ok((Outcome::Duplicate, orders::find_order(conn, out_trade_no).await?));
     }
     let order = match orders::lock_order(conn, out_trade_no, None).await {
         Ok(o) => o,
@@ -275,22 +274,22 @@ async fn apply_paid(
         // order goes back whatever it was.
         OrderStatus::WaitPay if amount_cents != expected => {
             tickets::open(
-                    conn,
-                    NewTicket {
-                        kind: "AMOUNT_MISMATCH",
-                        provider: Some(provider),
-                        order: Some(&order),
-                        order_no: Some(out_trade_no),
-                        provider_txn_id: Some(txn_id),
-                        local_amount_cents: Some(expected),
-                        provider_amount_cents: Some(amount_cents),
-                        detail: json!({"source": "callback", "status": order.status,
+                conn,
+                NewTicket {
+                    kind: "AMOUNT_MISMATCH",
+                    provider: Some(provider),
+                    order: Some(&order),
+                    order_no: Some(out_trade_no),
+                    provider_txn_id: Some(txn_id),
+                    local_amount_cents: Some(expected),
+                    provider_amount_cents: Some(amount_cents),
+                    detail: json!({"source": "callback", "status": order.status,
                                        "why": "the provider collected another amount than the order asks"}),
-                        finding_key: format!("AMOUNT_MISMATCH:callback:{key}"),
-                    },
-                    &ctx.trace,
-                )
-                .await?;
+                    finding_key: format!("AMOUNT_MISMATCH:callback:{key}"),
+                },
+                &ctx.trace,
+            )
+            .await?;
             Ok((Outcome::AmountMismatch, Some(order)))
         }
         OrderStatus::WaitPay => {

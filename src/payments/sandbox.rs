@@ -11,8 +11,7 @@ use rsa::RsaPrivateKey;
 use serde_json::{json, Value};
 use sha2::Sha256;
 
-const B64: base64::engine::general_purpose::GeneralPurpose =
-    base64::engine::general_purpose::STANDARD;
+const B64: base64::engine::general_purpose::GeneralPurpose = base64::engine::general_purpose::STANDARD;
 
 fn sign(key: &RsaPrivateKey, message: &[u8]) -> String {
     let sig = SigningKey::<Sha256>::new(key.clone()).sign(message);
@@ -35,12 +34,7 @@ pub struct WechatNotification {
 impl WechatSandbox {
     /// Encrypts `resource` (AEAD_AES_256_GCM, base64 of ciphertext‖tag) and signs the envelope
     /// over `timestamp\nnonce\nbody\n`.
-    pub fn notification(
-        &self,
-        event_type: &str,
-        resource: &Value,
-        timestamp: i64,
-    ) -> WechatNotification {
+    pub fn notification(&self, event_type: &str, resource: &Value, timestamp: i64) -> WechatNotification {
         let nonce: String = random_text(12);
         let aad = if event_type.starts_with("REFUND") {
             "refund"
@@ -79,10 +73,7 @@ impl WechatSandbox {
             headers: vec![
                 ("Wechatpay-Timestamp", timestamp.to_string()),
                 ("Wechatpay-Nonce", header_nonce),
-                (
-                    "Wechatpay-Signature",
-                    sign(&self.platform_key, message.as_bytes()),
-                ),
+                ("Wechatpay-Signature", sign(&self.platform_key, message.as_bytes())),
                 ("Wechatpay-Serial", self.serial.clone()),
             ],
             body: body.into_bytes(),
@@ -189,7 +180,5 @@ fn random_text(n: usize) -> String {
 fn random_digits(n: usize) -> String {
     use rand::Rng;
     let mut rng = rand::rng();
-    (0..n)
-        .map(|_| char::from(b'0' + rng.random_range(0..10u8)))
-        .collect()
+    (0..n).map(|_| char::from(b'0' + rng.random_range(0..10u8))).collect()
 }

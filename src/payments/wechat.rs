@@ -89,23 +89,11 @@ pub struct Headers<'a> {
 }
 
 /// Checks the signature and the time window.
-pub fn verify(
-    keys: &WechatKeys,
-    h: &Headers<'_>,
-    body: &[u8],
-    now: i64,
-) -> Result<(), WechatError> {
-    let ts = h
-        .timestamp
-        .ok_or(WechatError::MissingHeader("Wechatpay-Timestamp"))?;
-    let nonce = h
-        .nonce
-        .ok_or(WechatError::MissingHeader("Wechatpay-Nonce"))?;
-    let sig = h
-        .signature
-        .ok_or(WechatError::MissingHeader("Wechatpay-Signature"))?;
-    h.serial
-        .ok_or(WechatError::MissingHeader("Wechatpay-Serial"))?;
+pub fn verify(keys: &WechatKeys, h: &Headers<'_>, body: &[u8], now: i64) -> Result<(), WechatError> {
+    let ts = h.timestamp.ok_or(WechatError::MissingHeader("Wechatpay-Timestamp"))?;
+    let nonce = h.nonce.ok_or(WechatError::MissingHeader("Wechatpay-Nonce"))?;
+    let sig = h.signature.ok_or(WechatError::MissingHeader("Wechatpay-Signature"))?;
+    h.serial.ok_or(WechatError::MissingHeader("Wechatpay-Serial"))?;
     let ts_num: i64 = ts.trim().parse().map_err(|_| WechatError::StaleTimestamp)?;
     if (now - ts_num).abs() > MAX_SKEW_SECONDS {
         return Err(WechatError::StaleTimestamp);
@@ -133,19 +121,12 @@ pub fn parse_envelope(body: &[u8]) -> Result<Envelope, WechatError> {
 /// Decrypts `resource` (base64 of ciphertext‖tag) with the APIv3 key.
 pub fn decrypt(apiv3_key: &[u8; 32], r: &Resource) -> Result<String, WechatError> {
     if r.algorithm != "AEAD_AES_256_GCM" {
-        return Err(WechatError::BadEnvelope(format!(
-            "unknown algorithm {}",
-            r.algorithm
-        )));
+        return Err(WechatError::BadEnvelope(format!("unknown algorithm {}", r.algorithm)));
     }
     let data = base64::engine::general_purpose::STANDARD
         .decode(r.ciphertext.trim())
         .map_err(|_| WechatError::Undecryptable)?;
-    let nonce: [u8; 12] = r
-        .nonce
-        .as_bytes()
-        .try_into()
-        .map_err(|_| WechatError::Undecryptable)?;
+    let nonce: [u8; 12] = r.nonce.as_bytes().try_into().map_err(|_| WechatError::Undecryptable)?;
     if data.len() < 16 {
         return Err(WechatError::Undecryptable);
     }

@@ -103,10 +103,7 @@ pub struct BillError {
 
 impl BillError {
     fn new(line: usize, why: impl Into<String>) -> Self {
-        BillError {
-            line,
-            why: why.into(),
-        }
+        BillError { line, why: why.into() }
     }
 }
 
@@ -176,12 +173,7 @@ impl WechatColumns {
             "SUCCESS" => BillKind::Payment,
             "REFUND" => BillKind::Refund,
             "REVOKED" => BillKind::Other,
-            other => {
-                return Err(BillError::new(
-                    line,
-                    format!("交易状态 \"{other}\" is unknown"),
-                ))
-            }
+            other => return Err(BillError::new(line, format!("交易状态 \"{other}\" is unknown"))),
         };
         let settle = amount(get(&self.settle), self.settle.name, line)?;
         let refunded = amount(get(&self.refund_amount), self.refund_amount.name, line)?;
@@ -192,8 +184,7 @@ impl WechatColumns {
         // Payment rows carry "0" in the refund id columns.
         let refund_id = |col: &Col| {
             let value = get(col);
-            (kind == BillKind::Refund && !value.is_empty() && value != "0")
-                .then(|| value.to_owned())
+            (kind == BillKind::Refund && !value.is_empty() && value != "0").then(|| value.to_owned())
         };
         let row = BillRow {
             line,
@@ -241,10 +232,7 @@ pub fn parse_wechat<R: BufRead>(
     let (mut settle_total, mut refund_total) = (0i64, 0i64);
     let summary_header = loop {
         let Some((n, bytes)) = lines.next_line()? else {
-            return Err(BillError::new(
-                lines.eof_line(),
-                "truncated: no summary line",
-            ));
+            return Err(BillError::new(lines.eof_line(), "truncated: no summary line"));
         };
         let text = decoder.decode(n, bytes)?;
         let trimmed = text.trim();
@@ -277,9 +265,9 @@ pub fn parse_wechat<R: BufRead>(
         }
         let cells = cells_for(&text, summary_header.width(), n)?;
         let count = clean(&cells[count_col.idx]);
-        let count = count.parse::<usize>().map_err(|_| {
-            BillError::new(n, format!("{} \"{count}\" is not a number", count_col.name))
-        })?;
+        let count = count
+            .parse::<usize>()
+            .map_err(|_| BillError::new(n, format!("{} \"{count}\" is not a number", count_col.name)))?;
         let settle = amount(clean(&cells[settle_col.idx]), settle_col.name, n)?;
         let refund = amount(clean(&cells[refund_col.idx]), refund_col.name, n)?;
         break (n, count, settle, refund);
@@ -287,10 +275,7 @@ pub fn parse_wechat<R: BufRead>(
     if count != summary.rows {
         return Err(BillError::new(
             line,
-            format!(
-                "the summary says {count} rows, the bill has {}",
-                summary.rows
-            ),
+            format!("the summary says {count} rows, the bill has {}", summary.rows),
         ));
     }
     check_total(line, settle_col.name, settle, settle_total)?;
@@ -341,12 +326,7 @@ const WECHAT_HEADER: [&str; 27] = [
 /// Payment rows are written `SUCCESS`, refund rows `REFUND` (the amount goes to both 应结订单金额
 /// and 退款金额, so parsing gives back the refund amount), other rows `REVOKED`. The fee is the
 /// usual 0.6 %, negative on refunds, with WeChat's five decimals. Output is buffered internally.
-pub fn write_wechat_bill<W: Write>(
-    out: W,
-    rows: &[BillRow],
-    crlf: bool,
-    bom: bool,
-) -> io::Result<()> {
+pub fn write_wechat_bill<W: Write>(out: W, rows: &[BillRow], crlf: bool, bom: bool) -> io::Result<()> {
     let mut out = BufWriter::new(out);
     let eol = if crlf { "\r\n" } else { "\n" };
     if bom {
@@ -512,8 +492,7 @@ impl AlipayColumns {
             },
             out_trade_no: out_trade_no.to_owned(),
             provider_txn_id: get(&self.txn).to_owned(),
-            refund_no: (kind == BillKind::Refund && !refund_no.is_empty())
-                .then(|| refund_no.to_owned()),
+            refund_no: (kind == BillKind::Refund && !refund_no.is_empty()).then(|| refund_no.to_owned()),
             provider_refund_id: None,
             trade_time,
             kind,
@@ -558,32 +537,18 @@ pub fn parse_alipay<R: BufRead>(
         }
         if let Some(comment) = trimmed.strip_prefix('#') {
             in_trailer = true;
-            let (label, count, received, seen, total) =
-                if let Some(total) = comment.strip_prefix("交易合计") {
-                    (
-                        "交易",
-                        summary.payments,
-                        paid_received,
-                        &mut saw_payment_total,
-                        total,
-                    )
-                } else if let Some(total) = comment.strip_prefix("退款合计") {
-                    (
-                        "退款",
-                        summary.refunds,
-                        refund_received,
-                        &mut saw_refund_total,
-                        total,
-                    )
-                } else {
-                    continue;
-                };
+            let (label, count, received, seen, total) = if let Some(total) = comment.strip_prefix("交易合计") {
+                ("交易", summary.payments, paid_received, &mut saw_payment_total, total)
+            } else if let Some(total) = comment.strip_prefix("退款合计") {
+                ("退款", summary.refunds, refund_received, &mut saw_refund_total, total)
+            } else {
+                continue;
+            };
             if std::mem::replace(seen, true) {
                 return Err(BillError::new(n, format!("a second {label}合计 line")));
             }
-            let (said_count, said_received) = parse_alipay_total(total).ok_or_else(|| {
-                BillError::new(n, format!("cannot read the {label}合计 line \"{trimmed}\""))
-            })?;
+            let (said_count, said_received) = parse_alipay_total(total)
+                .ok_or_else(|| BillError::new(n, format!("cannot read the {label}合计 line \"{trimmed}\"")))?;
             if said_count != count {
                 return Err(BillError::new(
                     n,
@@ -662,10 +627,11 @@ const ALIPAY_HEADER: [&str; 25] = [
 /// from the earliest trade time. Text GBK cannot represent is an `InvalidData` error.
 pub fn write_alipay_bill<W: Write>(out: W, rows: &[BillRow], gbk: bool) -> io::Result<()> {
     let mut out = BufWriter::new(out);
-    let day = rows.iter().filter_map(|r| r.trade_time).min().map_or(
-        NaiveDate::from_ymd_opt(1970, 1, 1).unwrap_or_default(),
-        |t| t.date(),
-    );
+    let day = rows
+        .iter()
+        .filter_map(|r| r.trade_time)
+        .min()
+        .map_or(NaiveDate::from_ymd_opt(1970, 1, 1).unwrap_or_default(), |t| t.date());
     let next_day = day.succ_opt().unwrap_or(day);
     let date = |d: NaiveDate| d.format("%Y年%m月%d日").to_string();
     let mut encoder = GbkCells::default();
@@ -868,9 +834,7 @@ impl Decoder {
     fn decode<'a>(&mut self, line: usize, bytes: &'a [u8]) -> Result<Cow<'a, str>, BillError> {
         if bytes.is_ascii() {
             // ASCII reads the same in both encodings and decides nothing.
-            return Ok(Cow::Borrowed(
-                std::str::from_utf8(bytes).unwrap_or_default(),
-            ));
+            return Ok(Cow::Borrowed(std::str::from_utf8(bytes).unwrap_or_default()));
         }
         match (self.encoding, std::str::from_utf8(bytes)) {
             (Encoding::Undecided | Encoding::Utf8, Ok(text)) => {
@@ -938,10 +902,7 @@ fn cells_for(text: &str, width: usize, line: usize) -> Result<Vec<Cow<'_, str>>,
     if cells.len() != width {
         return Err(BillError::new(
             line,
-            format!(
-                "the row has {} cells, the header has {width}{hint}",
-                cells.len()
-            ),
+            format!("the row has {} cells, the header has {width}{hint}", cells.len()),
         ));
     }
     Ok(cells)
@@ -1057,8 +1018,7 @@ fn amount(value: &str, column: &str, line: usize) -> Result<i64, BillError> {
     if value.is_empty() {
         return Ok(0);
     }
-    parse_yuan(value)
-        .ok_or_else(|| BillError::new(line, format!("{column} \"{value}\" is not an amount")))
+    parse_yuan(value).ok_or_else(|| BillError::new(line, format!("{column} \"{value}\" is not an amount")))
 }
 
 /// A timestamp cell; empty is `None`.
@@ -1084,9 +1044,9 @@ fn fixed_width_time(value: &str) -> Option<NaiveDateTime> {
         return None;
     }
     let number = |from: usize, to: usize| {
-        b[from..to].iter().try_fold(0u32, |n, &d| {
-            d.is_ascii_digit().then(|| n * 10 + u32::from(d - b'0'))
-        })
+        b[from..to]
+            .iter()
+            .try_fold(0u32, |n, &d| d.is_ascii_digit().then(|| n * 10 + u32::from(d - b'0')))
     };
     let year = i32::try_from(number(0, 4)?).ok()?;
     NaiveDate::from_ymd_opt(year, number(5, 7)?, number(8, 10)?)?.and_hms_opt(
@@ -1195,12 +1155,7 @@ mod tests {
     }
 
     fn without_lines(rows: &[BillRow]) -> Vec<BillRow> {
-        rows.iter()
-            .map(|r| BillRow {
-                line: 0,
-                ..r.clone()
-            })
-            .collect()
+        rows.iter().map(|r| BillRow { line: 0, ..r.clone() }).collect()
     }
 
     fn wechat_text(rows: &[BillRow]) -> String {
@@ -1251,10 +1206,7 @@ mod tests {
             assert_eq!(out.windows(2).any(|w| w == b"\r\n"), crlf);
             let (parsed, summary) = run(Provider::WechatPay, &out).unwrap();
             assert_eq!(without_lines(&parsed), rows, "crlf {crlf}, bom {bom}");
-            assert_eq!(
-                parsed.iter().map(|r| r.line).collect::<Vec<_>>(),
-                [2, 3, 4, 5]
-            );
+            assert_eq!(parsed.iter().map(|r| r.line).collect::<Vec<_>>(), [2, 3, 4, 5]);
             assert_eq!(summary, SAMPLE_SUMMARY);
         }
     }
@@ -1264,24 +1216,16 @@ mod tests {
         let text = wechat_text(&sample(true));
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines[0], WECHAT_HEADER.join(","));
-        assert!(
-            lines[1].starts_with("`2026-11-29 10:01:02,`wx"),
-            "{}",
-            lines[1]
-        );
+        assert!(lines[1].starts_with("`2026-11-29 10:01:02,`wx"), "{}", lines[1]);
         assert!(
             lines[1].contains(",`SUCCESS,`OTHERS,`CNY,`100.00,`0.00,`0,`0,`0.00,"),
             "{}",
             lines[1]
         );
+        assert!(lines[1].contains(",`0.60000,`0.60%,`100.00,`0.00,`"), "{}", lines[1]);
         assert!(
-            lines[1].contains(",`0.60000,`0.60%,`100.00,`0.00,`"),
-            "{}",
-            lines[1]
+            lines[3].contains(",`REFUND,`OTHERS,`CNY,`50.00,`0.00,`50300001234567890,`RF202611290000000001,`50.00,")
         );
-        assert!(lines[3].contains(
-            ",`REFUND,`OTHERS,`CNY,`50.00,`0.00,`50300001234567890,`RF202611290000000001,`50.00,"
-        ));
         assert_eq!(
             lines[5],
             "总交易单数,应结订单总金额,退款总金额,充值券退款总金额,手续费总金额,订单总金额,申请退款总金额"
@@ -1315,10 +1259,7 @@ mod tests {
         assert_eq!(rows[0].provider_txn_id, "4200001234000000001");
         assert_eq!(rows[0].trade_time, Some(at("2026-11-29 10:15:02")));
         assert_eq!(
-            (
-                rows[0].refund_no.as_deref(),
-                rows[0].provider_refund_id.as_deref()
-            ),
+            (rows[0].refund_no.as_deref(), rows[0].provider_refund_id.as_deref()),
             (None, None)
         );
         assert_eq!(rows[2].kind, BillKind::Refund);
@@ -1341,11 +1282,7 @@ mod tests {
                 }
                 let mut cells: Vec<&str> = line.split(',').collect();
                 cells.reverse();
-                let (first, last) = if i == 0 {
-                    ("新列", "另一列")
-                } else {
-                    ("`x", "`y")
-                };
+                let (first, last) = if i == 0 { ("新列", "另一列") } else { ("`x", "`y") };
                 format!("{first},{},{last}\n", cells.join(","))
             })
             .collect();
@@ -1356,22 +1293,12 @@ mod tests {
 
     #[test]
     fn wechat_bad_amount_names_the_line() {
-        let text = edit(&wechat_text(&sample(true)), 3, |l| {
-            l.replace("`123.45", "`abc")
-        });
+        let text = edit(&wechat_text(&sample(true)), 3, |l| l.replace("`123.45", "`abc"));
         let e = run(Provider::WechatPay, text.as_bytes()).unwrap_err();
         assert_eq!(e, err(3, "应结订单金额 \"abc\" is not an amount"));
-        assert_eq!(
-            e.to_string(),
-            "line 3: 应结订单金额 \"abc\" is not an amount"
-        );
-        let text = edit(&wechat_text(&sample(true)), 2, |l| {
-            l.replace("`100.00", "`1.005")
-        });
-        assert_eq!(
-            run(Provider::WechatPay, text.as_bytes()).unwrap_err().line,
-            2
-        );
+        assert_eq!(e.to_string(), "line 3: 应结订单金额 \"abc\" is not an amount");
+        let text = edit(&wechat_text(&sample(true)), 2, |l| l.replace("`100.00", "`1.005"));
+        assert_eq!(run(Provider::WechatPay, text.as_bytes()).unwrap_err().line, 2);
     }
 
     #[test]
@@ -1400,18 +1327,12 @@ mod tests {
         let wrong_settle = edit(&text, 7, |l| l.replacen("`293.44", "`293.45", 1));
         assert_eq!(
             run(Provider::WechatPay, wrong_settle.as_bytes()).unwrap_err(),
-            err(
-                7,
-                "the summary says 应结订单总金额 293.45, the rows add up to 293.44"
-            )
+            err(7, "the summary says 应结订单总金额 293.45, the rows add up to 293.44")
         );
         let wrong_refund = edit(&text, 7, |l| l.replacen("`50.00", "`0.00", 1));
         assert_eq!(
             run(Provider::WechatPay, wrong_refund.as_bytes()).unwrap_err(),
-            err(
-                7,
-                "the summary says 退款总金额 0.00, the rows add up to 50.00"
-            )
+            err(7, "the summary says 退款总金额 0.00, the rows add up to 50.00")
         );
         let dropped_row = text
             .lines()
@@ -1427,9 +1348,7 @@ mod tests {
 
     #[test]
     fn wechat_header_missing_a_needed_column() {
-        let text = edit(&wechat_text(&sample(true)), 1, |l| {
-            l.replace("商户订单号", "订单号")
-        });
+        let text = edit(&wechat_text(&sample(true)), 1, |l| l.replace("商户订单号", "订单号"));
         assert_eq!(
             run(Provider::WechatPay, text.as_bytes()).unwrap_err(),
             err(1, "missing column 商户订单号")
@@ -1457,23 +1376,12 @@ mod tests {
             )
         );
         let trailing_comma = edit(&text, 4, |l| format!("{l},"));
-        assert_eq!(
-            run(Provider::WechatPay, trailing_comma.as_bytes())
-                .unwrap_err()
-                .line,
-            4
-        );
+        assert_eq!(run(Provider::WechatPay, trailing_comma.as_bytes()).unwrap_err().line, 4);
         // A trailing comma on every line, header included, is just one more (empty) column.
         let all_trailing: String = text
             .lines()
             .enumerate()
-            .map(|(i, l)| {
-                if i < 5 {
-                    format!("{l},\n")
-                } else {
-                    format!("{l}\n")
-                }
-            })
+            .map(|(i, l)| if i < 5 { format!("{l},\n") } else { format!("{l}\n") })
             .collect();
         assert_eq!(
             without_lines(&run(Provider::WechatPay, all_trailing.as_bytes()).unwrap().0),
@@ -1489,9 +1397,7 @@ mod tests {
             run(Provider::WechatPay, state.as_bytes()).unwrap_err(),
             err(3, "交易状态 \"NOTPAY\" is unknown")
         );
-        let time = edit(&text, 3, |l| {
-            l.replacen("`2026-11-29 10:02:02", "`yesterday", 1)
-        });
+        let time = edit(&text, 3, |l| l.replacen("`2026-11-29 10:02:02", "`yesterday", 1));
         assert_eq!(
             run(Provider::WechatPay, time.as_bytes()).unwrap_err(),
             err(3, "交易时间 \"yesterday\" is not a time")
@@ -1522,10 +1428,7 @@ mod tests {
     #[test]
     fn quoted_cells_are_split_and_written_correctly() {
         let cells = split_cells(r#"a,"b,c","d""e",`"f,g",,"unclosed, to the end"#);
-        assert_eq!(
-            cells,
-            ["a", "b,c", "d\"e", "f,g", "", "unclosed, to the end"]
-        );
+        assert_eq!(cells, ["a", "b,c", "d\"e", "f,g", "", "unclosed, to the end"]);
         let mut rows = sample(true);
         rows[0].provider_txn_id = "42,\"00\"".to_owned();
         rows[1].out_trade_no = "FO,2".to_owned();
@@ -1546,10 +1449,7 @@ mod tests {
             assert_eq!(std::str::from_utf8(&out).is_err(), gbk, "gbk {gbk}");
             let (parsed, summary) = run(Provider::Alipay, &out).unwrap();
             assert_eq!(without_lines(&parsed), rows, "gbk {gbk}");
-            assert_eq!(
-                parsed.iter().map(|r| r.line).collect::<Vec<_>>(),
-                [6, 7, 8, 9]
-            );
+            assert_eq!(parsed.iter().map(|r| r.line).collect::<Vec<_>>(), [6, 7, 8, 9]);
             assert_eq!(summary, SAMPLE_SUMMARY);
         }
     }
@@ -1574,14 +1474,8 @@ mod tests {
             "{}",
             lines[7]
         );
-        assert_eq!(
-            lines[10],
-            "#交易合计：2笔，商家实收共223.45元，商家优惠共0.00元"
-        );
-        assert_eq!(
-            lines[11],
-            "#退款合计：1笔，商家实收共-50.00元，商家优惠共0.00元"
-        );
+        assert_eq!(lines[10], "#交易合计：2笔，商家实收共223.45元，商家优惠共0.00元");
+        assert_eq!(lines[11], "#退款合计：1笔，商家实收共-50.00元，商家优惠共0.00元");
     }
 
     #[test]
@@ -1619,25 +1513,16 @@ mod tests {
         assert_eq!(rows[0].trade_time, Some(at("2026-11-29 10:15:02")));
         assert_eq!(rows[1].trade_time, Some(at("2026-11-29 11:00:00")));
         assert_eq!(
-            (
-                &rows[2].kind,
-                rows[2].amount_cents,
-                rows[2].refund_no.as_deref()
-            ),
+            (&rows[2].kind, rows[2].amount_cents, rows[2].refund_no.as_deref()),
             (&BillKind::Refund, 5_000, Some("RF1"))
         );
         assert_eq!(rows[2].provider_refund_id, None);
-        assert_eq!(
-            (&rows[3].kind, rows[3].amount_cents),
-            (&BillKind::Other, -60)
-        );
+        assert_eq!((&rows[3].kind, rows[3].amount_cents), (&BillKind::Other, -60));
     }
 
     #[test]
     fn alipay_bad_amount_names_the_line() {
-        let text = edit(&alipay_text(&sample(false)), 7, |l| {
-            l.replace("123.45", "12x.45")
-        });
+        let text = edit(&alipay_text(&sample(false)), 7, |l| l.replace("123.45", "12x.45"));
         assert_eq!(
             run(Provider::Alipay, text.as_bytes()).unwrap_err(),
             err(7, "订单金额（元） \"12x.45\" is not an amount")
@@ -1670,16 +1555,10 @@ mod tests {
         let refund = edit(&text, 12, |l| l.replace("-50.00", "-60.00"));
         assert_eq!(
             run(Provider::Alipay, refund.as_bytes()).unwrap_err(),
-            err(
-                12,
-                "the summary says 退款 商家实收 -60.00, the rows add up to -50.00"
-            )
+            err(12, "the summary says 退款 商家实收 -60.00, the rows add up to -50.00")
         );
         let garbled = edit(&text, 11, |_| "#交易合计：两笔".to_owned());
-        assert_eq!(
-            run(Provider::Alipay, garbled.as_bytes()).unwrap_err().line,
-            11
-        );
+        assert_eq!(run(Provider::Alipay, garbled.as_bytes()).unwrap_err().line, 11);
         let late_row = format!("{text}{}\n", text.lines().nth(5).unwrap());
         assert_eq!(
             run(Provider::Alipay, late_row.as_bytes()).unwrap_err(),
@@ -1724,10 +1603,7 @@ mod tests {
         bytes.extend_from_slice(&gbk);
         assert_eq!(
             run(Provider::Alipay, &bytes).unwrap_err(),
-            err(
-                14,
-                "not valid UTF-8, although the lines before it were UTF-8"
-            )
+            err(14, "not valid UTF-8, although the lines before it were UTF-8")
         );
         // Bytes that are neither.
         assert_eq!(
@@ -1738,11 +1614,7 @@ mod tests {
 
     #[test]
     fn times_are_read_in_both_spellings() {
-        for spelling in [
-            "2026-11-29 08:05:09",
-            "2026/11/29 08:05:09",
-            "2026/11/29 8:05:09",
-        ] {
+        for spelling in ["2026-11-29 08:05:09", "2026/11/29 08:05:09", "2026/11/29 8:05:09"] {
             assert_eq!(
                 time(spelling, "t", 1),
                 Ok(Some(at("2026-11-29 08:05:09"))),
@@ -1770,10 +1642,7 @@ mod tests {
         bytes.push(b'\n');
         assert_eq!(
             run(Provider::Alipay, &bytes).unwrap_err(),
-            err(
-                1,
-                format!("line longer than {MAX_LINE_BYTES} bytes").as_str()
-            )
+            err(1, format!("line longer than {MAX_LINE_BYTES} bytes").as_str())
         );
     }
 
@@ -1781,11 +1650,7 @@ mod tests {
     /// a counting callback: nothing but the current line is ever held in memory.
     fn stream_large_bill(provider: Provider, n: usize) {
         let rows = (0..n).map(|i| {
-            let mut row = payment(
-                (i % 60) as u32,
-                100 + i as i64,
-                &format!("42000012340{i:08}"),
-            );
+            let mut row = payment((i % 60) as u32, 100 + i as i64, &format!("42000012340{i:08}"));
             row.out_trade_no = format!("FO2026112900{i:08}");
             if i % 10 == 9 {
                 row.kind = BillKind::Refund;
@@ -1794,10 +1659,7 @@ mod tests {
             row
         });
         let rows: Vec<BillRow> = rows.collect();
-        let path = std::env::temp_dir().join(format!(
-            "fitorder-bills-{}-{provider:?}.csv",
-            std::process::id()
-        ));
+        let path = std::env::temp_dir().join(format!("fitorder-bills-{}-{provider:?}.csv", std::process::id()));
         let file = std::fs::File::create(&path).unwrap();
         match provider {
             Provider::WechatPay => write_wechat_bill(file, &rows, true, true).unwrap(),

@@ -39,10 +39,9 @@ pub async fn alert_check(state: AppState) -> AppResult<i64> {
     if stuck.n > 0 {
         tracing::error!(runs = stuck.n, "ALERT: stuck runs closed as FAILED");
     }
-    let dead: N =
-        diesel::sql_query("SELECT count(*) AS n FROM compensation_events WHERE status = 'DEAD'")
-            .get_result(&mut conn)
-            .await?;
+    let dead: N = diesel::sql_query("SELECT count(*) AS n FROM compensation_events WHERE status = 'DEAD'")
+        .get_result(&mut conn)
+        .await?;
     metrics::gauge!("fitorder_compensation_dead").set(dead.n as f64);
     let backlog: N = diesel::sql_query(
         "SELECT count(*) AS n FROM compensation_events WHERE status IN ('PENDING', 'RETRYING') AND next_attempt_at < now() - interval '5 minutes'",
@@ -51,10 +50,7 @@ pub async fn alert_check(state: AppState) -> AppResult<i64> {
     .await?;
     metrics::gauge!("fitorder_compensation_overdue").set(backlog.n as f64);
     if dead.n > 0 {
-        tracing::error!(
-            dead = dead.n,
-            "ALERT: DEAD compensation events wait for a replay"
-        );
+        tracing::error!(dead = dead.n, "ALERT: DEAD compensation events wait for a replay");
     }
     if backlog.n > 0 {
         tracing::error!(

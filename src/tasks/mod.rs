@@ -44,10 +44,7 @@ impl Scheduler {
                 schedule: Schedule::Every { secs: scan },
                 run: |s| {
                     Box::pin(async move {
-                        let api = crate::payments::api::ProviderApi::new(
-                            s.config.clone(),
-                            s.keys.clone(),
-                        );
+                        let api = crate::payments::api::ProviderApi::new(s.config.clone(), s.keys.clone());
                         crate::expiry::expire_due(&s, &api).await
                     })
                 },
@@ -59,20 +56,13 @@ impl Scheduler {
             },
             Task {
                 name: "data:cleanup",
-                schedule: Schedule::DailyAt {
-                    hour: 3,
-                    minute: 30,
-                },
+                schedule: Schedule::DailyAt { hour: 3, minute: 30 },
                 run: |s| Box::pin(housekeeping::data_cleanup(s)),
             },
         ];
         tasks.extend(crate::reconciliation::scheduled_tasks());
         Scheduler {
-            instance: format!(
-                "{}-{}",
-                std::process::id(),
-                &crate::trace::TraceId::new().0[..6]
-            ),
+            instance: format!("{}-{}", std::process::id(), &crate::trace::TraceId::new().0[..6]),
             state,
             tasks,
         }
@@ -123,10 +113,8 @@ impl Scheduler {
         if let Some(d) = &detail {
             tracing::error!(task = task.name, error = %d, "scheduled task failed");
         }
-        metrics::counter!("fitorder_task_runs_total", "task" => task.name, "status" => status)
-            .increment(1);
-        metrics::histogram!("fitorder_task_seconds", "task" => task.name)
-            .record(started.elapsed().as_secs_f64());
+        metrics::counter!("fitorder_task_runs_total", "task" => task.name, "status" => status).increment(1);
+        metrics::histogram!("fitorder_task_seconds", "task" => task.name).record(started.elapsed().as_secs_f64());
         let recorded = async {
             let mut conn = self.state.pool.get().await?;
             diesel::update(task_runs::table.find(run_id))

@@ -16,10 +16,7 @@ async fn the_contracts_admin_operations_build_a_studio() {
             json!({"input": {"name": "Xuhui", "code": "SH-XH"}}),
         )
         .await;
-    let store_id = store["data"]["createStore"]["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let store_id = store["data"]["createStore"]["id"].as_str().unwrap().to_string();
     let dup = app
         .op(
             &admin,
@@ -38,10 +35,7 @@ async fn the_contracts_admin_operations_build_a_studio() {
         )
         .await;
     assert_eq!(m["data"]["createMember"]["phone"], "13800138000");
-    let member = m["data"]["createMember"]["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let member = m["data"]["createMember"]["id"].as_str().unwrap().to_string();
     for (op, input) in [
         (
             "CreateMembershipPlan",
@@ -89,10 +83,7 @@ async fn the_contracts_admin_operations_build_a_studio() {
     ] {
         let r = app.op(&admin, ADMIN_OPS, op, json!({"input": input})).await;
         let code = error_code(&r);
-        assert!(
-            code == "BAD_USER_INPUT" || code == "NOT_FOUND",
-            "{op} {input}: {r}"
-        );
+        assert!(code == "BAD_USER_INPUT" || code == "NOT_FOUND", "{op} {input}: {r}");
     }
     let catalog = app
         .op(
@@ -166,8 +157,5 @@ async fn the_database_refuses_a_negative_wallet_whoever_writes() {
         &mut c,
     )
     .await;
-    assert!(r
-        .unwrap_err()
-        .to_string()
-        .contains("wallet_balance_not_negative"));
+    assert!(r.unwrap_err().to_string().contains("wallet_balance_not_negative"));
 }

@@ -45,10 +45,7 @@ async fn twenty_five_simultaneous_check_ins_on_ten_credits_use_exactly_ten() {
             }
             Some(_) => {
                 let code = error_code(&r);
-                assert!(
-                    code == "ILLEGAL_TRANSITION" || code == "BAD_USER_INPUT",
-                    "{r}"
-                );
+                assert!(code == "ILLEGAL_TRANSITION" || code == "BAD_USER_INPUT", "{r}");
             }
         }
     }
@@ -178,10 +175,7 @@ async fn a_private_session_passes_through_consuming_to_consumed_in_one_check_in(
     let no = placed["order"]["orderNo"].as_str().unwrap();
     assert_eq!(placed["order"]["sessionsTotal"], 1);
     let r = app
-        .admin(
-            CHECK_IN,
-            json!({"input": {"orderNo": no, "consumeTxnNo": "desk-1"}}),
-        )
+        .admin(CHECK_IN, json!({"input": {"orderNo": no, "consumeTxnNo": "desk-1"}}))
         .await;
     assert_eq!(r["checkIn"]["order"]["status"], "CONSUMED");
     let o = app.order(no).await;
@@ -221,9 +215,7 @@ async fn memberships_allow_check_ins_within_their_validity_only() {
         .await;
     let no = placed["order"]["orderNo"].as_str().unwrap().to_string();
     let token = app.member_token(&s.member);
-    let my = app
-        .op(&token, MEMBER_OPS, "MyOrder", json!({"orderNo": no}))
-        .await;
+    let my = app.op(&token, MEMBER_OPS, "MyOrder", json!({"orderNo": no})).await;
     assert_eq!(my["data"]["order"]["membership"]["status"], "ACTIVE");
     for i in 0..3 {
         let r = app

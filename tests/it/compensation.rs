@@ -95,10 +95,8 @@ async fn failures_back_off_exponentially_and_keep_their_key() {
         assert_eq!(e["status"], "RETRYING");
         assert_eq!(e["attempts"], 1);
         assert!(e["lastError"].as_str().unwrap().contains("503"), "{e}");
-        let at = chrono::DateTime::parse_from_rfc3339(e["attemptLog"][0]["at"].as_str().unwrap())
-            .unwrap();
-        let next =
-            chrono::DateTime::parse_from_rfc3339(e["nextAttemptAt"].as_str().unwrap()).unwrap();
+        let at = chrono::DateTime::parse_from_rfc3339(e["attemptLog"][0]["at"].as_str().unwrap()).unwrap();
+        let next = chrono::DateTime::parse_from_rfc3339(e["nextAttemptAt"].as_str().unwrap()).unwrap();
         let gap = (next - at).num_milliseconds();
         assert!((70..=130).contains(&gap), "first gap {gap} ms");
     }
@@ -114,17 +112,13 @@ async fn failures_back_off_exponentially_and_keep_their_key() {
             .iter()
             .map(|a| chrono::DateTime::parse_from_rfc3339(a["at"].as_str().unwrap()).unwrap())
             .collect();
-        let gaps: Vec<i64> = times
-            .windows(2)
-            .map(|w| (w[1] - w[0]).num_milliseconds())
-            .collect();
+        let gaps: Vec<i64> = times.windows(2).map(|w| (w[1] - w[0]).num_milliseconds()).collect();
         for g in gaps.windows(2) {
             assert!(g[1] as f64 >= g[0] as f64 * 1.3, "gaps {gaps:?}");
         }
     }
     // Every attempt of one event carried the same idempotency key.
-    let mut keys_per_event: std::collections::HashMap<String, std::collections::HashSet<String>> =
-        Default::default();
+    let mut keys_per_event: std::collections::HashMap<String, std::collections::HashSet<String>> = Default::default();
     for c in fake.calls() {
         keys_per_event
             .entry(c.body["eventId"].as_str().unwrap().to_string())
@@ -132,10 +126,7 @@ async fn failures_back_off_exponentially_and_keep_their_key() {
             .insert(c.body["idempotencyKey"].as_str().unwrap().to_string());
     }
     assert_eq!(keys_per_event.len(), 2);
-    assert!(
-        keys_per_event.values().all(|k| k.len() == 1),
-        "{keys_per_event:?}"
-    );
+    assert!(keys_per_event.values().all(|k| k.len() == 1), "{keys_per_event:?}");
     assert!(fake.calls().len() >= 8, "six failures and two successes");
 }
 
@@ -146,20 +137,13 @@ async fn hopeless_events_die_open_a_ticket_and_replay_in_one_click() {
     let (_, no) = paid_order(&app).await;
     let worker = Worker::new(app.state.clone());
     drain(&app, &worker, 20).await;
-    let dead = app
-        .op(&app.ops_token(), OPS_OPS, "DeadCompensations", json!({}))
-        .await;
-    let edges = dead["data"]["compensationEvents"]["edges"]
-        .as_array()
-        .unwrap()
-        .clone();
+    let dead = app.op(&app.ops_token(), OPS_OPS, "DeadCompensations", json!({})).await;
+    let edges = dead["data"]["compensationEvents"]["edges"].as_array().unwrap().clone();
     assert_eq!(edges.len(), 2);
     assert!(edges
         .iter()
         .all(|e| e["node"]["attempts"] == 3 && e["node"]["orderNo"] == no));
-    let tickets = app
-        .op(&app.ops_token(), OPS_OPS, "OpenTickets", json!({}))
-        .await;
+    let tickets = app.op(&app.ops_token(), OPS_OPS, "OpenTickets", json!({})).await;
     let kinds: Vec<&str> = tickets["data"]["exceptionTickets"]["edges"]
         .as_array()
         .unwrap()
@@ -170,14 +154,10 @@ async fn hopeless_events_die_open_a_ticket_and_replay_in_one_click() {
     // The door works again; ops replay one event, then the rest of the order's.
     fake.set(Mode::Healthy);
     let id = edges[0]["node"]["id"].as_str().unwrap().to_string();
-    let r = app
-        .op(&app.ops_token(), OPS_OPS, "Replay", json!({"id": id}))
-        .await;
+    let r = app.op(&app.ops_token(), OPS_OPS, "Replay", json!({"id": id})).await;
     assert_eq!(r["data"]["replayCompensation"]["status"], "PENDING");
     assert_eq!(r["data"]["replayCompensation"]["attempts"], 3);
-    let again = app
-        .op(&app.ops_token(), OPS_OPS, "Replay", json!({"id": id}))
-        .await;
+    let again = app.op(&app.ops_token(), OPS_OPS, "Replay", json!({"id": id})).await;
     assert_eq!(error_code(&again), "CONFLICT");
     let n = app
         .op(
@@ -192,10 +172,7 @@ async fn hopeless_events_die_open_a_ticket_and_replay_in_one_click() {
     let o = app.admin(COMPENSATIONS, json!({"no": no})).await["order"].clone();
     for e in o["compensation"].as_array().unwrap() {
         assert_eq!(e["status"], "SUCCEEDED");
-        assert_eq!(
-            e["attempts"], 4,
-            "attempts are counted on across the replay"
-        );
+        assert_eq!(e["attempts"], 4, "attempts are counted on across the replay");
     }
     let chain = app.order(&no).await;
     assert!(chain["timeline"]
@@ -221,13 +198,7 @@ async fn a_hanging_downstream_is_a_timed_out_attempt() {
     let o = app.admin(COMPENSATIONS, json!({"no": no})).await["order"].clone();
     for e in o["compensation"].as_array().unwrap() {
         assert_eq!(e["status"], "RETRYING");
-        assert!(
-            e["lastError"]
-                .as_str()
-                .unwrap()
-                .contains("no answer within"),
-            "{e}"
-        );
+        assert!(e["lastError"].as_str().unwrap().contains("no answer within"), "{e}");
     }
 }
 
@@ -250,10 +221,7 @@ async fn two_workers_racing_over_a_thousand_events_deliver_each_once() {
     .await
     .unwrap();
     drop(c);
-    let (a, b) = (
-        Worker::new(app.state.clone()),
-        Worker::new(app.state.clone()),
-    );
+    let (a, b) = (Worker::new(app.state.clone()), Worker::new(app.state.clone()));
     let (app_a, app_b) = (app.clone(), app.clone());
     let ta = tokio::spawn(async move { drain(&app_a, &a, 60).await });
     let tb = tokio::spawn(async move { drain(&app_b, &b, 60).await });
@@ -261,18 +229,14 @@ async fn two_workers_racing_over_a_thousand_events_deliver_each_once() {
     tb.await.unwrap();
     let delivered = fake.delivered_per_key();
     assert_eq!(delivered.len(), 1000);
-    assert!(
-        delivered.values().all(|n| *n == 1),
-        "some event was delivered twice"
-    );
+    assert!(delivered.values().all(|n| *n == 1), "some event was delivered twice");
     assert_eq!(
         app.sql_i64("SELECT count(*) AS v FROM compensation_events WHERE status = 'SUCCEEDED'")
             .await,
         1000
     );
     assert_eq!(
-        app.sql_i64("SELECT count(*) AS v FROM compensation_attempts")
-            .await,
+        app.sql_i64("SELECT count(*) AS v FROM compensation_attempts").await,
         1000
     );
     let workers = app
@@ -320,25 +284,16 @@ async fn subscribers_on_another_instance_see_what_this_one_did() {
             (*app.state.config).clone(),
             Default::default(),
             events,
+            app.db_url.clone(),
         )
     };
     let b_addr = crate::fakes::serve(fitorder::http::router(b_state)).await;
 
-    let mut ops = WsClient::connect(&b_addr, Some(&app.ops_token()), false)
-        .await
-        .unwrap();
-    ops.subscribe(
-        "1",
-        OPS_OPS,
-        Some("CompensationUpdates"),
-        json!({"status": ["DEAD"]}),
-    )
-    .await;
-    ops.subscribe("2", OPS_OPS, Some("TicketsOpened"), json!({}))
+    let mut ops = WsClient::connect(&b_addr, Some(&app.ops_token()), false).await.unwrap();
+    ops.subscribe("1", OPS_OPS, Some("CompensationUpdates"), json!({"status": ["DEAD"]}))
         .await;
-    let mut legacy = WsClient::connect(&b_addr, Some(&app.ops_token()), true)
-        .await
-        .unwrap();
+    ops.subscribe("2", OPS_OPS, Some("TicketsOpened"), json!({})).await;
+    let mut legacy = WsClient::connect(&b_addr, Some(&app.ops_token()), true).await.unwrap();
     legacy
         .subscribe("1", OPS_OPS, Some("OrderStatusChanges"), json!({}))
         .await;
@@ -348,10 +303,7 @@ async fn subscribers_on_another_instance_see_what_this_one_did() {
     // The legacy client sees the order born and paid (and so has instance B's hub).
     let mut seen = vec![];
     while seen.len() < 2 {
-        let p = legacy
-            .next_payload(10)
-            .await
-            .expect("status change over graphql-ws");
+        let p = legacy.next_payload(10).await.expect("status change over graphql-ws");
         assert_eq!(p["data"]["orderStatusChanged"]["orderNo"], no);
         seen.push(
             p["data"]["orderStatusChanged"]["toStatus"]
@@ -365,24 +317,13 @@ async fn subscribers_on_another_instance_see_what_this_one_did() {
         .await
         .unwrap();
     member
-        .subscribe(
-            "m",
-            MEMBER_OPS,
-            Some("MyOrderStatus"),
-            json!({"orderNo": no}),
-        )
+        .subscribe("m", MEMBER_OPS, Some("MyOrderStatus"), json!({"orderNo": no}))
         .await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     // A check-in after the member subscribed reaches the member.
-    app.admin(
-        CHECK_IN,
-        json!({"input": {"orderNo": no, "consumeTxnNo": "gate-1"}}),
-    )
-    .await;
-    let mine = member
-        .next_payload(10)
-        .await
-        .expect("member sees own order");
+    app.admin(CHECK_IN, json!({"input": {"orderNo": no, "consumeTxnNo": "gate-1"}}))
+        .await;
+    let mine = member.next_payload(10).await.expect("member sees own order");
     assert_eq!(mine["data"]["orderStatusChanged"]["toStatus"], "CONSUMING");
     assert_eq!(mine["data"]["orderStatusChanged"]["fromStatus"], "PAID");
     // Instance A's worker kills both grants; B's ops subscriber sees DEAD events and tickets.
@@ -426,8 +367,7 @@ async fn websocket_connections_without_a_good_token_close_with_4403() {
     let mut m = WsClient::connect(&addr, Some(&app.member_token("1")), false)
         .await
         .unwrap();
-    m.subscribe("1", OPS_OPS, Some("CompensationUpdates"), json!({}))
-        .await;
+    m.subscribe("1", OPS_OPS, Some("CompensationUpdates"), json!({})).await;
     let p = m.next_payload(5).await.unwrap();
     assert_eq!(p["errors"][0]["extensions"]["code"], "FORBIDDEN", "{p}");
 }
@@ -436,10 +376,7 @@ async fn websocket_connections_without_a_good_token_close_with_4403() {
 async fn provider_refunds_call_the_providers_signed_apis() {
     let api = crate::fakes::FakeProviderApi::start(crate::providers::merchant_public()).await;
     let (wechat_base, gateway) = (api.base.clone(), format!("{}/gateway.do", api.base));
-    let app = TestApp::with_config(move |c| {
-        crate::providers::configure_refunds(c, &wechat_base, &gateway)
-    })
-    .await;
+    let app = TestApp::with_config(move |c| crate::providers::configure_refunds(c, &wechat_base, &gateway)).await;
     let s = app.studio(0, None, 3).await;
     let mut nos = vec![];
     for (method, txn) in [
@@ -467,23 +404,16 @@ async fn provider_refunds_call_the_providers_signed_apis() {
             json!({"input": {"orderNo": no, "consumeTxnNo": "g1", "sessions": 4}}),
         )
         .await;
-        app.admin(REFUND, json!({"orderNo": no, "reason": "moving"}))
-            .await;
+        app.admin(REFUND, json!({"orderNo": no, "reason": "moving"})).await;
         nos.push(no);
     }
     drain(&app, &Worker::new(app.state.clone()), 10).await;
     let refunds = api.refunds.lock().unwrap().clone();
     assert_eq!(refunds.len(), 2, "{refunds:?}");
-    let wx = refunds
-        .iter()
-        .find(|r| r["provider"] == "WECHAT_PAY")
-        .unwrap();
+    let wx = refunds.iter().find(|r| r["provider"] == "WECHAT_PAY").unwrap();
     assert_eq!(wx["mchid"], crate::providers::MCH_ID);
     assert_eq!(wx["request"]["out_trade_no"], nos[0]);
-    assert_eq!(
-        wx["request"]["transaction_id"],
-        "4200000000000000000000000101"
-    );
+    assert_eq!(wx["request"]["transaction_id"], "4200000000000000000000000101");
     assert_eq!(
         wx["request"]["amount"],
         json!({"refund": 6000, "total": 10000, "currency": "CNY"})
@@ -491,12 +421,12 @@ async fn provider_refunds_call_the_providers_signed_apis() {
     let ali = refunds.iter().find(|r| r["provider"] == "ALIPAY").unwrap();
     assert_eq!(ali["request"]["out_trade_no"], nos[1]);
     assert_eq!(ali["request"]["refund_amount"], "60.00");
-    assert!(ali["request"]["out_request_no"]
-        .as_str()
-        .unwrap()
-        .starts_with("RF"));
+    assert!(ali["request"]["out_request_no"].as_str().unwrap().starts_with("RF"));
     assert_eq!(
-        app.sql_i64("SELECT count(*) AS v FROM compensation_events WHERE kind = 'PROVIDER_REFUND' AND status = 'SUCCEEDED'").await,
+        app.sql_i64(
+            "SELECT count(*) AS v FROM compensation_events WHERE kind = 'PROVIDER_REFUND' AND status = 'SUCCEEDED'"
+        )
+        .await,
         2
     );
 }

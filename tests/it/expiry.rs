@@ -33,12 +33,7 @@ async fn expire(app: &TestApp) -> i64 {
 fn instance(app: &TestApp) -> AppState {
     let pool = fitorder::db::pool(&app.db_url, 4).unwrap();
     let events = fitorder::events::EventHub::start(app.db_url.clone(), pool.clone());
-    AppState::with_keys(
-        pool,
-        (*app.state.config).clone(),
-        (*app.state.keys).clone(),
-        events,
-    )
+    AppState::with_keys(pool, (*app.state.config).clone(), (*app.state.keys).clone(), events, app.db_url.clone())
 }
 
 #[tokio::test]
@@ -53,11 +48,7 @@ async fn an_unpaid_order_expires_releasing_stock_and_frozen_money_once() {
         )
         .await;
     let no = placed["order"]["orderNo"].as_str().unwrap().to_string();
-    assert_eq!(
-        app.sql_i64("SELECT stock::bigint AS v FROM class_packs")
-            .await,
-        2
-    );
+    assert_eq!(app.sql_i64("SELECT stock::bigint AS v FROM class_packs").await, 2);
     assert_eq!(expire(&app).await, 0, "not due yet");
     tokio::time::sleep(Duration::from_millis(400)).await;
     // Five expirers at once, as if five workers woke together.
@@ -75,15 +66,8 @@ async fn an_unpaid_order_expires_releasing_stock_and_frozen_money_once() {
     assert_eq!(o["status"], "CANCELED");
     assert_eq!(o["cancelReason"], "TIMEOUT");
     assert_eq!(o["isExpired"], true);
-    assert_eq!(
-        o["member"]["wallet"],
-        json!({"balanceCents": 5000, "frozenCents": 0})
-    );
-    assert_eq!(
-        app.sql_i64("SELECT stock::bigint AS v FROM class_packs")
-            .await,
-        3
-    );
+    assert_eq!(o["member"]["wallet"], json!({"balanceCents": 5000, "frozenCents": 0}));
+    assert_eq!(app.sql_i64("SELECT stock::bigint AS v FROM class_packs").await, 3);
     assert_eq!(
         app.sql_i64("SELECT count(*) AS v FROM wallet_ledger WHERE kind = 'UNFREEZE'")
             .await,
@@ -116,8 +100,7 @@ async fn an_unpaid_order_expires_releasing_stock_and_frozen_money_once() {
     assert_eq!(n, 1);
     // The payment that arrives after the cancel never revives it.
     assert_eq!(
-        app.wechat_paid(&no, "4200000000000000000000000900", 3_000)
-            .await,
+        app.wechat_paid(&no, "4200000000000000000000000900", 3_000).await,
         StatusCode::NO_CONTENT
     );
     let o = app.order(&no).await;
@@ -137,8 +120,7 @@ async fn a_payment_just_before_the_deadline_wins_and_expiry_leaves_it_alone() {
         .await;
     let no = placed["order"]["orderNo"].as_str().unwrap().to_string();
     assert_eq!(
-        app.wechat_paid(&no, "4200000000000000000000000901", 10_000)
-            .await,
+        app.wechat_paid(&no, "4200000000000000000000000901", 10_000).await,
         StatusCode::NO_CONTENT
     );
     tokio::time::sleep(Duration::from_millis(600)).await;
@@ -161,25 +143,15 @@ async fn two_hundred_orders_expire_once_with_three_instances_racing() {
         };
         app.place(&s.member, input).await;
     }
-    assert_eq!(
-        app.sql_i64("SELECT stock::bigint AS v FROM class_packs")
-            .await,
-        0
-    );
-    assert_eq!(
-        app.member_view(&s.member).await["wallet"]["frozenCents"],
-        100_000
-    );
+    assert_eq!(app.sql_i64("SELECT stock::bigint AS v FROM class_packs").await, 0);
+    assert_eq!(app.member_view(&s.member).await["wallet"]["frozenCents"], 100_000);
     tokio::time::sleep(Duration::from_millis(1_600)).await;
     // Three instances: precise timers and scans all at once.
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let mut handles = vec![];
     for _ in 0..3 {
         let st = instance(&app);
-        handles.push(tokio::spawn(fitorder::expiry::run_timer(
-            st.clone(),
-            stop_rx.clone(),
-        )));
+        handles.push(tokio::spawn(fitorder::expiry::run_timer(st.clone(), stop_rx.clone())));
         let api = ProviderApi::new(st.config.clone(), st.keys.clone());
         handles.push(tokio::spawn(async move {
             for _ in 0..5 {
@@ -196,10 +168,7 @@ async fn two_hundred_orders_expire_once_with_three_instances_racing() {
         .await
         > 0
     {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "orders outlived their deadline"
-        );
+        assert!(tokio::time::Instant::now() < deadline, "orders outlived their deadline");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     stop_tx.send(true).unwrap();
@@ -207,8 +176,7 @@ async fn two_hundred_orders_expire_once_with_three_instances_racing() {
         let _ = tokio::time::timeout(Duration::from_secs(5), h).await;
     }
     assert_eq!(
-        app.sql_i64("SELECT stock::bigint AS v FROM class_packs")
-            .await,
+        app.sql_i64("SELECT stock::bigint AS v FROM class_packs").await,
         200,
         "every unit back, once"
     );
@@ -244,19 +212,12 @@ async fn the_precise_timer_cancels_on_time_without_a_scan() {
     let no = placed["order"]["orderNo"].as_str().unwrap().to_string();
     tokio::time::sleep(Duration::from_millis(1_600)).await;
     let o = app.order(&no).await;
-    assert_eq!(
-        o["status"], "CANCELED",
-        "canceled within the second after its deadline"
-    );
+    assert_eq!(o["status"], "CANCELED", "canceled within the second after its deadline");
     let canceled = chrono::DateTime::parse_from_rfc3339(o["canceledAt"].as_str().unwrap()).unwrap();
     let due = chrono::DateTime::parse_from_rfc3339(o["expiresAt"].as_str().unwrap()).unwrap();
     let late = (canceled - due).num_milliseconds();
     assert!((0..1_000).contains(&late), "{late} ms late");
-    assert_eq!(
-        app.sql_i64("SELECT remaining::bigint AS v FROM coach_slots")
-            .await,
-        3
-    );
+    assert_eq!(app.sql_i64("SELECT remaining::bigint AS v FROM coach_slots").await, 3);
     stop_tx.send(true).unwrap();
     timer.await.unwrap();
 }
@@ -283,20 +244,14 @@ async fn a_killed_instance_leaves_nothing_behind_after_one_scan() {
         5
     );
     // A restarted instance's scheduler runs the fallback scan on its first tick.
-    let ran = Scheduler::standard(instance(&app))
-        .tick(chrono::Utc::now())
-        .await;
+    let ran = Scheduler::standard(instance(&app)).tick(chrono::Utc::now()).await;
     assert!(ran.contains(&"order:expire"), "{ran:?}");
     assert_eq!(
         app.sql_i64("SELECT count(*) AS v FROM orders WHERE status = 'WAIT_PAY'")
             .await,
         0
     );
-    assert_eq!(
-        app.sql_i64("SELECT stock::bigint AS v FROM class_packs")
-            .await,
-        10
-    );
+    assert_eq!(app.sql_i64("SELECT stock::bigint AS v FROM class_packs").await, 10);
     let runs = app
         .gql(
             Some(&app.admin_token()),
@@ -320,12 +275,7 @@ async fn each_tick_runs_on_one_instance_only() {
     );
     let now = chrono::Utc::now();
     let (ra, rb, rc) = tokio::join!(a.tick(now), b.tick(now), c.tick(now));
-    let mut all: Vec<&str> = ra
-        .iter()
-        .chain(rb.iter())
-        .chain(rc.iter())
-        .copied()
-        .collect();
+    let mut all: Vec<&str> = ra.iter().chain(rb.iter()).chain(rc.iter()).copied().collect();
     all.sort();
     let mut names: Vec<&str> = a.tasks.iter().map(|t| t.name).collect();
     names.sort();
@@ -366,10 +316,10 @@ async fn before_canceling_the_provider_is_asked_and_a_late_payment_applied() {
         nos.push(placed["order"]["orderNo"].as_str().unwrap().to_string());
     }
     // The first was paid but its callback never came; the others were not paid.
-    api.paid.lock().unwrap().insert(
-        nos[0].clone(),
-        ("4200000000000000000000000950".into(), 10_000),
-    );
+    api.paid
+        .lock()
+        .unwrap()
+        .insert(nos[0].clone(), ("4200000000000000000000000950".into(), 10_000));
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(expire(&app).await, 3);
     let paid = app.order(&nos[0]).await;
@@ -385,8 +335,7 @@ async fn before_canceling_the_provider_is_asked_and_a_late_payment_applied() {
     assert_eq!(closed, expected, "unpaid trades are closed at the provider");
     // The late callback, when it finally comes, is a duplicate.
     assert_eq!(
-        app.wechat_paid(&nos[0], "4200000000000000000000000950", 10_000)
-            .await,
+        app.wechat_paid(&nos[0], "4200000000000000000000000950", 10_000).await,
         StatusCode::NO_CONTENT
     );
     let chain = app
@@ -400,8 +349,7 @@ async fn before_canceling_the_provider_is_asked_and_a_late_payment_applied() {
         json!([{"outcome": "APPLIED"}, {"outcome": "DUPLICATE"}])
     );
     // A provider that does not answer does not hold expiry up.
-    api.hang_queries
-        .store(true, std::sync::atomic::Ordering::SeqCst);
+    api.hang_queries.store(true, std::sync::atomic::Ordering::SeqCst);
     let placed = app
         .place(
             &s.member,
@@ -413,8 +361,7 @@ async fn before_canceling_the_provider_is_asked_and_a_late_payment_applied() {
     assert_eq!(expire(&app).await, 1);
     assert!(started.elapsed() < Duration::from_secs(3));
     assert_eq!(
-        app.order(placed["order"]["orderNo"].as_str().unwrap())
-            .await["status"],
+        app.order(placed["order"]["orderNo"].as_str().unwrap()).await["status"],
         "CANCELED"
     );
 }

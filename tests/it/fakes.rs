@@ -44,9 +44,7 @@ impl FakeDownstream {
             seen: Arc::new(AtomicUsize::new(0)),
             calls: Arc::new(Mutex::new(vec![])),
         };
-        let app = Router::new()
-            .route("/access", post(handle))
-            .with_state(fake.clone());
+        let app = Router::new().route("/access", post(handle)).with_state(fake.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
@@ -77,11 +75,7 @@ impl FakeDownstream {
     }
 }
 
-async fn handle(
-    State(f): State<FakeDownstream>,
-    headers: HeaderMap,
-    Json(mut body): Json<Value>,
-) -> StatusCode {
+async fn handle(State(f): State<FakeDownstream>, headers: HeaderMap, Json(mut body): Json<Value>) -> StatusCode {
     let n = f.seen.fetch_add(1, Ordering::SeqCst);
     let mode = *f.mode.lock().unwrap();
     let ok = match mode {
@@ -145,10 +139,7 @@ impl FakeProviderApi {
                 "/v3/pay/transactions/out-trade-no/{no}",
                 axum::routing::get(wechat_query),
             )
-            .route(
-                "/v3/pay/transactions/out-trade-no/{no}/close",
-                post(wechat_close),
-            )
+            .route("/v3/pay/transactions/out-trade-no/{no}/close", post(wechat_close))
             .route("/gateway.do", post(alipay_gateway))
             .with_state(fake.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -180,10 +171,7 @@ async fn wechat_refund(
     headers: HeaderMap,
     body: String,
 ) -> (StatusCode, Json<Value>) {
-    let auth = headers
-        .get("authorization")
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("");
+    let auth = headers.get("authorization").and_then(|v| v.to_str().ok()).unwrap_or("");
     let field = |name: &str| -> String {
         auth.split(&format!("{name}=\""))
             .nth(1)
@@ -196,9 +184,7 @@ async fn wechat_refund(
         field("timestamp"),
         field("nonce_str")
     );
-    if !auth.starts_with("WECHATPAY2-SHA256-RSA2048 ")
-        || !verify(&f.key, message.as_bytes(), &field("signature"))
-    {
+    if !auth.starts_with("WECHATPAY2-SHA256-RSA2048 ") || !verify(&f.key, message.as_bytes(), &field("signature")) {
         return (
             StatusCode::UNAUTHORIZED,
             Json(serde_json::json!({"code": "SIGN_ERROR", "message": "bad signature"})),
@@ -218,9 +204,7 @@ async fn wechat_refund(
 }
 
 async fn alipay_gateway(State(f): State<FakeProviderApi>, body: String) -> Json<Value> {
-    let fields: Vec<(String, String)> = form_urlencoded::parse(body.as_bytes())
-        .into_owned()
-        .collect();
+    let fields: Vec<(String, String)> = form_urlencoded::parse(body.as_bytes()).into_owned().collect();
     let sign = fields
         .iter()
         .find(|(k, _)| k == "sign")
@@ -228,12 +212,9 @@ async fn alipay_gateway(State(f): State<FakeProviderApi>, body: String) -> Json<
         .unwrap_or_default();
     let content = fitorder::payments::alipay::signed_content(&fields);
     if !verify(&f.key, content.as_bytes(), &sign) {
-        return Json(
-            serde_json::json!({"alipay_trade_refund_response": {"code": "40002", "sub_msg": "bad sign"}}),
-        );
+        return Json(serde_json::json!({"alipay_trade_refund_response": {"code": "40002", "sub_msg": "bad sign"}}));
     }
-    let biz: Value =
-        serde_json::from_str(&fields.iter().find(|(k, _)| k == "biz_content").unwrap().1).unwrap();
+    let biz: Value = serde_json::from_str(&fields.iter().find(|(k, _)| k == "biz_content").unwrap().1).unwrap();
     f.refunds
         .lock()
         .unwrap()
@@ -243,17 +224,8 @@ async fn alipay_gateway(State(f): State<FakeProviderApi>, body: String) -> Json<
     )
 }
 
-fn wechat_signed(
-    f: &FakeProviderApi,
-    headers: &HeaderMap,
-    method: &str,
-    path: &str,
-    body: &str,
-) -> bool {
-    let auth = headers
-        .get("authorization")
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("");
+fn wechat_signed(f: &FakeProviderApi, headers: &HeaderMap, method: &str, path: &str, body: &str) -> bool {
+    let auth = headers.get("authorization").and_then(|v| v.to_str().ok()).unwrap_or("");
     let field = |name: &str| -> String {
         auth.split(&format!("{name}=\""))
             .nth(1)
@@ -278,10 +250,7 @@ async fn wechat_query(
     if f.hang_queries.load(Ordering::SeqCst) {
         tokio::time::sleep(Duration::from_secs(3600)).await;
     }
-    let path = uri
-        .path_and_query()
-        .map(|p| p.as_str().to_string())
-        .unwrap_or_default();
+    let path = uri.path_and_query().map(|p| p.as_str().to_string()).unwrap_or_default();
     if !wechat_signed(&f, &headers, "GET", &path, "") {
         return (
             StatusCode::UNAUTHORIZED,

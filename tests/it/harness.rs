@@ -60,7 +60,10 @@ async fn server() -> &'static Server {
                 .await
                 .unwrap_or_else(|e| panic!("cannot reach the test PostgreSQL at {admin_url}: {e}"));
             // One process at a time builds the template.
-            diesel::sql_query("SELECT pg_advisory_lock(7250002)").execute(&mut conn).await.unwrap();
+            diesel::sql_query("SELECT pg_advisory_lock(7250002)")
+                .execute(&mut conn)
+                .await
+                .unwrap();
             #[derive(diesel::QueryableByName)]
             struct N {
                 #[diesel(sql_type = diesel::sql_types::BigInt)]
@@ -77,7 +80,10 @@ async fn server() -> &'static Server {
                     .execute(&mut conn)
                     .await
                     .unwrap();
-                diesel::sql_query(format!("CREATE DATABASE {building}")).execute(&mut conn).await.unwrap();
+                diesel::sql_query(format!("CREATE DATABASE {building}"))
+                    .execute(&mut conn)
+                    .await
+                    .unwrap();
                 fitorder::db::migrate(&with_db(&admin_url, &building)).await.unwrap();
                 // The migration's connection may linger for a moment; the rename needs none.
                 diesel::sql_query(format!(
@@ -113,7 +119,10 @@ async fn server() -> &'static Server {
                         .await;
                 }
             }
-            diesel::sql_query("SELECT pg_advisory_unlock(7250002)").execute(&mut conn).await.unwrap();
+            diesel::sql_query("SELECT pg_advisory_unlock(7250002)")
+                .execute(&mut conn)
+                .await
+                .unwrap();
             Server { admin_url, template }
         })
         .await
@@ -165,10 +174,9 @@ impl Drop for TestApp {
                 .unwrap();
             rt.block_on(async move {
                 if let Ok(mut c) = AsyncPgConnection::establish(&admin).await {
-                    let _ =
-                        diesel::sql_query(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-                            .execute(&mut c)
-                            .await;
+                    let _ = diesel::sql_query(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                        .execute(&mut c)
+                        .await;
                 }
             });
         })
@@ -188,16 +196,11 @@ impl TestApp {
             std::process::id(),
             COUNTER.fetch_add(1, Ordering::SeqCst)
         );
-        let mut conn = AsyncPgConnection::establish(&server.admin_url)
+        let mut conn = AsyncPgConnection::establish(&server.admin_url).await.unwrap();
+        diesel::sql_query(format!("CREATE DATABASE {name} TEMPLATE {}", server.template))
+            .execute(&mut conn)
             .await
             .unwrap();
-        diesel::sql_query(format!(
-            "CREATE DATABASE {name} TEMPLATE {}",
-            server.template
-        ))
-        .execute(&mut conn)
-        .await
-        .unwrap();
         let db_url = with_db(&server.admin_url, &name);
         let mut config = Config::for_tests(db_url.clone());
         // Tests share two cores: keep each app's pool modest.
@@ -206,7 +209,7 @@ impl TestApp {
         let keys = fitorder::payments::keys::ProviderKeys::load(&config).unwrap();
         let events = fitorder::events::EventHub::start(db_url.clone(), pool.clone());
         let db_url = db_url.clone();
-        let state = AppState::with_keys(pool, config, keys, events);
+        let state = AppState::with_keys(pool, config, keys, events, db_url.clone());
         let router = fitorder::http::router(state.clone());
         TestApp {
             state,
@@ -262,13 +265,7 @@ impl TestApp {
             .unwrap();
         let status = resp.status();
         let headers = resp.headers().clone();
-        let bytes = resp
-            .into_body()
-            .collect()
-            .await
-            .unwrap()
-            .to_bytes()
-            .to_vec();
+        let bytes = resp.into_body().collect().await.unwrap().to_bytes().to_vec();
         (status, headers, bytes)
     }
 
@@ -280,15 +277,7 @@ impl TestApp {
             .await
             .unwrap();
         let status = resp.status();
-        (
-            status,
-            resp.into_body()
-                .collect()
-                .await
-                .unwrap()
-                .to_bytes()
-                .to_vec(),
-        )
+        (status, resp.into_body().collect().await.unwrap().to_bytes().to_vec())
     }
 
     /// Runs a GraphQL document and returns the whole response (`data` and `errors`).
@@ -298,33 +287,18 @@ impl TestApp {
 
     /// Runs one named operation of a client's document, as that client sends it.
     pub async fn op(&self, token: &str, doc: &str, name: &str, variables: Value) -> Value {
-        self.gql_named(Some(token), doc, Some(name), variables)
-            .await
+        self.gql_named(Some(token), doc, Some(name), variables).await
     }
 
-    pub async fn gql_named(
-        &self,
-        token: Option<&str>,
-        query: &str,
-        op: Option<&str>,
-        variables: Value,
-    ) -> Value {
-        let body = serde_json::to_vec(
-            &json!({"query": query, "operationName": op, "variables": variables}),
-        )
-        .unwrap();
+    pub async fn gql_named(&self, token: Option<&str>, query: &str, op: Option<&str>, variables: Value) -> Value {
+        let body = serde_json::to_vec(&json!({"query": query, "operationName": op, "variables": variables})).unwrap();
         let auth = token.map(|t| format!("Bearer {t}"));
         let mut headers = vec![("content-type", "application/json")];
         if let Some(a) = &auth {
             headers.push(("authorization", a.as_str()));
         }
         let (status, _, bytes) = self.post("/graphql", &headers, body).await;
-        assert_eq!(
-            status,
-            StatusCode::OK,
-            "{}",
-            String::from_utf8_lossy(&bytes)
-        );
+        assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&bytes));
         serde_json::from_slice(&bytes).unwrap()
     }
 
@@ -469,11 +443,7 @@ pub fn error_code(r: &Value) -> String {
 }
 
 pub fn key() -> String {
-    format!(
-        "k-{}-{}",
-        std::process::id(),
-        COUNTER.fetch_add(1, Ordering::SeqCst)
-    )
+    format!("k-{}-{}", std::process::id(), COUNTER.fetch_add(1, Ordering::SeqCst))
 }
 
 /// The clients' documents, exactly as the contract ships them (a test keeps the copies equal).
@@ -498,7 +468,8 @@ pub const MEMBER: &str = "query($id: ID!) { member(id: $id) { id name phone sess
 pub const CHECK_IN: &str = "mutation($input: CheckInInput!) { checkIn(input: $input) {
     duplicate remainingSessions order { orderNo status sessionsUsed sessionsTotal } } }";
 
-pub const CANCEL: &str = "mutation($orderNo: String!, $reason: String) { cancelOrder(orderNo: $orderNo, reason: $reason) {
+pub const CANCEL: &str =
+    "mutation($orderNo: String!, $reason: String) { cancelOrder(orderNo: $orderNo, reason: $reason) {
     orderNo status cancelReason canceledAt } }";
 
 pub const REFUND: &str = "mutation($orderNo: String!, $reason: String!, $amountCents: Int) {

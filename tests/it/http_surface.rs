@@ -26,8 +26,7 @@ async fn health_readiness_and_metrics_answer() {
 
 #[tokio::test]
 async fn readiness_fails_when_the_database_is_gone() {
-    let mut config =
-        fitorder::config::Config::for_tests("postgres://postgres@127.0.0.1:1/none".into());
+    let mut config = fitorder::config::Config::for_tests("postgres://postgres@127.0.0.1:1/none".into());
     config.db_pool_size = 1;
     let pool = fitorder::db::pool(config.database_url.as_deref().unwrap(), 1).unwrap();
     let router = fitorder::http::router(fitorder::app::AppState::new(pool, config));
@@ -56,9 +55,7 @@ async fn readiness_fails_when_the_database_is_gone() {
             axum::http::Request::post("/graphql")
                 .header("content-type", "application/json")
                 .header("authorization", format!("Bearer {token}"))
-                .body(axum::body::Body::from(
-                    r#"{"query":"{ orders { totalCount } }"}"#,
-                ))
+                .body(axum::body::Body::from(r#"{"query":"{ orders { totalCount } }"}"#))
                 .unwrap(),
         )
         .await
@@ -108,9 +105,7 @@ async fn the_callers_trace_id_lands_on_every_row_the_request_writes() {
             .await;
         assert_eq!(n, 0, "{table}");
         let with = app
-            .sql_i64(&format!(
-                "SELECT count(*) AS v FROM {table} WHERE trace_id = '{trace}'"
-            ))
+            .sql_i64(&format!("SELECT count(*) AS v FROM {table} WHERE trace_id = '{trace}'"))
             .await;
         assert!(with >= 1, "{table} has no row with the trace id");
     }
@@ -120,8 +115,6 @@ async fn the_callers_trace_id_lands_on_every_row_the_request_writes() {
 async fn oversized_bodies_are_refused_with_413() {
     let app = TestApp::new().await;
     let big = vec![b'x'; 3 * 1024 * 1024];
-    let (status, _, _) = app
-        .post("/graphql", &[("content-type", "application/json")], big)
-        .await;
+    let (status, _, _) = app.post("/graphql", &[("content-type", "application/json")], big).await;
     assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
 }

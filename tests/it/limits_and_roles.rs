@@ -21,20 +21,14 @@ async fn tokens_are_checked() {
         app.err_code(Some(&wrong_secret), me, json!({})).await,
         "UNAUTHENTICATED"
     );
-    assert_eq!(
-        app.err_code(Some("garbage"), me, json!({})).await,
-        "UNAUTHENTICATED"
-    );
+    assert_eq!(app.err_code(Some("garbage"), me, json!({})).await, "UNAUTHENTICATED");
     // alg: none
     let none = format!(
         "{}.{}.",
         base64_url(r#"{"alg":"none","typ":"JWT"}"#),
         base64_url(r#"{"sub":"1","role":"admin","exp":9999999999}"#)
     );
-    assert_eq!(
-        app.err_code(Some(&none), me, json!({})).await,
-        "UNAUTHENTICATED"
-    );
+    assert_eq!(app.err_code(Some(&none), me, json!({})).await, "UNAUTHENTICATED");
     // Expired.
     let claims = json!({"sub": "1", "role": "admin", "exp": chrono::Utc::now().timestamp() - 3600});
     let expired = jsonwebtoken::encode(
@@ -43,10 +37,7 @@ async fn tokens_are_checked() {
         &jsonwebtoken::EncodingKey::from_secret(app.state.config.jwt_secret.as_bytes()),
     )
     .unwrap();
-    assert_eq!(
-        app.err_code(Some(&expired), me, json!({})).await,
-        "UNAUTHENTICATED"
-    );
+    assert_eq!(app.err_code(Some(&expired), me, json!({})).await, "UNAUTHENTICATED");
     // Missing role, unknown role, member with a non-numeric sub.
     for claims in [
         json!({"sub": "1", "exp": 9999999999u64}),
@@ -92,9 +83,7 @@ async fn members_never_see_each_other() {
     )
     .await;
     let me = app.member_token(&s.member);
-    let r = app
-        .op(&me, MEMBER_OPS, "MyOrder", json!({"orderNo": theirs}))
-        .await;
+    let r = app.op(&me, MEMBER_OPS, "MyOrder", json!({"orderNo": theirs})).await;
     assert_eq!(r["data"]["order"], json!(null));
     let r = app
         .op(&me, MEMBER_OPS, "CancelMyOrder", json!({"orderNo": theirs}))
@@ -111,12 +100,7 @@ async fn members_never_see_each_other() {
     assert_eq!(error_code(&r), "NOT_FOUND");
     // Filtering by the other member still shows only one's own.
     let r = app
-        .op(
-            &me,
-            MEMBER_OPS,
-            "MyOrders",
-            json!({"filter": {"memberId": other}}),
-        )
+        .op(&me, MEMBER_OPS, "MyOrders", json!({"filter": {"memberId": other}}))
         .await;
     assert_eq!(r["data"]["orders"]["totalCount"], 0);
     let r = app.op(&me, MEMBER_OPS, "MyOrders", json!({})).await;
@@ -139,11 +123,7 @@ async fn members_never_see_each_other() {
         "query { compensationEvents { totalCount } }",
         "query { reconciliationRuns { totalCount } }",
     ] {
-        assert_eq!(
-            app.err_code(Some(&me), q, json!({})).await,
-            "FORBIDDEN",
-            "{q}"
-        );
+        assert_eq!(app.err_code(Some(&me), q, json!({})).await, "FORBIDDEN", "{q}");
     }
     // Ops see phone numbers masked, staff whole.
     let phone_ops = app
@@ -173,10 +153,7 @@ async fn roles_are_refused_what_is_not_theirs() {
             "TopUpWallet",
             json!({"memberId": s.member, "amountCents": 100, "reference": "r"}),
         ),
-        (
-            "ConfirmOfflinePayment",
-            json!({"orderNo": "x", "reference": "r"}),
-        ),
+        ("ConfirmOfflinePayment", json!({"orderNo": "x", "reference": "r"})),
         ("RefundOrder", json!({"orderNo": "x", "reason": "r"})),
         (
             "RunReconciliation",
@@ -216,17 +193,10 @@ async fn roles_are_refused_what_is_not_theirs() {
         .await;
     assert_eq!(error_code(&r), "FORBIDDEN");
     let r = app
-        .op(
-            &limited,
-            ADMIN_OPS,
-            "Member",
-            json!({"id": other_store.member}),
-        )
+        .op(&limited, ADMIN_OPS, "Member", json!({"id": other_store.member}))
         .await;
     assert_eq!(r["data"]["member"], json!(null));
-    let r = app
-        .op(&limited, ADMIN_OPS, "Member", json!({"id": s.member}))
-        .await;
+    let r = app.op(&limited, ADMIN_OPS, "Member", json!({"id": s.member})).await;
     assert_eq!(r["data"]["member"]["id"], s.member);
 }
 
@@ -238,22 +208,13 @@ async fn deep_and_costly_queries_are_refused_before_they_run() {
     let deep = "query { orders { edges { node { membership { order { member { memberships { order { member { memberships { order { member { id } } } } } } } } } } } } }";
     let r = app.gql(Some(&admin), deep, json!({})).await;
     assert!(
-        r["errors"][0]["message"]
-            .as_str()
-            .unwrap()
-            .contains("nested too deep"),
+        r["errors"][0]["message"].as_str().unwrap().contains("nested too deep"),
         "{r}"
     );
     assert!(r.get("data").is_none() || r["data"].is_null());
     let costly = "query { orders(first: 100) { edges { node { orderNo member { name memberships { id status validFrom validTo order { orderNo status } } } timeline { at kind summary } compensation { id kind attemptLog { at ok } } } } } }";
     let r = app.gql(Some(&admin), costly, json!({})).await;
-    assert!(
-        r["errors"][0]["message"]
-            .as_str()
-            .unwrap()
-            .contains("complex"),
-        "{r}"
-    );
+    assert!(r["errors"][0]["message"].as_str().unwrap().contains("complex"), "{r}");
     // Alias bombs cost what they ask for.
     let mut bomb = String::from("query {");
     for i in 0..200 {
@@ -263,28 +224,14 @@ async fn deep_and_costly_queries_are_refused_before_they_run() {
     }
     bomb.push('}');
     let r = app.gql(Some(&admin), &bomb, json!({})).await;
-    assert!(
-        r["errors"][0]["message"]
-            .as_str()
-            .unwrap()
-            .contains("complex"),
-        "{r}"
-    );
+    assert!(r["errors"][0]["message"].as_str().unwrap().contains("complex"), "{r}");
     // Page sizes are capped at 100; negative ones refused.
     let r = app
-        .gql(
-            Some(&admin),
-            "query { orders(first: 1000) { totalCount } }",
-            json!({}),
-        )
+        .gql(Some(&admin), "query { orders(first: 1000) { totalCount } }", json!({}))
         .await;
     assert!(r.get("errors").is_none(), "{r}");
     let r = app
-        .gql(
-            Some(&admin),
-            "query { orders(first: -1) { totalCount } }",
-            json!({}),
-        )
+        .gql(Some(&admin), "query { orders(first: -1) { totalCount } }", json!({}))
         .await;
     assert_eq!(error_code(&r), "BAD_USER_INPUT");
 }

@@ -52,7 +52,8 @@ async fn refunding_a_used_pack_returns_the_unused_share_to_the_wallet() {
     assert_eq!(m["sessionCredits"], 0);
     // The ledger explains the balance.
     assert_eq!(
-        app.sql_i64("SELECT (SELECT sum(balance_delta) FROM wallet_ledger) - (SELECT balance_cents FROM members) AS v").await,
+        app.sql_i64("SELECT (SELECT sum(balance_delta) FROM wallet_ledger) - (SELECT balance_cents FROM members) AS v")
+            .await,
         0
     );
 }
@@ -74,10 +75,7 @@ async fn online_refunds_go_through_the_provider_and_mixed_ones_split() {
     pay_online(&app, &no, "4200000001").await;
     let o = app.order(&no).await;
     assert_eq!(o["status"], "PAID");
-    assert_eq!(
-        o["member"]["wallet"],
-        json!({"balanceCents": 6000, "frozenCents": 0})
-    );
+    assert_eq!(o["member"]["wallet"], json!({"balanceCents": 6000, "frozenCents": 0}));
     assert_eq!(o["providerTxnId"], "4200000001");
     let r = app
         .op(
@@ -92,7 +90,9 @@ async fn online_refunds_go_through_the_provider_and_mixed_ones_split() {
     let m = app.member_view(&s.member).await;
     assert_eq!(m["wallet"]["balanceCents"], 8000);
     let payload = app
-        .sql_i64("SELECT (payload->>'amountCents')::bigint AS v FROM compensation_events WHERE kind = 'PROVIDER_REFUND'")
+        .sql_i64(
+            "SELECT (payload->>'amountCents')::bigint AS v FROM compensation_events WHERE kind = 'PROVIDER_REFUND'",
+        )
         .await;
     assert_eq!(payload, 3000);
     // More than was paid is refused.
@@ -190,9 +190,7 @@ async fn refunding_a_membership_revokes_it_pro_rata() {
     )
     .await
     .unwrap();
-    let r = app
-        .admin(REFUND, json!({"orderNo": no, "reason": "injury"}))
-        .await;
+    let r = app.admin(REFUND, json!({"orderNo": no, "reason": "injury"})).await;
     assert_eq!(r["refundOrder"]["refundAmountCents"], 30_000 * 19 / 30);
     let m = app.member_view(&s.member).await;
     assert_eq!(m["memberships"][0]["status"], "REVOKED");
@@ -287,12 +285,7 @@ async fn the_admin_console_reads_orders_pages_and_filters() {
     let mut after: Option<String> = None;
     loop {
         let r = app
-            .op(
-                &admin,
-                ADMIN_OPS,
-                "Orders",
-                json!({"first": 3, "after": after}),
-            )
+            .op(&admin, ADMIN_OPS, "Orders", json!({"first": 3, "after": after}))
             .await;
         let page = &r["data"]["orders"];
         assert_eq!(page["totalCount"], 7);
@@ -326,30 +319,15 @@ async fn the_admin_console_reads_orders_pages_and_filters() {
         .await;
     assert_eq!(waiting["data"]["orders"]["totalCount"], 3);
     let expired = app
-        .op(
-            &admin,
-            ADMIN_OPS,
-            "Orders",
-            json!({"filter": {"isExpired": true}}),
-        )
+        .op(&admin, ADMIN_OPS, "Orders", json!({"filter": {"isExpired": true}}))
         .await;
     assert_eq!(expired["data"]["orders"]["totalCount"], 0);
     let one = app
-        .op(
-            &admin,
-            ADMIN_OPS,
-            "Orders",
-            json!({"filter": {"orderNo": nos[0]}}),
-        )
+        .op(&admin, ADMIN_OPS, "Orders", json!({"filter": {"orderNo": nos[0]}}))
         .await;
     assert_eq!(one["data"]["orders"]["totalCount"], 1);
     let bad = app
-        .op(
-            &admin,
-            ADMIN_OPS,
-            "Orders",
-            json!({"after": "not-a-cursor"}),
-        )
+        .op(&admin, ADMIN_OPS, "Orders", json!({"after": "not-a-cursor"}))
         .await;
     assert_eq!(error_code(&bad), "BAD_USER_INPUT");
     // The chain view of the contract's admin console.
@@ -357,12 +335,8 @@ async fn the_admin_console_reads_orders_pages_and_filters() {
         .op(&admin, ADMIN_OPS, "OrderChain", json!({"orderNo": nos[0]}))
         .await;
     assert!(chain.get("errors").is_none(), "{chain}");
-    let member = app
-        .op(&admin, ADMIN_OPS, "Member", json!({"id": s.member}))
-        .await;
+    let member = app.op(&admin, ADMIN_OPS, "Member", json!({"id": s.member})).await;
     assert!(member.get("errors").is_none(), "{member}");
-    let memberships = app
-        .op(&admin, ADMIN_OPS, "Memberships", json!({"first": 10}))
-        .await;
+    let memberships = app.op(&admin, ADMIN_OPS, "Memberships", json!({"first": 10})).await;
     assert!(memberships.get("errors").is_none(), "{memberships}");
 }

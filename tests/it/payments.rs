@@ -21,9 +21,7 @@ impl TestApp {
             .map(|(k, v)| (*k, v.as_str()))
             .chain([("content-type", "application/json")])
             .collect();
-        let (status, _, body) = self
-            .post("/pay/wechat/notify", &headers, n.body.clone())
-            .await;
+        let (status, _, body) = self.post("/pay/wechat/notify", &headers, n.body.clone()).await;
         let v = if body.is_empty() {
             Value::Null
         } else {
@@ -91,8 +89,7 @@ async fn a_wechat_payment_is_applied_once_with_its_whole_story() {
     let s = app.studio(0, None, 3).await;
     let no = online_order(&app, &s, "WECHAT_PAY").await;
     assert_eq!(
-        app.wechat_paid(&no, "4200001234202611300000000001", 10_000)
-            .await,
+        app.wechat_paid(&no, "4200001234202611300000000001", 10_000).await,
         StatusCode::NO_CONTENT
     );
     let o = chain(&app, &no).await;
@@ -104,10 +101,7 @@ async fn a_wechat_payment_is_applied_once_with_its_whole_story() {
     assert_eq!(cb["verified"], true);
     // The decrypted transaction, not the ciphertext, is kept as the evidence.
     assert!(
-        cb["body"]
-            .as_str()
-            .unwrap()
-            .contains("\"trade_state\":\"SUCCESS\""),
+        cb["body"].as_str().unwrap().contains("\"trade_state\":\"SUCCESS\""),
         "{cb}"
     );
     let kinds: Vec<&str> = o["compensation"]
@@ -125,23 +119,15 @@ async fn a_wechat_payment_is_applied_once_with_its_whole_story() {
     // Again, and again: acknowledged, nothing more applied.
     for _ in 0..3 {
         assert_eq!(
-            app.wechat_paid(&no, "4200001234202611300000000001", 10_000)
-                .await,
+            app.wechat_paid(&no, "4200001234202611300000000001", 10_000).await,
             StatusCode::NO_CONTENT
         );
     }
     let o = chain(&app, &no).await;
-    assert_eq!(
-        outcomes(&o),
-        ["APPLIED", "DUPLICATE", "DUPLICATE", "DUPLICATE"]
-    );
+    assert_eq!(outcomes(&o), ["APPLIED", "DUPLICATE", "DUPLICATE", "DUPLICATE"]);
     assert_eq!(o["member"]["sessionCredits"], 10);
     assert_eq!(app.sql_i64("SELECT count(*) AS v FROM payments").await, 1);
-    assert_eq!(
-        app.sql_i64("SELECT count(*) AS v FROM compensation_events")
-            .await,
-        2
-    );
+    assert_eq!(app.sql_i64("SELECT count(*) AS v FROM compensation_events").await, 2);
 }
 
 #[tokio::test]
@@ -169,11 +155,7 @@ async fn forty_identical_callbacks_at_once_pay_once() {
     assert_eq!(outs.iter().filter(|o| *o == "DUPLICATE").count(), 39);
     assert_eq!(o["member"]["sessionCredits"], 10);
     assert_eq!(app.sql_i64("SELECT count(*) AS v FROM payments").await, 1);
-    assert_eq!(
-        app.sql_i64("SELECT count(*) AS v FROM compensation_events")
-            .await,
-        2
-    );
+    assert_eq!(app.sql_i64("SELECT count(*) AS v FROM compensation_events").await, 2);
 }
 
 #[tokio::test]
@@ -227,10 +209,7 @@ async fn forgeries_are_refused_with_401_and_change_nothing() {
     let bad = app
         .sql_i64("SELECT count(*) AS v FROM payment_callbacks WHERE outcome = 'BAD_SIGNATURE' AND NOT verified")
         .await;
-    assert_eq!(
-        bad, 7,
-        "forged, stale, undecryptable, truncated, incomplete"
-    );
+    assert_eq!(bad, 7, "forged, stale, undecryptable, truncated, incomplete");
     let foreign = app
         .sql_i64("SELECT count(*) AS v FROM payment_callbacks WHERE outcome = 'BAD_SIGNATURE' AND verified")
         .await;
@@ -255,8 +234,7 @@ async fn forgeries_are_refused_with_401_and_change_nothing() {
     assert_eq!(count("BAD_SIGNATURE"), 8);
     // And the genuine one still works afterwards.
     assert_eq!(
-        app.wechat_paid(&no, "4200000000000000000000000099", 10_000)
-            .await,
+        app.wechat_paid(&no, "4200000000000000000000000099", 10_000).await,
         StatusCode::NO_CONTENT
     );
 }
@@ -264,11 +242,7 @@ async fn forgeries_are_refused_with_401_and_change_nothing() {
 #[tokio::test]
 async fn a_signature_made_by_openssl_verifies() {
     // An independent signer: the openssl command line, over `timestamp\nnonce\nbody\n`.
-    if std::process::Command::new("openssl")
-        .arg("version")
-        .output()
-        .is_err()
-    {
+    if std::process::Command::new("openssl").arg("version").output().is_err() {
         eprintln!("no openssl on this machine; skipping");
         return;
     }
@@ -304,9 +278,7 @@ async fn a_signature_made_by_openssl_verifies() {
         nonce: Some("NONCE124"),
         ..h
     };
-    assert!(
-        fitorder::payments::wechat::verify(keys.wechat.as_ref().unwrap(), &h2, body, ts).is_err()
-    );
+    assert!(fitorder::payments::wechat::verify(keys.wechat.as_ref().unwrap(), &h2, body, ts).is_err());
 }
 
 fn tempdir() -> std::path::PathBuf {
@@ -323,13 +295,8 @@ async fn a_payment_for_an_unknown_order_is_recorded_ticketed_and_acknowledged() 
             .await,
         StatusCode::NO_CONTENT
     );
-    let t = app
-        .op(&app.ops_token(), OPS_OPS, "OpenTickets", json!({}))
-        .await;
-    let tickets = t["data"]["exceptionTickets"]["edges"]
-        .as_array()
-        .unwrap()
-        .clone();
+    let t = app.op(&app.ops_token(), OPS_OPS, "OpenTickets", json!({})).await;
+    let tickets = t["data"]["exceptionTickets"]["edges"].as_array().unwrap().clone();
     assert_eq!(tickets.len(), 1);
     assert_eq!(tickets[0]["node"]["kind"], "UNKNOWN_ORDER");
     assert_eq!(tickets[0]["node"]["orderNo"], "FO20261130NOSUCH");
@@ -339,11 +306,7 @@ async fn a_payment_for_an_unknown_order_is_recorded_ticketed_and_acknowledged() 
             .await,
         StatusCode::NO_CONTENT
     );
-    assert_eq!(
-        app.sql_i64("SELECT count(*) AS v FROM exception_tickets")
-            .await,
-        1
-    );
+    assert_eq!(app.sql_i64("SELECT count(*) AS v FROM exception_tickets").await, 1);
 }
 
 #[tokio::test]
@@ -359,8 +322,7 @@ async fn paid_after_cancel_stays_canceled_with_a_ticket_and_a_refund() {
     )
     .await;
     assert_eq!(
-        app.wechat_paid(&no, "4200000000000000000000000555", 10_000)
-            .await,
+        app.wechat_paid(&no, "4200000000000000000000000555", 10_000).await,
         StatusCode::NO_CONTENT
     );
     let o = chain(&app, &no).await;
@@ -376,27 +338,14 @@ async fn paid_after_cancel_stays_canceled_with_a_ticket_and_a_refund() {
     assert_eq!(kinds, ["PROVIDER_REFUND"]);
     assert_eq!(o["member"]["sessionCredits"], 0);
     // The released stock unit stayed released.
-    assert_eq!(
-        app.sql_i64("SELECT stock::bigint AS v FROM class_packs")
-            .await,
-        1
-    );
+    assert_eq!(app.sql_i64("SELECT stock::bigint AS v FROM class_packs").await, 1);
     // Duplicates of the late payment change nothing more.
     assert_eq!(
-        app.wechat_paid(&no, "4200000000000000000000000555", 10_000)
-            .await,
+        app.wechat_paid(&no, "4200000000000000000000000555", 10_000).await,
         StatusCode::NO_CONTENT
     );
-    assert_eq!(
-        app.sql_i64("SELECT count(*) AS v FROM compensation_events")
-            .await,
-        1
-    );
-    assert_eq!(
-        app.sql_i64("SELECT count(*) AS v FROM exception_tickets")
-            .await,
-        1
-    );
+    assert_eq!(app.sql_i64("SELECT count(*) AS v FROM compensation_events").await, 1);
+    assert_eq!(app.sql_i64("SELECT count(*) AS v FROM exception_tickets").await, 1);
 }
 
 #[tokio::test]
@@ -405,15 +354,13 @@ async fn a_second_payment_after_refund_is_rejected_with_a_ticket() {
     let s = app.studio(0, None, 3).await;
     let no = online_order(&app, &s, "WECHAT_PAY").await;
     assert_eq!(
-        app.wechat_paid(&no, "4200000000000000000000000001", 10_000)
-            .await,
+        app.wechat_paid(&no, "4200000000000000000000000001", 10_000).await,
         StatusCode::NO_CONTENT
     );
     app.admin(REFUND, json!({"orderNo": no, "reason": "changed mind"}))
         .await;
     assert_eq!(
-        app.wechat_paid(&no, "4200000000000000000000000002", 10_000)
-            .await,
+        app.wechat_paid(&no, "4200000000000000000000000002", 10_000).await,
         StatusCode::NO_CONTENT
     );
     let o = chain(&app, &no).await;
@@ -429,8 +376,7 @@ async fn a_wrong_amount_is_not_paid_and_opens_a_ticket() {
     let s = app.studio(0, None, 3).await;
     let no = online_order(&app, &s, "WECHAT_PAY").await;
     assert_eq!(
-        app.wechat_paid(&no, "4200000000000000000000000003", 1)
-            .await,
+        app.wechat_paid(&no, "4200000000000000000000000003", 1).await,
         StatusCode::NO_CONTENT
     );
     let o = chain(&app, &no).await;
@@ -468,22 +414,17 @@ async fn a_mixed_order_captures_its_frozen_wallet_part_when_the_online_part_is_p
     );
     // The provider is asked for the online part only; paying the full price is a mismatch.
     assert_eq!(
-        app.wechat_paid(&no, "4200000000000000000000000004", 10_000)
-            .await,
+        app.wechat_paid(&no, "4200000000000000000000000004", 10_000).await,
         StatusCode::NO_CONTENT
     );
     assert_eq!(chain(&app, &no).await["status"], "WAIT_PAY");
     assert_eq!(
-        app.wechat_paid(&no, "4200000000000000000000000005", 6_000)
-            .await,
+        app.wechat_paid(&no, "4200000000000000000000000005", 6_000).await,
         StatusCode::NO_CONTENT
     );
     let o = chain(&app, &no).await;
     assert_eq!(o["status"], "PAID");
-    assert_eq!(
-        o["member"]["wallet"],
-        json!({"balanceCents": 1000, "frozenCents": 0})
-    );
+    assert_eq!(o["member"]["wallet"], json!({"balanceCents": 1000, "frozenCents": 0}));
     let ledger = app
         .sql_i64("SELECT count(*) AS v FROM wallet_ledger WHERE kind = 'CAPTURE'")
         .await;
@@ -497,30 +438,15 @@ async fn alipay_success_then_finished_is_one_payment() {
     let no = online_order(&app, &s, "ALIPAY").await;
     let a = providers::alipay();
     let (status, text) = app
-        .alipay_notify(&a.payment(
-            &no,
-            "2026113022001400000000000001",
-            "WAIT_BUYER_PAY",
-            "100.00",
-        ))
+        .alipay_notify(&a.payment(&no, "2026113022001400000000000001", "WAIT_BUYER_PAY", "100.00"))
         .await;
     assert_eq!((status, text.as_str()), (StatusCode::OK, "success"));
     let (status, text) = app
-        .alipay_notify(&a.payment(
-            &no,
-            "2026113022001400000000000001",
-            "TRADE_SUCCESS",
-            "100.00",
-        ))
+        .alipay_notify(&a.payment(&no, "2026113022001400000000000001", "TRADE_SUCCESS", "100.00"))
         .await;
     assert_eq!((status, text.as_str()), (StatusCode::OK, "success"));
     let (status, _) = app
-        .alipay_notify(&a.payment(
-            &no,
-            "2026113022001400000000000001",
-            "TRADE_FINISHED",
-            "100.00",
-        ))
+        .alipay_notify(&a.payment(&no, "2026113022001400000000000001", "TRADE_FINISHED", "100.00"))
         .await;
     assert_eq!(status, StatusCode::OK);
     let o = chain(&app, &no).await;
@@ -528,27 +454,14 @@ async fn alipay_success_then_finished_is_one_payment() {
     assert_eq!(outcomes(&o), ["RECORDED", "APPLIED", "DUPLICATE"]);
     assert_eq!(app.sql_i64("SELECT count(*) AS v FROM payments").await, 1);
     // Forged, for another app, or not a form at all.
-    let mut forged = a.payment(
-        &no,
-        "2026113022001400000000000002",
-        "TRADE_SUCCESS",
-        "100.00",
-    );
+    let mut forged = a.payment(&no, "2026113022001400000000000002", "TRADE_SUCCESS", "100.00");
     forged = forged.replace("100.00", "1.00");
     let (status, text) = app.alipay_notify(&forged).await;
-    assert_eq!(
-        (status, text.as_str()),
-        (StatusCode::UNAUTHORIZED, "failure")
-    );
+    assert_eq!((status, text.as_str()), (StatusCode::UNAUTHORIZED, "failure"));
     let mut other = providers::alipay();
     other.app_id = "2021009999999999".into();
     let (status, _) = app
-        .alipay_notify(&other.payment(
-            &no,
-            "2026113022001400000000000003",
-            "TRADE_SUCCESS",
-            "100.00",
-        ))
+        .alipay_notify(&other.payment(&no, "2026113022001400000000000003", "TRADE_SUCCESS", "100.00"))
         .await;
     assert_eq!(status, StatusCode::UNAUTHORIZED);
     let (status, _) = app.alipay_notify("").await;
@@ -562,12 +475,10 @@ async fn refund_notifications_are_recorded_and_failed_ones_ticketed() {
     let s = app.studio(0, None, 3).await;
     let no = online_order(&app, &s, "WECHAT_PAY").await;
     assert_eq!(
-        app.wechat_paid(&no, "4200000000000000000000000006", 10_000)
-            .await,
+        app.wechat_paid(&no, "4200000000000000000000000006", 10_000).await,
         StatusCode::NO_CONTENT
     );
-    app.admin(REFUND, json!({"orderNo": no, "reason": "r"}))
-        .await;
+    app.admin(REFUND, json!({"orderNo": no, "reason": "r"})).await;
     let w = providers::wechat();
     let now = chrono::Utc::now().timestamp();
     let ok = w.notification(

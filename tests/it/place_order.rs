@@ -21,11 +21,7 @@ async fn the_same_key_returns_the_same_order_and_answer() {
     assert!(first["order"]["expiresAt"].is_string());
     assert_eq!(app.sql_i64("SELECT count(*) AS v FROM orders").await, 1);
     // One stock unit held, not two.
-    assert_eq!(
-        app.sql_i64("SELECT stock::bigint AS v FROM class_packs")
-            .await,
-        4
-    );
+    assert_eq!(app.sql_i64("SELECT stock::bigint AS v FROM class_packs").await, 4);
 
     // The same key with another request is a conflict, not a silent second answer.
     let other = json!({"idempotencyKey": k, "storeId": s.store, "item": {"coachSlotId": s.slot}, "paymentMethod": "WECHAT_PAY"});
@@ -108,11 +104,7 @@ async fn the_last_seat_goes_to_exactly_one_of_many() {
         }
     }
     assert_eq!((won, sold_out), (3, 7));
-    assert_eq!(
-        app.sql_i64("SELECT remaining::bigint AS v FROM coach_slots")
-            .await,
-        0
-    );
+    assert_eq!(app.sql_i64("SELECT remaining::bigint AS v FROM coach_slots").await, 0);
     // The losers paid nothing.
     assert_eq!(
         app.sql_i64("SELECT count(*) AS v FROM members WHERE balance_cents = 50000")
@@ -122,20 +114,16 @@ async fn the_last_seat_goes_to_exactly_one_of_many() {
     // A refund puts the seat back on sale.
     let order_no: String = {
         let r = app
-            .admin("query { orders(first: 1, filter: {status: [PAID]}) { edges { node { orderNo } } } }", json!({}))
+            .admin(
+                "query { orders(first: 1, filter: {status: [PAID]}) { edges { node { orderNo } } } }",
+                json!({}),
+            )
             .await;
-        r["orders"]["edges"][0]["node"]["orderNo"]
-            .as_str()
-            .unwrap()
-            .to_string()
+        r["orders"]["edges"][0]["node"]["orderNo"].as_str().unwrap().to_string()
     };
     app.admin(REFUND, json!({"orderNo": order_no, "reason": "coach ill"}))
         .await;
-    assert_eq!(
-        app.sql_i64("SELECT remaining::bigint AS v FROM coach_slots")
-            .await,
-        1
-    );
+    assert_eq!(app.sql_i64("SELECT remaining::bigint AS v FROM coach_slots").await, 1);
 }
 
 #[tokio::test]
@@ -162,10 +150,7 @@ async fn stock_runs_out_and_comes_back_on_cancel() {
             json!({"storeId": s.store}),
         )
         .await;
-    assert_eq!(
-        catalog["data"]["catalog"]["classPacks"][0]["remainingStock"],
-        0
-    );
+    assert_eq!(catalog["data"]["catalog"]["classPacks"][0]["remainingStock"], 0);
     let no = a["order"]["orderNo"].as_str().unwrap();
     let c = app
         .op(
@@ -187,11 +172,7 @@ async fn stock_runs_out_and_comes_back_on_cancel() {
         )
         .await;
     assert_eq!(again["data"]["cancelOrder"]["status"], "CANCELED");
-    assert_eq!(
-        app.sql_i64("SELECT stock::bigint AS v FROM class_packs")
-            .await,
-        1
-    );
+    assert_eq!(app.sql_i64("SELECT stock::bigint AS v FROM class_packs").await, 1);
 }
 
 #[tokio::test]
@@ -209,10 +190,7 @@ async fn wallet_orders_pay_at_once_and_refuse_without_money() {
     assert_eq!(error_code(&r), "INSUFFICIENT_FUNDS");
     // Nothing half-written: no order, no ledger row, balance intact.
     assert_eq!(app.sql_i64("SELECT count(*) AS v FROM orders").await, 0);
-    assert_eq!(
-        app.sql_i64("SELECT count(*) AS v FROM wallet_ledger").await,
-        1
-    );
+    assert_eq!(app.sql_i64("SELECT count(*) AS v FROM wallet_ledger").await, 1);
     app.admin(
         "mutation($m: ID!) { topUpWallet(memberId: $m, amountCents: 20000, reference: \"desk-1\") { id } }",
         json!({"m": s.member}),
@@ -228,9 +206,7 @@ async fn wallet_orders_pay_at_once_and_refuse_without_money() {
     assert!(placed["order"]["expiresAt"].is_null());
     assert!(placed["payment"].is_null());
     assert_eq!(placed["order"]["walletAmountCents"], 10000);
-    let o = app
-        .order(placed["order"]["orderNo"].as_str().unwrap())
-        .await;
+    let o = app.order(placed["order"]["orderNo"].as_str().unwrap()).await;
     assert_eq!(o["member"]["wallet"]["balanceCents"], 15_000);
     assert_eq!(o["member"]["sessionCredits"], 10);
     let kinds: Vec<&str> = o["compensation"]
@@ -242,11 +218,7 @@ async fn wallet_orders_pay_at_once_and_refuse_without_money() {
     assert_eq!(kinds, ["DOOR_ACCESS_GRANT", "AI_ACCESS_GRANT"]);
     // The whole placement shares the request's trace id.
     let trace = o["traceId"].as_str().unwrap();
-    assert!(o["timeline"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .all(|e| e["traceId"] == trace));
+    assert!(o["timeline"].as_array().unwrap().iter().all(|e| e["traceId"] == trace));
     assert!(o["compensation"]
         .as_array()
         .unwrap()
@@ -269,15 +241,10 @@ async fn mixed_orders_freeze_the_wallet_part_and_unfreeze_on_cancel() {
     assert_eq!(placed["payment"]["provider"], "ALIPAY");
     assert_eq!(placed["payment"]["amountCents"], 7000);
     let m = app.member_view(&s.member).await;
-    assert_eq!(
-        m["wallet"],
-        json!({"balanceCents": 5000, "frozenCents": 3000})
-    );
+    assert_eq!(m["wallet"], json!({"balanceCents": 5000, "frozenCents": 3000}));
     let no = placed["order"]["orderNo"].as_str().unwrap();
-    app.admin(CANCEL, json!({"orderNo": no, "reason": "desk"}))
-        .await;
-    app.admin(CANCEL, json!({"orderNo": no, "reason": "desk"}))
-        .await;
+    app.admin(CANCEL, json!({"orderNo": no, "reason": "desk"})).await;
+    app.admin(CANCEL, json!({"orderNo": no, "reason": "desk"})).await;
     let m = app.member_view(&s.member).await;
     assert_eq!(m["wallet"], json!({"balanceCents": 8000, "frozenCents": 0}));
     // Bad MIXED splits are refused.
@@ -322,18 +289,11 @@ async fn online_orders_expire_and_wallet_offline_ones_do_not() {
                 json!({"idempotencyKey": key(), "storeId": s.store, "item": {"membershipPlanId": s.plan}, "paymentMethod": method}),
             )
             .await;
-        assert_eq!(
-            placed["order"]["expiresAt"].is_string(),
-            has_expiry,
-            "{method}"
-        );
+        assert_eq!(placed["order"]["expiresAt"].is_string(), has_expiry, "{method}");
         assert_eq!(placed["order"]["isExpired"], false);
         if has_expiry {
-            let created = app
-                .order(placed["order"]["orderNo"].as_str().unwrap())
-                .await;
-            let exp = chrono::DateTime::parse_from_rfc3339(created["expiresAt"].as_str().unwrap())
-                .unwrap();
+            let created = app.order(placed["order"]["orderNo"].as_str().unwrap()).await;
+            let exp = chrono::DateTime::parse_from_rfc3339(created["expiresAt"].as_str().unwrap()).unwrap();
             let left = exp.signed_duration_since(chrono::Utc::now()).num_seconds();
             assert!((80..=90).contains(&left), "{left}");
         }
@@ -357,17 +317,10 @@ async fn members_order_for_themselves_and_staff_for_members() {
         .await;
     assert_eq!(error_code(&r), "FORBIDDEN");
     let placed = app
-        .op(
-            &app.admin_token(),
-            MEMBER_OPS,
-            "PlaceOrder",
-            json!({"input": input}),
-        )
+        .op(&app.admin_token(), MEMBER_OPS, "PlaceOrder", json!({"input": input}))
         .await;
     assert!(placed.get("errors").is_none(), "{placed}");
-    let no = placed["data"]["placeOrder"]["order"]["orderNo"]
-        .as_str()
-        .unwrap();
+    let no = placed["data"]["placeOrder"]["order"]["orderNo"].as_str().unwrap();
     let o = app.order(no).await;
     assert_eq!(o["member"]["id"], other);
     // Staff must say for whom.
@@ -398,8 +351,5 @@ async fn members_order_for_themselves_and_staff_for_members() {
             json!({"input": {"idempotencyKey": key(), "storeId": s.store, "item": {"classPackId": s.pack, "coachSlotId": s.slot}, "paymentMethod": "OFFLINE"}}),
         )
         .await;
-    assert!(
-        r.get("errors").is_some(),
-        "two items at once must be refused: {r}"
-    );
+    assert!(r.get("errors").is_some(), "two items at once must be refused: {r}");
 }

@@ -31,18 +31,12 @@ fn keys() -> &'static Keys {
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(
             dir.join("wechat.pem"),
-            wechat
-                .to_public_key()
-                .to_public_key_pem(LineEnding::LF)
-                .unwrap(),
+            wechat.to_public_key().to_public_key_pem(LineEnding::LF).unwrap(),
         )
         .unwrap();
         std::fs::write(
             dir.join("alipay.pem"),
-            alipay
-                .to_public_key()
-                .to_public_key_pem(LineEnding::LF)
-                .unwrap(),
+            alipay.to_public_key().to_public_key_pem(LineEnding::LF).unwrap(),
         )
         .unwrap();
         {
@@ -91,11 +85,7 @@ pub fn alipay() -> AlipaySandbox {
 /// The private key of the WeChat sandbox in PKCS#8 PEM, for cross-checks with openssl.
 pub fn wechat_private_pem() -> String {
     use rsa::pkcs8::EncodePrivateKey;
-    keys()
-        .wechat
-        .to_pkcs8_pem(LineEnding::LF)
-        .unwrap()
-        .to_string()
+    keys().wechat.to_pkcs8_pem(LineEnding::LF).unwrap().to_string()
 }
 
 /// Also points refunds at `base` (a fake provider API), signed with our merchant key.

@@ -26,9 +26,6 @@ fn playground_documents_are_the_contracts() {
     for name in ["member.graphql", "admin.graphql", "ops.graphql"] {
         let theirs = std::fs::read_to_string(contract.join(name)).unwrap();
         let ours = std::fs::read_to_string(root.join("playground/operations").join(name)).unwrap();
-        assert_eq!(
-            theirs, ours,
-            "playground/operations/{name} differs from the contract"
-        );
+        assert_eq!(theirs, ours, "playground/operations/{name} differs from the contract");
     }
 }

@@ -6,8 +6,7 @@ use serde_json::{json, Value};
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::Message;
 
-pub type Socket =
-    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+pub type Socket = tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
 
 pub struct WsClient {
     socket: Socket,
@@ -21,24 +20,12 @@ pub struct Closed {
 }
 
 impl WsClient {
-    pub async fn connect(
-        addr: &str,
-        token: Option<&str>,
-        legacy: bool,
-    ) -> Result<WsClient, Closed> {
-        let mut req = format!("ws://{addr}/graphql/ws")
-            .into_client_request()
-            .unwrap();
-        let proto = if legacy {
-            "graphql-ws"
-        } else {
-            "graphql-transport-ws"
-        };
+    pub async fn connect(addr: &str, token: Option<&str>, legacy: bool) -> Result<WsClient, Closed> {
+        let mut req = format!("ws://{addr}/graphql/ws").into_client_request().unwrap();
+        let proto = if legacy { "graphql-ws" } else { "graphql-transport-ws" };
         req.headers_mut()
             .insert("sec-websocket-protocol", proto.parse().unwrap());
-        let (mut socket, _) = tokio_tungstenite::connect_async(req)
-            .await
-            .expect("websocket upgrade");
+        let (mut socket, _) = tokio_tungstenite::connect_async(req).await.expect("websocket upgrade");
         let payload = match token {
             Some(t) => json!({"authorization": format!("Bearer {t}")}),
             None => json!({}),
@@ -74,11 +61,9 @@ impl WsClient {
 
     pub async fn subscribe(&mut self, id: &str, query: &str, op: Option<&str>, variables: Value) {
         let kind = if self.legacy { "start" } else { "subscribe" };
-        let msg = json!({"id": id, "type": kind, "payload": {"query": query, "operationName": op, "variables": variables}});
-        self.socket
-            .send(Message::Text(msg.to_string().into()))
-            .await
-            .unwrap();
+        let msg =
+            json!({"id": id, "type": kind, "payload": {"query": query, "operationName": op, "variables": variables}});
+        self.socket.send(Message::Text(msg.to_string().into())).await.unwrap();
     }
 
     /// The next `data` payload of any subscription (errors included), or None after `secs`.

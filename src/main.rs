@@ -132,10 +132,64 @@ fn run(args: Vec<String>) -> Result<()> {
                         }
                         r
                     }
-                    _ => bail!("reconcile is not available yet (reconciliation is a later piece of work)"),
+                    _ => reconcile(config, rest).await,
                 }
             })
         }
         other => bail!("unknown command {other:?}\n\n{USAGE}"),
     }
+}
+
+/// `fitorder reconcile --provider wechatpay|alipay --date YYYY-MM-DD [--file F]`: prints what it
+/// does as it goes, and exits non-zero when the run failed.
+async fn reconcile(config: Config, rest: &[String]) -> Result<()> {
+    use std::io::Write;
+    let provider = flag(rest, "--provider").context("--provider wechatpay|alipay is required")?;
+    let provider = fitorder::reconciliation::provider_from_cli(&provider)
+        .with_context(|| format!("unknown provider {provider:?}"))?;
+    let date = flag(rest, "--date").context("--date YYYY-MM-DD is required")?;
+    let date = chrono::NaiveDate::parse_from_str(&date, "%Y-%m-%d").with_context(|| format!("--date {date:?}"))?;
+    let file = flag(rest, "--file").map(std::path::PathBuf::from);
+    let path = file
+        .clone()
+        .unwrap_or_else(|| fitorder::reconciliation::statement_path(&config.statement_dir, provider, date));
+    let (url, dev) = server::resolve_database(&config).await?;
+    let result = async {
+        fitorder::db::migrate(&url).await?;
+        let pool = fitorder::db::pool(&url, 4)?;
+        let keys = fitorder::payments::keys::ProviderKeys::load(&config)?;
+        let state = fitorder::app::AppState::with_keys(
+            pool,
+            config.clone(),
+            keys,
+            fitorder::events::EventHub::detached(),
+            url.clone(),
+        );
+        eprint!("reconciling {provider} {date} from {} ... ", path.display());
+        let _ = std::io::stderr().flush();
+        let started = std::time::Instant::now();
+        let trace = fitorder::trace::TraceId::new();
+        let run = fitorder::reconciliation::run(&state, provider, date, file, &trace)
+            .await
+            .map_err(|e| anyhow::anyhow!("{}", e.message()))?;
+        eprintln!("{} in {:.1}s", run.status, started.elapsed().as_secs_f64());
+        println!(
+            "run {}: {} provider rows, {} local rows, {} matched, {} tickets opened{}",
+            run.id,
+            run.provider_rows,
+            run.local_rows,
+            run.matched,
+            run.tickets_opened,
+            run.error.as_ref().map(|e| format!("; error: {e}")).unwrap_or_default()
+        );
+        if run.status != "SUCCEEDED" {
+            bail!("reconciliation {}", run.status);
+        }
+        Ok(())
+    }
+    .await;
+    if let Some(dev) = dev {
+        tokio::task::spawn_blocking(move || dev.stop()).await.ok();
+    }
+    result
 }

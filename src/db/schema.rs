@@ -318,6 +318,19 @@ diesel::table! {
     }
 }
 
+diesel::table! {
+    bill_rows (run_id, line) {
+        run_id -> Int8,
+        line -> Int4,
+        kind -> Text,
+        out_trade_no -> Text,
+        provider_txn_id -> Text,
+        amount_cents -> Int8,
+        refund_no -> Nullable<Text>,
+        provider_refund_id -> Nullable<Text>,
+    }
+}
+
 diesel::joinable!(compensation_replays -> compensation_events (event_id));
 diesel::joinable!(compensation_attempts -> compensation_events (event_id));
 diesel::joinable!(compensation_events -> orders (order_id));
@@ -345,4 +358,5 @@ diesel::allow_tables_to_appear_in_same_query!(
     payment_keys,
     compensation_replays,
     task_runs,
+    bill_rows,
 );

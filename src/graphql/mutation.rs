@@ -368,6 +368,8 @@ impl Mutation {
         crate::compensation::replay_dead(&mut c, order_id, stores.as_deref(), &actx, more).await
     }
 
+    /// Closes a ticket with an action (admin and ops; actions that move money or orders still
+    /// ask the state machine for the caller's role).
     async fn resolve_ticket(
         &self,
         ctx: &Context<'_>,
@@ -375,13 +377,35 @@ impl Mutation {
         action: TicketAction,
         note: Option<String>,
     ) -> AppResult<ExceptionTicketNode> {
-        viewer(ctx)?.require(&[Role::Admin, Role::Ops])?;
-        let _ = (id, action, note);
-        Err(AppError::NotBuilt(
-            "ticket actions (the reconciliation and tickets work)",
-        ))
+        let v = viewer(ctx)?;
+        v.require(&[Role::Admin, Role::Ops])?;
+        let actx = actor_ctx(ctx)?;
+        let id = parse_id(&id, "id")?;
+        let mut c = conn(ctx).await?;
+        let t = crate::tickets::resolve(
+            &mut c,
+            &state(ctx).config,
+            v,
+            id,
+            action.as_str(),
+            note.as_deref(),
+            &actx,
+        )
+        .await?;
+        Ok(ExceptionTicketNode(t))
     }
 
+    /// Takes a ticket: OPEN -> IN_PROGRESS.
+    async fn start_ticket(&self, ctx: &Context<'_>, id: ID) -> AppResult<ExceptionTicketNode> {
+        let v = viewer(ctx)?;
+        v.require(&[Role::Admin, Role::Ops])?;
+        let actx = actor_ctx(ctx)?;
+        let id = parse_id(&id, "id")?;
+        let mut c = conn(ctx).await?;
+        Ok(ExceptionTicketNode(crate::tickets::start(&mut c, id, v, &actx).await?))
+    }
+
+    /// Reconciles a provider's bill of one business day now (from FITORDER_STATEMENT_DIR).
     async fn run_reconciliation(
         &self,
         ctx: &Context<'_>,
@@ -389,7 +413,8 @@ impl Mutation {
         date: Date,
     ) -> AppResult<ReconciliationRunNode> {
         viewer(ctx)?.require(&[Role::Admin])?;
-        let _ = (provider, date);
-        Err(AppError::NotBuilt("reconciliation (the reconciliation work)"))
+        let trace = request(ctx).trace.clone();
+        let run = crate::reconciliation::run(state(ctx), provider.as_str(), date.0, None, &trace).await?;
+        Ok(ReconciliationRunNode(run))
     }
 }

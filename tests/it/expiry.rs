@@ -33,7 +33,13 @@ async fn expire(app: &TestApp) -> i64 {
 fn instance(app: &TestApp) -> AppState {
     let pool = fitorder::db::pool(&app.db_url, 4).unwrap();
     let events = fitorder::events::EventHub::start(app.db_url.clone(), pool.clone());
-    AppState::with_keys(pool, (*app.state.config).clone(), (*app.state.keys).clone(), events, app.db_url.clone())
+    AppState::with_keys(
+        pool,
+        (*app.state.config).clone(),
+        (*app.state.keys).clone(),
+        events,
+        app.db_url.clone(),
+    )
 }
 
 #[tokio::test]

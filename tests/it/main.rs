@@ -14,6 +14,7 @@ mod orders_flow;
 mod payments;
 mod place_order;
 mod providers;
+mod reconciliation;
 mod schema_sdl;
 mod state_machine;
 mod ws;

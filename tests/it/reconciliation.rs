@@ -1,0 +1,521 @@
+//! Reconciliation against bills in the providers' formats, and the ticket workflow that closes
+//! what it finds.
+
+use axum::http::StatusCode;
+use chrono::Utc;
+use fitorder::reconciliation::bills::{self, BillKind, BillRow};
+use serde_json::json;
+
+use crate::harness::*;
+use crate::providers;
+
+fn today() -> chrono::NaiveDate {
+    Utc::now().with_timezone(&chrono_tz::Asia::Shanghai).date_naive()
+}
+
+fn row(kind: BillKind, no: &str, txn: &str, cents: i64, refund_no: Option<&str>) -> BillRow {
+    BillRow {
+        line: 0,
+        kind,
+        out_trade_no: no.into(),
+        provider_txn_id: txn.into(),
+        amount_cents: cents,
+        refund_no: refund_no.map(str::to_string),
+        provider_refund_id: refund_no.map(|r| format!("5030{r}")),
+        trade_time: Some(Utc::now().naive_utc()),
+    }
+}
+
+struct Books {
+    app: TestApp,
+    dir: std::path::PathBuf,
+    s: Studio,
+}
+
+async fn books() -> Books {
+    let dir = std::env::temp_dir().join(format!("fitorder-bills-{}", key()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let d = dir.clone();
+    let app = TestApp::with_config(move |c| {
+        providers::configure(c);
+        c.statement_dir = d;
+    })
+    .await;
+    let s = app.studio(0, None, 3).await;
+    Books { app, dir, s }
+}
+
+impl Books {
+    async fn order(&self, method: &str) -> String {
+        let placed = self
+            .app
+            .place(
+                &self.s.member,
+                json!({"idempotencyKey": key(), "storeId": self.s.store, "item": {"classPackId": self.s.pack}, "paymentMethod": method}),
+            )
+            .await;
+        placed["order"]["orderNo"].as_str().unwrap().to_string()
+    }
+
+    async fn paid(&self, txn: &str) -> String {
+        let no = self.order("WECHAT_PAY").await;
+        assert_eq!(self.app.wechat_paid(&no, txn, 10_000).await, StatusCode::NO_CONTENT);
+        no
+    }
+
+    fn write_wechat(&self, rows: &[BillRow]) {
+        let f = std::fs::File::create(self.dir.join(format!("wechatpay-{}.csv", today()))).unwrap();
+        bills::write_wechat_bill(f, rows, true, true).unwrap();
+    }
+
+    async fn run(&self, provider: &str) -> serde_json::Value {
+        let r = self
+            .app
+            .op(
+                &self.app.admin_token(),
+                ADMIN_OPS,
+                "RunReconciliation",
+                json!({"provider": provider, "date": today().to_string()}),
+            )
+            .await;
+        assert!(r.get("errors").is_none(), "{r}");
+        r["data"]["runReconciliation"].clone()
+    }
+
+    async fn tickets(&self) -> Vec<serde_json::Value> {
+        let r = self
+            .app
+            .op(&self.app.admin_token(), ADMIN_OPS, "Tickets", json!({"first": 100}))
+            .await;
+        r["data"]["exceptionTickets"]["edges"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["node"].clone())
+            .collect()
+    }
+}
+
+#[tokio::test]
+async fn each_difference_becomes_one_ticket_and_reruns_open_nothing() {
+    let b = books().await;
+    let matched = b.paid("4200000000000000000000001001").await;
+    let missing = b.paid("4200000000000000000000001002").await;
+    let unpaid = b.order("WECHAT_PAY").await;
+    let mismatched = b.paid("4200000000000000000000001004").await;
+    // A refund fitorder made (and the provider shows), and one the provider shows that it did not.
+    let refunded = b.paid("4200000000000000000000001005").await;
+    b.app.admin(REFUND, json!({"orderNo": refunded, "reason": "r"})).await;
+    let refund_no: String = {
+        let r = b
+            .app
+            .admin(
+                "query($n: String!) { order(orderNo: $n) { compensation { kind } } }",
+                json!({"n": refunded}),
+            )
+            .await;
+        assert!(r["order"]["compensation"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["kind"] == "PROVIDER_REFUND"));
+        let id = b.app.sql_i64("SELECT id AS v FROM refunds").await;
+        format!("RF{id}")
+    };
+    // Paid after cancel: the callback already opened a ticket; the bill must not open another.
+    let canceled = b.order("WECHAT_PAY").await;
+    b.app.admin(CANCEL, json!({"orderNo": canceled})).await;
+    assert_eq!(
+        b.app
+            .wechat_paid(&canceled, "4200000000000000000000001006", 10_000)
+            .await,
+        StatusCode::NO_CONTENT
+    );
+
+    b.write_wechat(&[
+        row(
+            BillKind::Payment,
+            &matched,
+            "4200000000000000000000001001",
+            10_000,
+            None,
+        ),
+        row(BillKind::Payment, &unpaid, "4200000000000000000000001003", 10_000, None),
+        row(
+            BillKind::Payment,
+            &mismatched,
+            "4200000000000000000000001004",
+            9_000,
+            None,
+        ),
+        row(
+            BillKind::Payment,
+            &refunded,
+            "4200000000000000000000001005",
+            10_000,
+            None,
+        ),
+        row(
+            BillKind::Payment,
+            &canceled,
+            "4200000000000000000000001006",
+            10_000,
+            None,
+        ),
+        row(
+            BillKind::Refund,
+            &refunded,
+            "4200000000000000000000001005",
+            10_000,
+            Some(&refund_no),
+        ),
+        row(
+            BillKind::Refund,
+            &matched,
+            "4200000000000000000000001001",
+            2_000,
+            Some("RF-UNKNOWN"),
+        ),
+    ]);
+    let run = b.run("WECHAT_PAY").await;
+    assert_eq!(run["status"], "SUCCEEDED", "{run}");
+    assert_eq!(run["providerRows"], 7);
+    assert_eq!(run["ticketsOpened"], 4);
+    assert_eq!(run["matched"], 3, "two payments and one refund agree");
+    let tickets = b.tickets().await;
+    let find = |kind: &str| {
+        tickets
+            .iter()
+            .filter(|t| t["kind"] == kind)
+            .cloned()
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(find("LOCAL_PAID_PROVIDER_MISSING").len(), 1);
+    assert_eq!(find("LOCAL_PAID_PROVIDER_MISSING")[0]["orderNo"], missing);
+    let unpaid_t = find("PROVIDER_PAID_LOCAL_UNPAID");
+    assert_eq!(unpaid_t.len(), 1);
+    assert_eq!(unpaid_t[0]["orderNo"], unpaid);
+    assert_eq!(unpaid_t[0]["order"]["status"], "WAIT_PAY");
+    let am = find("AMOUNT_MISMATCH");
+    assert_eq!(am.len(), 1);
+    assert_eq!(
+        (am[0]["localAmountCents"].clone(), am[0]["providerAmountCents"].clone()),
+        (json!(10_000), json!(9_000))
+    );
+    assert_eq!(find("REFUND_MISMATCH").len(), 1);
+    assert_eq!(
+        find("PAID_AFTER_CANCEL").len(),
+        1,
+        "the callback's ticket, not a second one"
+    );
+    // The same day again, twice: nothing new.
+    for _ in 0..2 {
+        let again = b.run("WECHAT_PAY").await;
+        assert_eq!(again["ticketsOpened"], 0);
+    }
+    assert_eq!(b.tickets().await.len(), tickets.len());
+    let runs = b
+        .app
+        .op(
+            &b.app.admin_token(),
+            ADMIN_OPS,
+            "ReconciliationRuns",
+            json!({"first": 10}),
+        )
+        .await;
+    assert_eq!(runs["data"]["reconciliationRuns"]["edges"].as_array().unwrap().len(), 3);
+    let stats = b
+        .app
+        .op(
+            &b.app.ops_token(),
+            OPS_OPS,
+            "Anomalies",
+            json!({"from": "2000-01-01T00:00:00Z", "to": "2100-01-01T00:00:00Z"}),
+        )
+        .await;
+    let count = |c: &str| {
+        stats["data"]["anomalyStats"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["category"] == c)
+            .unwrap()["count"]
+            .clone()
+    };
+    assert_eq!(count("RECONCILIATION_FINDING"), 4);
+
+    // Closing them: the unpaid one is marked paid (credits its sessions).
+    let id = unpaid_t[0]["id"].as_str().unwrap();
+    let ops_try = b
+        .app
+        .op(
+            &b.app.ops_token(),
+            ADMIN_OPS,
+            "ResolveTicket",
+            json!({"id": id, "action": "MARK_PAID"}),
+        )
+        .await;
+    assert_eq!(error_code(&ops_try), "FORBIDDEN", "ops may not mark orders paid");
+    let r = b
+        .app
+        .op(
+            &b.app.admin_token(),
+            ADMIN_OPS,
+            "ResolveTicket",
+            json!({"id": id, "action": "MARK_PAID", "note": "bill shows it"}),
+        )
+        .await;
+    assert_eq!(r["data"]["resolveTicket"]["status"], "RESOLVED", "{r}");
+    assert_eq!(r["data"]["resolveTicket"]["resolution"], "MARK_PAID");
+    let o = b.app.order(&unpaid).await;
+    assert_eq!(o["status"], "PAID");
+    assert_eq!(o["providerTxnId"], "4200000000000000000000001003");
+    // Resolved is resolved.
+    let again = b
+        .app
+        .op(
+            &b.app.admin_token(),
+            ADMIN_OPS,
+            "ResolveTicket",
+            json!({"id": id, "action": "NO_ACTION"}),
+        )
+        .await;
+    assert_eq!(error_code(&again), "CONFLICT");
+    // MARK_PAID where WAIT_PAY -> PAID is not legal is refused by the state machine.
+    let missing_id = find("LOCAL_PAID_PROVIDER_MISSING")[0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let r = b
+        .app
+        .op(
+            &b.app.admin_token(),
+            ADMIN_OPS,
+            "ResolveTicket",
+            json!({"id": missing_id, "action": "MARK_PAID"}),
+        )
+        .await;
+    assert_eq!(error_code(&r), "ILLEGAL_TRANSITION");
+    assert_eq!(r["errors"][0]["extensions"]["from"], "PAID");
+    // The refund of money already on its way back opens no second refund.
+    let pac = find("PAID_AFTER_CANCEL")[0]["id"].as_str().unwrap().to_string();
+    let before = b
+        .app
+        .sql_i64("SELECT count(*) AS v FROM compensation_events WHERE kind = 'PROVIDER_REFUND'")
+        .await;
+    let r = b
+        .app
+        .op(
+            &b.app.ops_token(),
+            ADMIN_OPS,
+            "ResolveTicket",
+            json!({"id": pac, "action": "REFUND"}),
+        )
+        .await;
+    assert_eq!(r["data"]["resolveTicket"]["status"], "RESOLVED", "{r}");
+    assert_eq!(
+        b.app
+            .sql_i64("SELECT count(*) AS v FROM compensation_events WHERE kind = 'PROVIDER_REFUND'")
+            .await,
+        before
+    );
+    // REFUND of a mismatched order's own payment refunds the order.
+    let am_id = am[0]["id"].as_str().unwrap().to_string();
+    let r = b
+        .app
+        .op(
+            &b.app.admin_token(),
+            ADMIN_OPS,
+            "ResolveTicket",
+            json!({"id": am_id, "action": "REFUND"}),
+        )
+        .await;
+    assert!(r.get("errors").is_none(), "{r}");
+    assert_eq!(b.app.order(&mismatched).await["status"], "REFUNDED");
+    // NO_ACTION dismisses; replay is only for dead compensation.
+    let rm = find("REFUND_MISMATCH")[0]["id"].as_str().unwrap().to_string();
+    let r = b
+        .app
+        .op(
+            &b.app.admin_token(),
+            ADMIN_OPS,
+            "ResolveTicket",
+            json!({"id": rm, "action": "REPLAY_COMPENSATION"}),
+        )
+        .await;
+    assert_eq!(error_code(&r), "BAD_USER_INPUT");
+    let r = b
+        .app
+        .gql(
+            Some(&b.app.ops_token()),
+            "mutation($id: ID!) { startTicket(id: $id) { status } }",
+            json!({"id": rm}),
+        )
+        .await;
+    assert_eq!(r["data"]["startTicket"]["status"], "IN_PROGRESS");
+    let r = b
+        .app
+        .op(
+            &b.app.ops_token(),
+            ADMIN_OPS,
+            "ResolveTicket",
+            json!({"id": rm, "action": "NO_ACTION", "note": "bank delay"}),
+        )
+        .await;
+    assert_eq!(r["data"]["resolveTicket"]["status"], "DISMISSED");
+    assert_eq!(r["data"]["resolveTicket"]["note"], "bank delay");
+    assert!(r["data"]["resolveTicket"]["resolvedAt"].is_string());
+}
+
+#[tokio::test]
+async fn a_clean_alipay_day_in_gbk_opens_nothing() {
+    let b = books().await;
+    let mut rows = vec![];
+    for i in 0..5 {
+        let no = b.order("ALIPAY").await;
+        let txn = format!("202611302200140000000000{i:04}");
+        let form = providers::alipay().payment(&no, &txn, "TRADE_SUCCESS", "100.00");
+        assert_eq!(b.app.alipay_notify(&form).await.1, "success");
+        rows.push(row(BillKind::Payment, &no, &txn, 10_000, None));
+    }
+    let f = std::fs::File::create(b.dir.join(format!("alipay-{}.csv", today()))).unwrap();
+    bills::write_alipay_bill(f, &rows, true).unwrap();
+    let run = b.run("ALIPAY").await;
+    assert_eq!(run["status"], "SUCCEEDED", "{run}");
+    assert_eq!(
+        (run["providerRows"].clone(), run["localRows"].clone()),
+        (json!(5), json!(5))
+    );
+    assert_eq!(
+        (run["matched"].clone(), run["ticketsOpened"].clone()),
+        (json!(5), json!(0))
+    );
+}
+
+#[tokio::test]
+async fn a_malformed_or_missing_bill_fails_the_run_and_opens_nothing() {
+    let b = books().await;
+    let no = b.order("WECHAT_PAY").await;
+    b.write_wechat(&[row(
+        BillKind::Payment,
+        &no,
+        "4200000000000000000000002001",
+        10_000,
+        None,
+    )]);
+    // Cut the summary's last line: the file is truncated.
+    let path = b.dir.join(format!("wechatpay-{}.csv", today()));
+    let text = std::fs::read_to_string(&path).unwrap();
+    let cut: String = text
+        .lines()
+        .take(text.lines().count() - 1)
+        .map(|l| format!("{l}\n"))
+        .collect();
+    std::fs::write(&path, cut).unwrap();
+    let run = b.run("WECHAT_PAY").await;
+    assert_eq!(run["status"], "FAILED");
+    assert!(run["error"].as_str().unwrap().contains("line"), "{run}");
+    assert_eq!(b.tickets().await.len(), 0, "no tickets from half a file");
+    assert_eq!(b.app.sql_i64("SELECT count(*) AS v FROM bill_rows").await, 0);
+    // A bad amount names its line.
+    std::fs::write(&path, text.replace("`100.00", "`1O0.00")).unwrap();
+    let run = b.run("WECHAT_PAY").await;
+    assert_eq!(run["status"], "FAILED");
+    assert!(run["error"].as_str().unwrap().contains("line 2"), "{run}");
+    std::fs::remove_file(&path).unwrap();
+    let run = b.run("WECHAT_PAY").await;
+    assert_eq!(run["status"], "FAILED");
+    assert!(run["error"].as_str().unwrap().contains("No such file"), "{run}");
+    // A run of the same day that is still going refuses a second one.
+    b.app.sql_i64(&format!(
+        "WITH r AS (INSERT INTO reconciliation_runs (provider, bill_date, status, trace_id) VALUES ('WECHAT_PAY', '{}', 'RUNNING', 't') RETURNING id) SELECT id AS v FROM r",
+        today()
+    ))
+    .await;
+    let r = b
+        .app
+        .op(
+            &b.app.admin_token(),
+            ADMIN_OPS,
+            "RunReconciliation",
+            json!({"provider": "WECHAT_PAY", "date": today().to_string()}),
+        )
+        .await;
+    assert_eq!(error_code(&r), "CONFLICT");
+}
+
+#[tokio::test]
+async fn the_command_line_reconciles_and_fails_loudly() {
+    let b = books().await;
+    let no = b.paid("4200000000000000000000003001").await;
+    b.write_wechat(&[row(
+        BillKind::Payment,
+        &no,
+        "4200000000000000000000003001",
+        10_000,
+        None,
+    )]);
+    let run = |file: Option<&std::path::Path>| {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_fitorder"));
+        cmd.args(["reconcile", "--provider", "wechatpay", "--date", &today().to_string()])
+            .env("DATABASE_URL", &b.app.db_url)
+            .env("FITORDER_STATEMENT_DIR", &b.dir)
+            .env("FITORDER_JWT_SECRET", "x")
+            .env("RUST_LOG", "error");
+        if let Some(f) = file {
+            cmd.arg("--file").arg(f);
+        }
+        cmd.output().unwrap()
+    };
+    let ok = run(None);
+    assert!(ok.status.success(), "{}", String::from_utf8_lossy(&ok.stderr));
+    let out = String::from_utf8_lossy(&ok.stdout);
+    assert!(
+        out.contains("1 provider rows") && out.contains("1 matched") && out.contains("0 tickets opened"),
+        "{out}"
+    );
+    let bad = b.dir.join("broken.csv");
+    std::fs::write(&bad, "not a bill\n").unwrap();
+    let failed = run(Some(&bad));
+    assert!(!failed.status.success());
+    assert!(
+        String::from_utf8_lossy(&failed.stdout).contains("line 1"),
+        "{}",
+        String::from_utf8_lossy(&failed.stdout)
+    );
+}
+
+#[tokio::test]
+async fn the_daily_run_catches_up_missed_days_once() {
+    let b = books().await;
+    let tz = chrono_tz::Asia::Shanghai;
+    let today = Utc::now().with_timezone(&tz).date_naive();
+    // Bills for yesterday and three days ago are there; the days in between are not.
+    for back in [1, 3] {
+        let day = today - chrono::Duration::days(back);
+        let f = std::fs::File::create(b.dir.join(format!("wechatpay-{day}.csv"))).unwrap();
+        bills::write_wechat_bill(f, &[], false, false).unwrap();
+    }
+    let runs = fitorder::reconciliation::daily(b.app.state.clone())
+        .await
+        .map_err(|e| e.message())
+        .unwrap();
+    // WeChat: yesterday and the missed day with a bill; Alipay: yesterday, whose bill is missing.
+    assert_eq!(runs, 3);
+    let again = fitorder::reconciliation::daily(b.app.state.clone())
+        .await
+        .map_err(|e| e.message())
+        .unwrap();
+    // Yesterday's Alipay bill is still missing: it is tried (and fails, visibly) each time.
+    assert_eq!(again, 1);
+    let failed = b
+        .app
+        .sql_i64("SELECT count(*) AS v FROM reconciliation_runs WHERE status = 'FAILED' AND provider = 'ALIPAY'")
+        .await;
+    assert_eq!(failed, 2);
+    let ok = b
+        .app
+        .sql_i64("SELECT count(*) AS v FROM reconciliation_runs WHERE status = 'SUCCEEDED'")
+        .await;
+    assert_eq!(ok, 2);
+}

@@ -41,10 +41,16 @@ pub fn router(app: AppState) -> Router {
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
         .route("/metrics", get(metrics::render))
+        .route("/ops", get(ops_page))
         .with_state(state)
         .layer(axum::extract::DefaultBodyLimit::max(limit))
         .layer(tower_http::limit::RequestBodyLimitLayer::new(limit))
         .layer(middleware::from_fn(trace_requests))
+}
+
+/// The ops watch page: one self-contained file (no build step, no CDN), compiled into the binary.
+async fn ops_page() -> axum::response::Html<&'static str> {
+    axum::response::Html(include_str!("../../playground/ops/index.html"))
 }
 
 /// Gives the request its trace id, logs it with the outcome, and counts it by route.

@@ -19,6 +19,8 @@ Usage:
   fitorder seed                     demo stores, members, catalog
   fitorder reconcile --provider wechatpay|alipay --date YYYY-MM-DD [--file F]
   fitorder schema                   print the GraphQL schema (SDL)
+  fitorder simulate-payment --order NO [--provider wechatpay|alipay] [--amount CENTS] [--txn ID] [--url URL]
+                                    sign a payment notification with the dev keys and send it
 ";
 
 fn main() -> ExitCode {
@@ -65,6 +67,10 @@ fn run(args: Vec<String>) -> Result<()> {
         &args[..]
     };
     match command {
+        "simulate-payment" => {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+            rt.block_on(simulate_payment(Config::from_env()?, rest))
+        }
         "schema" => {
             print!("{}", fitorder::graphql::sdl());
             Ok(())
@@ -192,4 +198,75 @@ async fn reconcile(config: Config, rest: &[String]) -> Result<()> {
         tokio::task::spawn_blocking(move || dev.stop()).await.ok();
     }
     result
+}
+
+/// Pays an order the way the provider would: a notification signed (and for WeChat Pay,
+/// encrypted) with the dev keys of `./.fitorder/dev-keys`, sent to the running server.
+async fn simulate_payment(config: Config, rest: &[String]) -> Result<()> {
+    let order_no = flag(rest, "--order").context("--order <orderNo> is required")?;
+    let provider =
+        fitorder::reconciliation::provider_from_cli(&flag(rest, "--provider").unwrap_or_else(|| "wechatpay".into()))
+            .context("--provider wechatpay|alipay")?;
+    let base = flag(rest, "--url").unwrap_or_else(|| format!("http://{}", config.addr));
+    let keys = fitorder::payments::devkeys::DevKeys::ensure(std::path::Path::new(".fitorder/dev-keys"))?;
+    let http = reqwest::Client::new();
+    let amount: i64 = match flag(rest, "--amount") {
+        Some(a) => a.parse().context("--amount is in cents")?,
+        None => {
+            // Ask the server what the order wants paid online.
+            let token = issue_token(
+                &config.jwt_secret,
+                Role::Admin,
+                "simulator",
+                None,
+                std::time::Duration::from_secs(60),
+            );
+            let q = serde_json::json!({"query": "query($n: String!) { order(orderNo: $n) { amountCents walletAmountCents } }",
+                                       "variables": {"n": order_no}});
+            let r: serde_json::Value = http
+                .post(format!("{base}/graphql"))
+                .bearer_auth(token)
+                .json(&q)
+                .send()
+                .await?
+                .json()
+                .await?;
+            let o = &r["data"]["order"];
+            anyhow::ensure!(!o.is_null(), "order {order_no} not found at {base}: {r}");
+            o["amountCents"].as_i64().unwrap_or(0) - o["walletAmountCents"].as_i64().unwrap_or(0)
+        }
+    };
+    let txn = flag(rest, "--txn").unwrap_or_else(|| format!("42{}", chrono::Utc::now().format("%Y%m%d%H%M%S%6f")));
+    let resp = if provider == "WECHAT_PAY" {
+        let w = keys.wechat();
+        let n = w.notification(
+            "TRANSACTION.SUCCESS",
+            &w.transaction(&order_no, &txn, amount),
+            chrono::Utc::now().timestamp(),
+        );
+        let mut req = http
+            .post(format!("{base}/pay/wechat/notify"))
+            .header("content-type", "application/json");
+        for (k, v) in &n.headers {
+            req = req.header(*k, v);
+        }
+        req.body(n.body).send().await?
+    } else {
+        let form = keys.alipay().payment(
+            &order_no,
+            &txn,
+            "TRADE_SUCCESS",
+            &fitorder::domain::money::format_yuan(amount),
+        );
+        http.post(format!("{base}/pay/alipay/notify"))
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(form)
+            .send()
+            .await?
+    };
+    let status = resp.status();
+    let text = resp.text().await.unwrap_or_default();
+    println!("{provider} notification for {order_no} ({amount} cents, transaction {txn}): HTTP {status} {text}");
+    anyhow::ensure!(status.is_success(), "the server refused the notification");
+    Ok(())
 }

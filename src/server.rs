@@ -72,6 +72,14 @@ pub async fn run(config: Config, opts: ServeOptions) -> Result<()> {
 
 async fn run_with_database(config: Config, opts: ServeOptions, url: &str, dev_mode: bool) -> Result<()> {
     db::migrate(url).await?;
+    let mut config = config;
+    let dev_keys = dev_mode && config.wechatpay.mch_id.is_none() && config.alipay.app_id.is_none();
+    if dev_keys {
+        let keys =
+            tokio::task::spawn_blocking(|| crate::payments::devkeys::DevKeys::ensure(Path::new(".fitorder/dev-keys")))
+                .await??;
+        keys.configure(&mut config);
+    }
     let keys = crate::payments::keys::ProviderKeys::load(&config)?;
     let pool = db::pool(url, config.db_pool_size)?;
     let events = crate::events::EventHub::start(url.to_string(), pool.clone());
@@ -147,6 +155,14 @@ fn print_dev_banner(config: &Config, seeded: &crate::seed::Seeded) {
         seeded.store_ids, seeded.member_ids
     );
     println!("  In GraphiQL, set the header {{\"Authorization\": \"Bearer <token>\"}}.");
+    if config.wechatpay.mch_id.as_deref() == Some(crate::payments::devkeys::DEV_MCH_ID) {
+        println!("  Dev payment keys in .fitorder/dev-keys: pay an order with");
+        println!("    cargo run --release -- simulate-payment --order <orderNo> [--provider alipay]");
+    }
+    if config.wechatpay.mch_id.as_deref() == Some(crate::payments::devkeys::DEV_MCH_ID) {
+        println!("  Dev payment keys in .fitorder/dev-keys: pay an order with");
+        println!("    cargo run --release -- simulate-payment --order <orderNo> [--provider alipay]");
+    }
     println!();
 }
 

@@ -26,5 +26,30 @@ pub async fn render(State(s): State<HttpState>) -> impl IntoResponse {
     ::metrics::gauge!("fitorder_db_pool_size").set(status.size as f64);
     ::metrics::gauge!("fitorder_db_pool_available").set(status.available as f64);
     ::metrics::gauge!("fitorder_db_pool_waiting").set(status.waiting as f64);
+    // The outbox backlog, read at scrape time so every instance reports the same truth.
+    let backlog = async {
+        use diesel_async::RunQueryDsl;
+        #[derive(diesel::QueryableByName)]
+        struct B {
+            #[diesel(sql_type = diesel::sql_types::Text)]
+            status: String,
+            #[diesel(sql_type = diesel::sql_types::BigInt)]
+            n: i64,
+        }
+        let mut conn = s.app.pool.get().await.ok()?;
+        diesel::sql_query(
+            "SELECT status, count(*) AS n FROM compensation_events WHERE status IN ('PENDING', 'RETRYING', 'DEAD') GROUP BY status",
+        )
+        .load::<B>(&mut conn)
+        .await
+        .ok()
+    };
+    if let Ok(Some(rows)) = tokio::time::timeout(std::time::Duration::from_secs(2), backlog).await {
+        for st in ["PENDING", "RETRYING", "DEAD"] {
+            let n = rows.iter().find(|r| r.status == st).map(|r| r.n).unwrap_or(0);
+            ::metrics::gauge!("fitorder_compensation_backlog", "status" => st).set(n as f64);
+        }
+    }
+    ::metrics::gauge!("fitorder_subscribers_hub").set(s.app.events.subscriber_count() as f64);
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], handle.render())
 }

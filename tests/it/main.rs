@@ -13,6 +13,7 @@ mod limits_and_roles;
 mod orders_flow;
 mod payments;
 mod place_order;
+mod playground;
 mod providers;
 mod reconciliation;
 mod schema_sdl;

@@ -164,6 +164,9 @@ pub struct TestApp {
 
 impl Drop for TestApp {
     fn drop(&mut self) {
+        if self.db_name.is_empty() {
+            return;
+        }
         let admin = self.admin_url.clone();
         let name = self.db_name.clone();
         // A thread with its own runtime: Drop cannot await, and the test's runtime is going away.
@@ -217,6 +220,24 @@ impl TestApp {
             db_url,
             db_name: name,
             admin_url: server.admin_url.clone(),
+        }
+    }
+
+    /// An app on a database the test made itself (not cloned, not dropped at the end).
+    pub async fn on_database(url: &str, tweak: impl FnOnce(&mut Config)) -> TestApp {
+        let mut config = Config::for_tests(url.to_string());
+        tweak(&mut config);
+        let pool = fitorder::db::pool(url, config.db_pool_size).unwrap();
+        let keys = fitorder::payments::keys::ProviderKeys::load(&config).unwrap();
+        let events = fitorder::events::EventHub::start(url.to_string(), pool.clone());
+        let state = AppState::with_keys(pool, config, keys, events, url.to_string());
+        let router = fitorder::http::router(state.clone());
+        TestApp {
+            state,
+            router,
+            db_url: url.to_string(),
+            db_name: String::new(),
+            admin_url: String::new(),
         }
     }
 

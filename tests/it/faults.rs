@@ -1,0 +1,94 @@
+//! Faults: PostgreSQL stops under a running service and comes back. Readiness says so, callers
+//! get quick, honest errors (providers a 5xx, so they retry), and everything recovers by itself.
+
+use std::time::{Duration, Instant};
+
+use axum::http::StatusCode;
+use fitorder::db::dev_pg::DevPostgres;
+use serde_json::json;
+
+use crate::harness::*;
+use crate::providers;
+
+async fn ready(app: &TestApp) -> StatusCode {
+    app.get("/readyz").await.0
+}
+
+#[tokio::test]
+async fn the_database_goes_away_and_comes_back_without_a_restart() {
+    // A cluster of our own, so that stopping it hurts no other test.
+    let dir = std::env::temp_dir().join(format!("fitorder-faults-{}", std::process::id()));
+    let d = dir.clone();
+    let pg = tokio::task::spawn_blocking(move || DevPostgres::ensure(&d))
+        .await
+        .unwrap()
+        .expect("a private cluster");
+    fitorder::server::ensure_database(&pg.url("postgres"), "faults")
+        .await
+        .unwrap();
+    let url = pg.url("faults");
+    fitorder::db::migrate(&url).await.unwrap();
+    let app = TestApp::on_database(&url, providers::configure).await;
+    let s = app.studio(0, None, 3).await;
+    let placed = app
+        .place(
+            &s.member,
+            json!({"idempotencyKey": key(), "storeId": s.store, "item": {"classPackId": s.pack}, "paymentMethod": "WECHAT_PAY"}),
+        )
+        .await;
+    let no = placed["order"]["orderNo"].as_str().unwrap().to_string();
+    assert_eq!(ready(&app).await, StatusCode::OK);
+
+    // PostgreSQL stops.
+    let pg = std::sync::Arc::new(pg);
+    let p = pg.clone();
+    tokio::task::spawn_blocking(move || p.stop()).await.unwrap();
+    let started = Instant::now();
+    assert_eq!(ready(&app).await, StatusCode::SERVICE_UNAVAILABLE);
+    let r = app
+        .gql(Some(&app.admin_token()), "query { orders { totalCount } }", json!({}))
+        .await;
+    assert_eq!(error_code(&r), "INTERNAL");
+    // The provider is told to retry: nothing could be recorded.
+    let w = providers::wechat();
+    let n = w.notification(
+        "TRANSACTION.SUCCESS",
+        &w.transaction(&no, "4200000000000000000000007001", 10_000),
+        chrono::Utc::now().timestamp(),
+    );
+    let (status, body) = app.wechat_notify(&n).await;
+    assert!(status.is_server_error(), "{status}");
+    assert_eq!(body["code"], "FAIL");
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "errors came quickly, not after hanging"
+    );
+
+    // It comes back (same port, same data); nothing is restarted on our side.
+    let d = dir.clone();
+    let again = tokio::task::spawn_blocking(move || DevPostgres::ensure(&d))
+        .await
+        .unwrap()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while ready(&app).await != StatusCode::OK {
+        assert!(Instant::now() < deadline, "did not recover");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // The provider's retry of the same notification applies it once.
+    let mut status = StatusCode::INTERNAL_SERVER_ERROR;
+    while status != StatusCode::NO_CONTENT && Instant::now() < deadline {
+        status = app.wechat_notify(&n).await.0;
+    }
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    let o = app.order(&no).await;
+    assert_eq!(o["status"], "PAID");
+    assert_eq!(o["member"]["sessionCredits"], 10);
+    drop(app);
+    tokio::task::spawn_blocking(move || {
+        again.stop();
+        let _ = std::fs::remove_dir_all(&dir);
+    })
+    .await
+    .unwrap();
+}

@@ -20,6 +20,8 @@ pub enum Mode {
     AlwaysFail,
     /// Never answers (until the caller times out).
     Hang,
+    /// Every third call fails.
+    Flaky,
 }
 
 #[derive(Debug, Clone)]
@@ -82,6 +84,7 @@ async fn handle(State(f): State<FakeDownstream>, headers: HeaderMap, Json(mut bo
         Mode::Healthy => true,
         Mode::FailFirst(k) => n >= k,
         Mode::AlwaysFail => false,
+        Mode::Flaky => n % 3 != 2,
         Mode::Hang => {
             tokio::time::sleep(Duration::from_secs(3600)).await;
             false

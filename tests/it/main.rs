@@ -4,6 +4,7 @@
 mod harness;
 
 mod catalog_wallet;
+mod chaos;
 mod check_in;
 mod compensation;
 mod expiry;

@@ -99,7 +99,6 @@ struct Notification {
 struct World {
     http: reqwest::Client,
     urls: Vec<String>,
-    admin: String,
     store: String,
     members: Vec<String>,
     packs: Vec<String>,
@@ -257,7 +256,6 @@ async fn chaos_keeps_the_books_right() {
     let mut w = World {
         http: http.clone(),
         urls: urls.clone(),
-        admin: admin.clone(),
         store: String::new(),
         members: vec![],
         packs: vec![],

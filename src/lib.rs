@@ -14,6 +14,7 @@ pub mod domain;
 pub mod error;
 pub mod events;
 pub mod expiry;
+pub mod fuzzing;
 pub mod graphql;
 pub mod http;
 pub mod orders;

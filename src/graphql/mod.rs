@@ -10,6 +10,7 @@ mod types;
 
 use async_graphql::{Context, Schema};
 
+pub use connection::{decode_cursor, encode_cursor};
 pub use loaders::DbLoader;
 pub use types::TimelineEntry;
 

@@ -10,6 +10,7 @@ mod compensation;
 mod expiry;
 mod fakes;
 mod faults;
+mod fuzz_corpus;
 mod http_surface;
 mod limits_and_roles;
 mod orders_flow;

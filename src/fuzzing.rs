@@ -1,0 +1,83 @@
+//! Entry points for the fuzz targets in `fuzz/` (and for the test that replays their corpora
+//! on every CI run): each feeds untrusted bytes to a parser the way the service does and
+//! checks what must hold, panicking only on a real bug.
+
+use crate::payments::{alipay, wechat};
+use crate::reconciliation::bills;
+
+pub fn wechat_bill(data: &[u8]) {
+    let mut rows = 0usize;
+    if let Ok(summary) = bills::parse_wechat(data, |r| {
+        rows += 1;
+        assert!(r.line >= 2, "data rows come after the header");
+        Ok(())
+    }) {
+        assert_eq!(summary.rows, rows, "the summary counts the rows handed out");
+    }
+}
+
+pub fn alipay_bill(data: &[u8]) {
+    let mut rows = 0usize;
+    if let Ok(summary) = bills::parse_alipay(data, |_| {
+        rows += 1;
+        Ok(())
+    }) {
+        assert_eq!(summary.rows, rows);
+    }
+}
+
+pub fn wechat_notification(data: &[u8]) {
+    if let Ok(env) = wechat::parse_envelope(data) {
+        let key = [7u8; 32];
+        let _ = wechat::decrypt(&key, &env.resource);
+    }
+    // The decrypted resource is JSON from the provider; read it as such too.
+    if let Ok(text) = std::str::from_utf8(data) {
+        let keys = crate::payments::keys::WechatKeys {
+            mch_id: "1900000109".into(),
+            apiv3_key: [7u8; 32],
+            platform_public_key: fuzz_key(),
+            merchant_key: None,
+            merchant_serial: None,
+        };
+        for event in ["TRANSACTION.SUCCESS", "REFUND.SUCCESS", "OTHER"] {
+            if let Ok(crate::payments::Notice::Paid { amount_cents, .. }) = wechat::notice(&keys, event, text) {
+                let _ = amount_cents;
+            }
+        }
+    }
+}
+
+pub fn alipay_form(data: &[u8]) {
+    if let Ok(fields) = alipay::parse_form(data) {
+        let content = alipay::signed_content(&fields);
+        assert!(!content.contains("sign="), "sign is never part of what is signed");
+        let _ = alipay::notice(&fields);
+    }
+}
+
+pub fn cursor(data: &[u8]) {
+    if let Ok(text) = std::str::from_utf8(data) {
+        if let Ok(id) = crate::graphql::decode_cursor(text) {
+            assert!(id > 0);
+            assert_eq!(
+                crate::graphql::decode_cursor(&crate::graphql::encode_cursor(id)).ok(),
+                Some(id)
+            );
+        }
+    }
+}
+
+/// A fixed public key (the notice reader never verifies; it only needs one to exist).
+fn fuzz_key() -> rsa::RsaPublicKey {
+    use std::sync::OnceLock;
+    static KEY: OnceLock<rsa::RsaPublicKey> = OnceLock::new();
+    KEY.get_or_init(|| {
+        rsa::RsaPublicKey::new(
+            rsa::BigUint::from(0xC5u32) << 1016usize | rsa::BigUint::from(3u32),
+            rsa::BigUint::from(65537u32),
+        )
+        .expect("a valid modulus")
+    })
+    .clone()
+}

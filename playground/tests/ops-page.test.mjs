@@ -1,0 +1,222 @@
+// The ops watch page (GET /ops) in Chromium: it goes live over /graphql/ws, shows a WALLET
+// order's grants dying while it is open, and a Replay from the page delivers once the
+// downstream is healthy again.
+
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { createServer } from 'node:http';
+import { readFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import { chromium } from 'playwright-core';
+import { startServer, placeWalletOrder, OPS_DOC } from './support.mjs';
+
+const PAGE_FILE = new URL('../ops/index.html', import.meta.url);
+const SCREENSHOT = fileURLToPath(new URL('./ops-page.png', import.meta.url));
+
+// The door and AI endpoints: 503 while `failing`, 200 after.
+let failing = true;
+const hits = [];
+const downstream = createServer((req, res) => {
+  let body = '';
+  req.on('data', (c) => (body += c));
+  req.on('end', () => {
+    hits.push({ path: req.url, body: JSON.parse(body || 'null'), failing });
+    res.writeHead(failing ? 503 : 200, { 'content-type': 'application/json' });
+    res.end(failing ? '{"error":"down for the test"}' : '{"ok":true}');
+  });
+});
+
+let server;
+let browser;
+
+before(async () => {
+  await new Promise((r) => downstream.listen(0, '127.0.0.1', r));
+  const d = `http://127.0.0.1:${downstream.address().port}`;
+  server = await startServer({
+    FITORDER_DOOR_ACCESS_URL: `${d}/door`,
+    FITORDER_AI_ACCESS_URL: `${d}/ai`,
+    FITORDER_RETRY_BASE: '200ms',
+    FITORDER_MAX_ATTEMPTS: '2',
+    FITORDER_DOWNSTREAM_TIMEOUT: '2s',
+  });
+  browser = await chromium.launch({
+    executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
+    args: [
+      '--no-sandbox',
+      '--disable-gpu',
+      '--disable-quic',
+      '--no-first-run',
+      '--disable-background-networking',
+      '--disable-component-update',
+      '--disable-sync',
+    ],
+  });
+});
+
+after(async () => {
+  await browser?.close().catch(() => {});
+  await server?.stop();
+  downstream.closeAllConnections();
+  await new Promise((r) => downstream.close(r));
+});
+
+const sel = (testid, attrs = {}) =>
+  `[data-testid="${testid}"]` + Object.entries(attrs).map(([k, v]) => `[data-${k}="${v}"]`).join('');
+
+/** Waits until `selector` matches exactly `n` elements. */
+async function count(page, selector, n, timeout = 15000) {
+  try {
+    await page.waitForFunction(([s, n]) => document.querySelectorAll(s).length === n, [selector, n], { timeout, polling: 100 });
+  } catch (e) {
+    const seen = await page.locator(selector).count();
+    throw new Error(`expected ${n} × ${selector}, have ${seen}:\n${server.log().slice(-3000)}`, { cause: e });
+  }
+}
+
+async function waitLive(page) {
+  await page.waitForFunction(() => document.querySelector('[data-testid="connection-status"]')?.textContent === 'live', null, {
+    timeout: 15000,
+  });
+}
+
+test('GET /ops serves the page, and the page carries ops.graphql unchanged', async () => {
+  const html = readFileSync(PAGE_FILE, 'utf8');
+  const served = await (await fetch(server.url + '/ops')).text();
+  assert.ok(served === html, 'GET /ops differs from playground/ops/index.html: rebuild the binary (cargo build)');
+  const m = html.match(/<script type="application\/graphql" id="ops-doc">\n([\s\S]*?)<\/script>/);
+  assert.ok(m, 'the page embeds its documents in <script id="ops-doc">');
+  assert.equal(m[1], OPS_DOC, 'the page documents are playground/operations/ops.graphql byte for byte');
+  assert.doesNotMatch(html, /\b(src|href)=["']?(https?:)?\/\//i, 'no external resources');
+});
+
+test('the page watches compensation die live and replays it', { timeout: 60000 }, async (t) => {
+  const page = await browser.newPage({ viewport: { width: 1400, height: 1000 } });
+  const foreign = [];
+  const problems = [];
+  const origin = new URL(server.url).host;
+  page.on('request', (r) => new URL(r.url()).host !== origin && foreign.push(r.url()));
+  page.on('websocket', (ws) => new URL(ws.url()).host !== origin && foreign.push(ws.url()));
+  page.on('pageerror', (e) => problems.push(`pageerror: ${e.message}`));
+  page.on('console', (m) => m.type() === 'error' && problems.push(`console: ${m.text()}`));
+
+  try {
+    const ops = server.token('ops', 'ops-1');
+    await page.goto(`${server.url}/ops#token=${ops}`);
+    await waitLive(page);
+    await server.subscribers(3); // the page's three streams run on the server
+    assert.equal(new URL(page.url()).hash, '', 'the token is taken out of the address bar');
+    await count(page, sel('dead-row'), 0);
+    await page.locator(sel('anomaly-chart') + ' svg').waitFor();
+
+    // Placed while the page is open: both grants fail (503) twice and die.
+    const order = await placeWalletOrder(server, 1, `page-${Date.now()}`);
+    await page.locator(sel('order-entry', { 'order-no': order.orderNo, 'to-status': 'PAID' })).waitFor({ timeout: 10000 });
+
+    await count(page, sel('dead-row', { 'order-no': order.orderNo, status: 'DEAD' }), 2);
+    const rows = page.locator(sel('dead-row'));
+    const kinds = (await rows.evaluateAll((rs) => rs.map((r) => r.dataset.kind))).sort();
+    assert.deepEqual(kinds, ['AI_ACCESS_GRANT', 'DOOR_ACCESS_GRANT']);
+    assert.match(await rows.first().textContent(), /HTTP 503/);
+    assert.equal(await page.locator(sel('comp-entry', { status: 'DEAD' })).count(), 2);
+
+    // The tickets they opened arrive over TicketsOpened; the chart counts them.
+    await count(page, sel('ticket-row', { kind: 'COMPENSATION_DEAD', 'order-no': order.orderNo }), 2);
+    await page.locator(`${sel('anomaly-chart')} g[data-category="COMPENSATION_DEAD"][data-count="2"]`).waitFor({ timeout: 10000 });
+
+    // The Replay buttons fit the panel (not pushed out of view by a long error).
+    const panel = await page.locator('#p-dead').boundingBox();
+    for (const b of await page.getByTestId('replay-button').all()) {
+      const box = await b.boundingBox();
+      assert.ok(box && box.x + box.width <= panel.x + panel.width, 'Replay button inside the DEAD panel');
+    }
+
+    await page.screenshot({ path: SCREENSHOT, fullPage: true });
+    t.diagnostic(`screenshot: ${SCREENSHOT}`);
+
+    // Healthy again: replay one from the page; it is delivered and leaves the DEAD list.
+    failing = false;
+    const row = rows.first();
+    const id = await row.getAttribute('data-event-id');
+    const kind = await row.getAttribute('data-kind');
+    await row.getByTestId('replay-button').click();
+    await page.locator(sel('comp-entry', { 'event-id': id, status: 'SUCCEEDED' })).waitFor({ timeout: 15000 });
+    await count(page, sel('dead-row', { 'event-id': id }), 0);
+    await count(page, sel('dead-row'), 1);
+    assert.equal(await rows.first().getAttribute('data-status'), 'DEAD');
+
+    const ops2 = await server.gql(ops, `{ compensationEvents(filter: {orderNo: "${order.orderNo}"}) { edges { node { id status } } } }`);
+    const status = Object.fromEntries(ops2.compensationEvents.edges.map(({ node }) => [node.id, node.status]));
+    assert.equal(status[id], 'SUCCEEDED');
+    const path = kind === 'DOOR_ACCESS_GRANT' ? '/door' : '/ai';
+    assert.ok(
+      hits.some((h) => h.path === path && !h.failing && h.body.eventId === id),
+      `the downstream got event ${id} at ${path}`,
+    );
+
+    // A fresh load (token from sessionStorage now) queries what is there.
+    await page.reload();
+    await waitLive(page);
+    await count(page, sel('dead-row'), 1);
+    assert.notEqual(await rows.first().getAttribute('data-event-id'), id);
+    await count(page, sel('ticket-row', { kind: 'COMPENSATION_DEAD' }), 2);
+    await page.locator(`${sel('anomaly-chart')} g[data-category="COMPENSATION_DEAD"][data-count="2"]`).waitFor();
+
+    assert.deepEqual(foreign, [], 'the page talks to its own server only');
+    assert.deepEqual(problems, [], 'no page errors');
+  } finally {
+    await page.close().catch(() => {});
+  }
+});
+
+test('a refused token brings back the token form', { timeout: 30000 }, async () => {
+  const page = await browser.newPage();
+  try {
+    await page.goto(`${server.url}/ops#token=not-a-jwt`);
+    await page.getByTestId('token-form').waitFor({ state: 'visible', timeout: 10000 });
+    assert.equal(await page.getByTestId('connection-status').textContent(), 'token refused');
+
+    // A good token typed in goes live.
+    await page.locator('#token-input').fill(server.token('ops', 'ops-1'));
+    await page.locator('#login button[type=submit]').click();
+    await waitLive(page);
+    assert.equal(await page.getByTestId('token-form').isVisible(), false);
+  } finally {
+    await page.close().catch(() => {});
+  }
+});
+
+test('a socket closed with 4403 brings back the token form', { timeout: 30000 }, async () => {
+  const page = await browser.newPage();
+  try {
+    // The queries pass; the WebSocket is refused as the server does for a bad connection_init.
+    await page.routeWebSocket(/\/graphql\/ws$/, (ws) => {
+      ws.onMessage((m) => JSON.parse(m).type === 'connection_init' && ws.close({ code: 4403, reason: 'Forbidden' }));
+    });
+    await page.goto(`${server.url}/ops#token=${server.token('ops', 'ops-1')}`);
+    await page.getByTestId('token-form').waitFor({ state: 'visible', timeout: 10000 });
+    assert.equal(await page.getByTestId('connection-status').textContent(), 'token refused');
+    assert.equal(await page.evaluate(() => sessionStorage.length), 0, 'the refused token is forgotten');
+  } finally {
+    await page.close().catch(() => {});
+  }
+});
+
+test('a dropped socket reconnects with backoff and goes live again', { timeout: 30000 }, async () => {
+  const page = await browser.newPage();
+  let connections = 0;
+  try {
+    await page.routeWebSocket(/\/graphql\/ws$/, (ws) => {
+      connections += 1;
+      if (connections === 1) ws.onMessage(() => ws.close({ code: 1011, reason: 'test drop' }));
+      else ws.connectToServer();
+    });
+    await page.goto(`${server.url}/ops#token=${server.token('ops', 'ops-1')}`);
+    await page.waitForFunction(() => /retry in/.test(document.querySelector('[data-testid="connection-status"]').textContent), null, {
+      timeout: 10000,
+    });
+    await waitLive(page);
+    assert.equal(connections, 2);
+  } finally {
+    await page.close().catch(() => {});
+  }
+});

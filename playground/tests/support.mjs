@@ -1,0 +1,171 @@
+// A fitorder server of the test's own: a fresh database, seeded demo data, `serve` on a free
+// port, tokens, GraphQL over HTTP; `stop()` kills the server and drops the database.
+//
+// Env: FITORDER_BIN (default: ../../target/debug/fitorder), TEST_DATABASE_URL (a maintenance
+// URL, default postgres://postgres@127.0.0.1:5432/postgres).
+
+import { spawn, execFileSync } from 'node:child_process';
+import { existsSync, readFileSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { fileURLToPath } from 'node:url';
+import { setTimeout as sleep } from 'node:timers/promises';
+
+export const BIN = process.env.FITORDER_BIN || fileURLToPath(new URL('../../target/debug/fitorder', import.meta.url));
+export const ADMIN_URL = process.env.TEST_DATABASE_URL || 'postgres://postgres@127.0.0.1:5432/postgres';
+export const OPS_DOC = readFileSync(new URL('../operations/ops.graphql', import.meta.url), 'utf8');
+const SECRET = 'playground-test-secret';
+
+/** A port nobody listens on right now. */
+export function freePort() {
+  return new Promise((resolve, reject) => {
+    const s = createServer();
+    s.unref();
+    s.on('error', reject);
+    s.listen(0, '127.0.0.1', () => {
+      const { port } = s.address();
+      s.close(() => resolve(port));
+    });
+  });
+}
+
+function psql(sql) {
+  execFileSync('psql', [ADMIN_URL, '-v', 'ON_ERROR_STOP=1', '-q', '-c', sql], { stdio: ['ignore', 'ignore', 'pipe'] });
+}
+
+/** The parent's env without FITORDER_* and DATABASE_URL settings that could change the server. */
+function cleanEnv(extra) {
+  const env = {};
+  for (const [k, v] of Object.entries(process.env)) {
+    if (!k.startsWith('FITORDER_') && k !== 'DATABASE_URL') env[k] = v;
+  }
+  return { ...env, ...extra };
+}
+
+const live = new Set();
+process.on('exit', () => {
+  for (const child of live) child.kill('SIGKILL');
+});
+
+/**
+ * Starts a server. `env` adds settings (e.g. downstream URLs). Returns
+ * { url, wsUrl, token(role, sub), gql(token, query, variables, operationName), log(), stop() }.
+ */
+export async function startServer(env = {}) {
+  if (!existsSync(BIN)) throw new Error(`FITORDER_BIN ${BIN} does not exist: build it (cargo build) or set FITORDER_BIN`);
+  const db = `fitorder_pgt_${process.pid}_${Date.now().toString(36)}`;
+  const dbUrl = new URL(ADMIN_URL);
+  dbUrl.pathname = '/' + db;
+  const port = await freePort();
+  const baseEnv = cleanEnv({
+    DATABASE_URL: dbUrl.href,
+    FITORDER_JWT_SECRET: SECRET,
+    FITORDER_ADDR: `127.0.0.1:${port}`,
+    RUST_LOG: process.env.RUST_LOG || 'info',
+    ...env,
+  });
+
+  psql(`create database "${db}"`);
+  let child = null;
+  let output = '';
+  const stop = async () => {
+    if (child && child.exitCode === null && child.signalCode === null) {
+      const exited = new Promise((r) => child.once('exit', r));
+      child.kill('SIGTERM');
+      const t = setTimeout(() => child.kill('SIGKILL'), 5000);
+      await exited;
+      clearTimeout(t);
+    }
+    if (child) live.delete(child);
+    try {
+      psql(`drop database if exists "${db}" with (force)`);
+    } catch (e) {
+      console.error(`could not drop ${db}: ${e.stderr || e.message}`);
+    }
+  };
+
+  try {
+    execFileSync(BIN, ['seed'], { env: baseEnv, stdio: ['ignore', 'pipe', 'pipe'], timeout: 60000 });
+    child = spawn(BIN, ['serve'], { env: baseEnv, stdio: ['ignore', 'pipe', 'pipe'] });
+    live.add(child);
+    const keep = (chunk) => {
+      output += chunk;
+      if (output.length > 200000) output = output.slice(-100000);
+    };
+    child.stdout.on('data', keep);
+    child.stderr.on('data', keep);
+
+    const url = `http://127.0.0.1:${port}`;
+    const deadline = Date.now() + 30000;
+    for (;;) {
+      if (child.exitCode !== null) throw new Error(`fitorder serve exited with ${child.exitCode}:\n${output}`);
+      try {
+        const r = await fetch(url + '/readyz');
+        if (r.ok) break;
+      } catch {
+        /* not listening yet */
+      }
+      if (Date.now() > deadline) throw new Error(`fitorder serve not ready after 30s:\n${output}`);
+      await sleep(100);
+    }
+
+    const token = (role, sub) =>
+      execFileSync(BIN, ['token', '--role', role, '--sub', String(sub)], { env: baseEnv, encoding: 'utf8' }).trim();
+
+    /** POST /graphql; throws on transport or GraphQL errors, returns `data`. */
+    const gql = async (tok, query, variables = {}, operationName = undefined) => {
+      const r = await fetch(url + '/graphql', {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', authorization: `Bearer ${tok}` },
+        body: JSON.stringify({ query, variables, operationName }),
+      });
+      const body = await r.json();
+      if (!r.ok || body.errors) throw new Error(`GraphQL ${r.status}: ${JSON.stringify(body.errors || body)}`);
+      return body.data;
+    };
+
+    /** Waits until the server runs at least `n` subscription streams (its fitorder_subscribers gauge). */
+    const subscribers = (n) =>
+      eventually(async () => {
+        const text = await (await fetch(url + '/metrics')).text();
+        const m = text.match(/^fitorder_subscribers (\S+)$/m);
+        return m && Number(m[1]) >= n;
+      }, `${n} live subscription(s) (fitorder_subscribers on /metrics)`);
+
+    return { url, wsUrl: `ws://127.0.0.1:${port}/graphql/ws`, db, token, gql, subscribers, stop, log: () => output };
+  } catch (e) {
+    await stop();
+    throw e;
+  }
+}
+
+/** Tops up member `memberId`'s wallet and places a WALLET class-pack order as that member. */
+export async function placeWalletOrder(server, memberId, key) {
+  const admin = server.token('admin', 'admin-1');
+  await server.gql(admin, 'mutation($m: ID!, $r: String!) { topUpWallet(memberId: $m, amountCents: 100000, reference: $r) { id } }', {
+    m: String(memberId),
+    r: `topup-${key}`,
+  });
+  const member = server.token('member', memberId);
+  const data = await server.gql(
+    member,
+    `mutation($k: String!) { placeOrder(input: {idempotencyKey: $k, storeId: "1", item: {classPackId: "1"}, paymentMethod: WALLET}) { order { orderNo status } } }`,
+    { k: key },
+  );
+  return data.placeOrder.order;
+}
+
+/** Polls `fn` until it returns a truthy value; fails with `what` after `ms`. */
+export async function eventually(fn, what, ms = 15000) {
+  const deadline = Date.now() + ms;
+  let last;
+  for (;;) {
+    try {
+      const v = await fn();
+      if (v) return v;
+    } catch (e) {
+      last = e;
+    }
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}${last ? `: ${last.message}` : ''}`);
+    await sleep(100);
+  }
+}

@@ -31,6 +31,8 @@ pub struct Config {
     /// Largest request body accepted on any route.
     pub max_body_bytes: usize,
     pub db_pool_size: usize,
+    /// Longest a single SQL statement may run.
+    pub statement_timeout: Duration,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -73,6 +75,7 @@ Environment:
   FITORDER_MAX_COMPLEXITY        GraphQL complexity limit (default 20000)
   FITORDER_MAX_BODY_BYTES        request body limit (default 1048576)
   FITORDER_DB_POOL_SIZE          connections per process (default 16)
+  FITORDER_STATEMENT_TIMEOUT     longest SQL statement (default 60s)
   WECHATPAY_MCH_ID, WECHATPAY_APIV3_KEY, WECHATPAY_PLATFORM_PUBLIC_KEY   (callbacks)
   WECHATPAY_API_BASE, WECHATPAY_MCH_PRIVATE_KEY, WECHATPAY_MCH_SERIAL      (refunds, queries)
   ALIPAY_APP_ID, ALIPAY_PUBLIC_KEY                                        (callbacks)
@@ -143,6 +146,7 @@ impl Config {
             max_depth: 12,
             max_body_bytes: number("FITORDER_MAX_BODY_BYTES", 1 << 20)?,
             db_pool_size: number("FITORDER_DB_POOL_SIZE", 16)?,
+            statement_timeout: duration("FITORDER_STATEMENT_TIMEOUT", "60s")?,
         })
     }
 
@@ -168,6 +172,7 @@ impl Config {
             max_depth: 12,
             max_body_bytes: 1 << 20,
             db_pool_size: 8,
+            statement_timeout: Duration::from_secs(60),
         }
     }
 }

@@ -81,7 +81,7 @@ async fn run_with_database(config: Config, opts: ServeOptions, url: &str, dev_mo
         keys.configure(&mut config);
     }
     let keys = crate::payments::keys::ProviderKeys::load(&config)?;
-    let pool = db::pool(url, config.db_pool_size)?;
+    let pool = db::pool_with(url, config.db_pool_size, config.statement_timeout)?;
     let events = crate::events::EventHub::start(url.to_string(), pool.clone());
     let state = AppState::with_keys(pool, config.clone(), keys, events, url.to_string());
     if dev_mode || config.jwt_secret_generated {

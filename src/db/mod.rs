@@ -18,7 +18,29 @@ pub const MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations");
 /// A pool whose checkouts give up after a few seconds, so a database that is down or a pool
 /// that is exhausted answers INTERNAL quickly instead of hanging the request.
 pub fn pool(url: &str, size: usize) -> Result<DbPool> {
-    let manager = AsyncDieselConnectionManager::<AsyncPgConnection>::new_with_config(url, ManagerConfig::default());
+    pool_with(url, size, DEFAULT_STATEMENT_TIMEOUT)
+}
+
+/// No statement of a request or a task runs longer than this: a slow query fails cleanly.
+pub const DEFAULT_STATEMENT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// A pool whose connections refuse statements running longer than `statement_timeout`.
+pub fn pool_with(url: &str, size: usize, statement_timeout: std::time::Duration) -> Result<DbPool> {
+    let mut config = ManagerConfig::default();
+    let ms = statement_timeout.as_millis().max(1);
+    config.custom_setup = Box::new(move |url| {
+        let url = url.to_string();
+        Box::pin(async move {
+            use diesel_async::{AsyncConnection, RunQueryDsl};
+            let mut conn = AsyncPgConnection::establish(&url).await?;
+            diesel::sql_query(format!("SET statement_timeout = {ms}"))
+                .execute(&mut conn)
+                .await
+                .map_err(diesel::ConnectionError::CouldntSetupConfiguration)?;
+            Ok(conn)
+        })
+    });
+    let manager = AsyncDieselConnectionManager::<AsyncPgConnection>::new_with_config(url, config);
     Pool::builder(manager)
         .max_size(size)
         .wait_timeout(Some(std::time::Duration::from_secs(5)))

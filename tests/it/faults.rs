@@ -92,3 +92,33 @@ async fn the_database_goes_away_and_comes_back_without_a_restart() {
     .await
     .unwrap();
 }
+
+#[tokio::test]
+async fn slow_statements_and_an_exhausted_pool_fail_cleanly() {
+    use diesel_async::RunQueryDsl;
+    let app = TestApp::with_config(|c| {
+        c.statement_timeout = Duration::from_millis(300);
+        c.db_pool_size = 2;
+    })
+    .await;
+    // A statement past the timeout is canceled by PostgreSQL.
+    let mut c = app.conn().await;
+    let started = Instant::now();
+    let r = diesel::sql_query("SELECT pg_sleep(5)").execute(&mut c).await;
+    assert!(r.unwrap_err().to_string().contains("statement timeout"));
+    assert!(started.elapsed() < Duration::from_secs(2));
+    // With every connection taken, a request waits a bounded time and answers INTERNAL.
+    let _held = app.conn().await;
+    let started = Instant::now();
+    let r = app
+        .gql(Some(&app.admin_token()), "query { orders { totalCount } }", json!({}))
+        .await;
+    assert_eq!(error_code(&r), "INTERNAL");
+    assert!(started.elapsed() < Duration::from_secs(8), "{:?}", started.elapsed());
+    drop(c);
+    drop(_held);
+    let r = app
+        .gql(Some(&app.admin_token()), "query { orders { totalCount } }", json!({}))
+        .await;
+    assert!(r.get("errors").is_none(), "{r}");
+}

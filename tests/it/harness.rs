@@ -208,7 +208,7 @@ impl TestApp {
         let mut config = Config::for_tests(db_url.clone());
         // Tests share two cores: keep each app's pool modest.
         tweak(&mut config);
-        let pool = fitorder::db::pool(&db_url, config.db_pool_size).unwrap();
+        let pool = fitorder::db::pool_with(&db_url, config.db_pool_size, config.statement_timeout).unwrap();
         let keys = fitorder::payments::keys::ProviderKeys::load(&config).unwrap();
         let events = fitorder::events::EventHub::start(db_url.clone(), pool.clone());
         let db_url = db_url.clone();

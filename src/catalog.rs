@@ -172,10 +172,7 @@ pub async fn top_up_wallet(
     if amount_cents <= 0 {
         return Err(AppError::bad("amountCents must be positive"));
     }
-    let reference = reference.trim();
-    if reference.is_empty() || reference.len() > 128 {
-        return Err(AppError::bad("reference must be 1 to 128 characters"));
-    }
+    let reference = crate::error::required_text(reference, 128, "reference")?;
     conn.transaction(async |conn| -> AppResult<Member> {
         let member: Member = members::table
             .find(member_id)

@@ -95,6 +95,16 @@ impl From<anyhow::Error> for AppError {
     }
 }
 
+/// A required text input, trimmed: refuses empty or longer than `max` bytes with a message
+/// naming the field.
+pub fn required_text<'a>(value: &'a str, max: usize, what: &str) -> AppResult<&'a str> {
+    let v = value.trim();
+    if v.is_empty() || v.len() > max {
+        return Err(AppError::BadInput(format!("{what} must be 1 to {max} characters")));
+    }
+    Ok(v)
+}
+
 impl From<TransitionError> for AppError {
     fn from(e: TransitionError) -> Self {
         match e {

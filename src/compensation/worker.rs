@@ -151,58 +151,40 @@ impl Worker {
         let kind = e.kind.clone();
         conn.transaction(async |conn| -> AppResult<()> {
             let attempt = e.attempts + 1;
-            let updated: Option<CompensationEvent> = match &result {
-                Ok(_) => diesel::update(
-                    compensation_events::table
-                        .find(e.id)
-                        .filter(compensation_events::locked_by.eq(&self.id))
-                        .filter(compensation_events::attempts.eq(e.attempts)),
-                )
-                .set((
-                    compensation_events::status.eq("SUCCEEDED"),
-                    compensation_events::attempts.eq(attempt),
-                    compensation_events::last_error.eq(None::<String>),
-                    compensation_events::next_attempt_at.eq(None::<chrono::DateTime<Utc>>),
-                    compensation_events::locked_until.eq(None::<chrono::DateTime<Utc>>),
-                    compensation_events::locked_by.eq(None::<String>),
-                    compensation_events::updated_at.eq(Utc::now()),
-                ))
-                .returning(CompensationEvent::as_returning())
-                .get_result(conn)
-                .await
-                .optional()?,
+            // Success ends the event; a failure schedules the next attempt, or kills it at the
+            // limit. Either way only the worker still holding the claim may write.
+            let (status, error, next) = match &result {
+                Ok(_) => ("SUCCEEDED", None, None),
+                Err(err) if attempt >= e.max_attempts => ("DEAD", Some(err.as_str()), None),
                 Err(err) => {
-                    let dead = attempt >= e.max_attempts;
                     let jitter: f64 = {
                         use rand::Rng;
                         rand::rng().random_range(-1.0..=1.0)
                     };
-                    let next = (!dead).then(|| {
-                        Utc::now()
-                            + chrono::Duration::from_std(backoff(config.retry_base, attempt, jitter))
-                                .unwrap_or_default()
-                    });
-                    diesel::update(
-                        compensation_events::table
-                            .find(e.id)
-                            .filter(compensation_events::locked_by.eq(&self.id))
-                            .filter(compensation_events::attempts.eq(e.attempts)),
-                    )
-                    .set((
-                        compensation_events::status.eq(if dead { "DEAD" } else { "RETRYING" }),
-                        compensation_events::attempts.eq(attempt),
-                        compensation_events::last_error.eq(Some(err.as_str())),
-                        compensation_events::next_attempt_at.eq(next),
-                        compensation_events::locked_until.eq(None::<chrono::DateTime<Utc>>),
-                        compensation_events::locked_by.eq(None::<String>),
-                        compensation_events::updated_at.eq(Utc::now()),
-                    ))
-                    .returning(CompensationEvent::as_returning())
-                    .get_result(conn)
-                    .await
-                    .optional()?
+                    let delay =
+                        chrono::Duration::from_std(backoff(config.retry_base, attempt, jitter)).unwrap_or_default();
+                    ("RETRYING", Some(err.as_str()), Some(Utc::now() + delay))
                 }
             };
+            let updated: Option<CompensationEvent> = diesel::update(
+                compensation_events::table
+                    .find(e.id)
+                    .filter(compensation_events::locked_by.eq(&self.id))
+                    .filter(compensation_events::attempts.eq(e.attempts)),
+            )
+            .set((
+                compensation_events::status.eq(status),
+                compensation_events::attempts.eq(attempt),
+                compensation_events::last_error.eq(error),
+                compensation_events::next_attempt_at.eq(next),
+                compensation_events::locked_until.eq(None::<chrono::DateTime<Utc>>),
+                compensation_events::locked_by.eq(None::<String>),
+                compensation_events::updated_at.eq(Utc::now()),
+            ))
+            .returning(CompensationEvent::as_returning())
+            .get_result(conn)
+            .await
+            .optional()?;
             let Some(updated) = updated else {
                 // The lease ran out and another worker took over: its attempt counts, not ours.
                 tracing::warn!(event = e.id, "lease lost before the attempt was recorded");

@@ -54,6 +54,25 @@ pub struct CompensationFilter {
     pub order_no: Option<String>,
 }
 
+/// One page of a connection: the total under the filter, then `first + 1` rows after the cursor,
+/// newest first (the extra row tells whether there is a next page).
+macro_rules! page {
+    ($c:ident, $make:ident, $table:ident, $model:ident, $node:ident, $first:ident, $after:ident) => {{
+        let total: i64 = $make()?.count().get_result(&mut $c).await?;
+        let mut page = $make()?;
+        if let Some(id) = $after {
+            page = page.filter($table::id.lt(id));
+        }
+        let rows: Vec<models::$model> = page
+            .order($table::id.desc())
+            .limit($first + 1)
+            .select(models::$model::as_select())
+            .load(&mut $c)
+            .await?;
+        Ok(connection::build(rows, $first, $after, total, |r| r.id, $node))
+    }};
+}
+
 /// Store-limited staff see only their stores.
 fn store_scope(v: &crate::auth::Viewer) -> Option<Vec<i64>> {
     match v.role {
@@ -160,18 +179,7 @@ impl Query {
             Ok(p)
         };
         let mut c = conn(ctx).await?;
-        let total: i64 = make()?.count().get_result(&mut c).await?;
-        let mut page = make()?;
-        if let Some(id) = after {
-            page = page.filter(orders::id.lt(id));
-        }
-        let rows: Vec<models::Order> = page
-            .order(orders::id.desc())
-            .limit(first + 1)
-            .select(models::Order::as_select())
-            .load(&mut c)
-            .await?;
-        Ok(connection::build(rows, first, after, total, |r| r.id, OrderNode))
+        page!(c, make, orders, Order, OrderNode, first, after)
     }
 
     /// A member: members may read only themselves, store-limited staff only their stores'.
@@ -221,18 +229,7 @@ impl Query {
             Ok(p)
         };
         let mut c = conn(ctx).await?;
-        let total: i64 = make()?.count().get_result(&mut c).await?;
-        let mut page = make()?;
-        if let Some(id) = after {
-            page = page.filter(memberships::id.lt(id));
-        }
-        let rows: Vec<models::Membership> = page
-            .order(memberships::id.desc())
-            .limit(first + 1)
-            .select(models::Membership::as_select())
-            .load(&mut c)
-            .await?;
-        Ok(connection::build(rows, first, after, total, |r| r.id, MembershipNode))
+        page!(c, make, memberships, Membership, MembershipNode, first, after)
     }
 
     async fn exception_ticket(&self, ctx: &Context<'_>, id: ID) -> AppResult<Option<ExceptionTicketNode>> {
@@ -289,25 +286,15 @@ impl Query {
             Ok(p)
         };
         let mut c = conn(ctx).await?;
-        let total: i64 = make()?.count().get_result(&mut c).await?;
-        let mut page = make()?;
-        if let Some(id) = after {
-            page = page.filter(exception_tickets::id.lt(id));
-        }
-        let rows: Vec<models::ExceptionTicket> = page
-            .order(exception_tickets::id.desc())
-            .limit(first + 1)
-            .select(models::ExceptionTicket::as_select())
-            .load(&mut c)
-            .await?;
-        Ok(connection::build(
-            rows,
-            first,
-            after,
-            total,
-            |r| r.id,
+        page!(
+            c,
+            make,
+            exception_tickets,
+            ExceptionTicket,
             ExceptionTicketNode,
-        ))
+            first,
+            after
+        )
     }
 
     #[graphql(complexity = "connection::page_size(first).unwrap_or(20) as usize * child_complexity + 2")]
@@ -348,25 +335,15 @@ impl Query {
             Ok(p)
         };
         let mut c = conn(ctx).await?;
-        let total: i64 = make()?.count().get_result(&mut c).await?;
-        let mut page = make()?;
-        if let Some(id) = after {
-            page = page.filter(compensation_events::id.lt(id));
-        }
-        let rows: Vec<models::CompensationEvent> = page
-            .order(compensation_events::id.desc())
-            .limit(first + 1)
-            .select(models::CompensationEvent::as_select())
-            .load(&mut c)
-            .await?;
-        Ok(connection::build(
-            rows,
-            first,
-            after,
-            total,
-            |r| r.id,
+        page!(
+            c,
+            make,
+            compensation_events,
+            CompensationEvent,
             CompensationEventNode,
-        ))
+            first,
+            after
+        )
     }
 
     #[graphql(complexity = "connection::page_size(first).unwrap_or(20) as usize * child_complexity + 2")]
@@ -379,26 +356,19 @@ impl Query {
         viewer(ctx)?.require(&[Role::Admin, Role::Ops])?;
         let first = page_size(first)?;
         let after = after.as_deref().map(decode_cursor).transpose()?;
+        let make = || -> AppResult<reconciliation_runs::BoxedQuery<'static, Pg>> {
+            Ok(reconciliation_runs::table.into_boxed())
+        };
         let mut c = conn(ctx).await?;
-        let total: i64 = reconciliation_runs::table.count().get_result(&mut c).await?;
-        let mut page = reconciliation_runs::table.into_boxed();
-        if let Some(id) = after {
-            page = page.filter(reconciliation_runs::id.lt(id));
-        }
-        let rows: Vec<models::ReconciliationRun> = page
-            .order(reconciliation_runs::id.desc())
-            .limit(first + 1)
-            .select(models::ReconciliationRun::as_select())
-            .load(&mut c)
-            .await?;
-        Ok(connection::build(
-            rows,
-            first,
-            after,
-            total,
-            |r| r.id,
+        page!(
+            c,
+            make,
+            reconciliation_runs,
+            ReconciliationRun,
             ReconciliationRunNode,
-        ))
+            first,
+            after
+        )
     }
 
     /// Runs of the periodic tasks (order:expire, alert:check, reconcile:daily, data:cleanup),

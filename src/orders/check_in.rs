@@ -27,10 +27,7 @@ pub async fn check_in(
     ctx: &Ctx,
 ) -> AppResult<CheckInOutcome> {
     viewer.require(&[Role::Member, Role::Admin])?;
-    let txn = consume_txn_no.trim();
-    if txn.is_empty() || txn.len() > 64 {
-        return Err(AppError::bad("consumeTxnNo must be 1 to 64 characters"));
-    }
+    let txn = crate::error::required_text(consume_txn_no, 64, "consumeTxnNo")?;
     if !(1..=100).contains(&sessions) {
         return Err(AppError::bad("sessions must be between 1 and 100"));
     }

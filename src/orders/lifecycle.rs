@@ -126,10 +126,7 @@ pub async fn confirm_offline_payment(
     ctx: &Ctx,
 ) -> AppResult<Order> {
     viewer.require(&[Role::Admin])?;
-    let reference = reference.trim();
-    if reference.is_empty() || reference.len() > 128 {
-        return Err(AppError::bad("reference must be 1 to 128 characters"));
-    }
+    let reference = crate::error::required_text(reference, 128, "reference")?;
     conn.transaction(async |conn| -> AppResult<Order> {
         let order = lock_order(conn, order_no, Some(viewer)).await?;
         if order.payment_method != "OFFLINE" {
@@ -241,10 +238,7 @@ pub async fn refund_order(
     ctx: &Ctx,
 ) -> AppResult<Order> {
     viewer.require(&[Role::Admin])?;
-    let reason = reason.trim();
-    if reason.is_empty() || reason.len() > 500 {
-        return Err(AppError::bad("a refund needs a reason of 1 to 500 characters"));
-    }
+    let reason = crate::error::required_text(reason, 500, "a refund's reason")?;
     conn.transaction(async |conn| -> AppResult<Order> {
         let order = lock_order(conn, order_no, Some(viewer)).await?;
         if order.status() == OrderStatus::Refunded {

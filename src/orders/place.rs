@@ -75,10 +75,7 @@ pub async fn place_order(
         Role::Ops => return Err(AppError::Forbidden("ops may not place orders".into())),
     };
     viewer.require_store(req.store_id)?;
-    let key = req.idempotency_key.trim().to_string();
-    if key.is_empty() || key.len() > 128 {
-        return Err(AppError::bad("idempotencyKey must be 1 to 128 characters"));
-    }
+    let key = crate::error::required_text(&req.idempotency_key, 128, "idempotencyKey")?.to_string();
     let method = req.payment_method.as_str();
     let online_provider = match method {
         "WECHAT_PAY" | "ALIPAY" => Some(method.to_string()),

@@ -12,7 +12,6 @@ pub mod keys;
 pub mod sandbox;
 pub mod wechat;
 
-use chrono::Utc;
 use diesel::prelude::*;
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
 use serde_json::json;
@@ -138,18 +137,14 @@ pub async fn apply(
                     amount_cents,
                 } => {
                     let key = format!("{out_trade_no}:{txn_id}");
-                    let (o, order) = apply_paid(
-                        conn,
-                        &config,
-                        &provider,
+                    let paid = Paid {
+                        provider: &provider,
                         out_trade_no,
                         txn_id,
-                        *amount_cents,
-                        &key,
-                        callback_id,
-                        &ctx,
-                    )
-                    .await?;
+                        amount_cents: *amount_cents,
+                        key: &key,
+                    };
+                    let (o, order) = apply_paid(conn, &config, paid, callback_id, &ctx).await?;
                     (o, order, Some(key), Some(txn_id.clone()), Some(*amount_cents))
                 }
                 Notice::Refund {
@@ -231,66 +226,78 @@ async fn claim_key(conn: &mut AsyncPgConnection, key: &str, callback_id: i64) ->
     Ok(claimed == 1)
 }
 
-#[allow(clippy::too_many_arguments)]
+/// A verified payment notice, and what makes it unique.
+struct Paid<'a> {
+    provider: &'a str,
+    out_trade_no: &'a str,
+    txn_id: &'a str,
+    amount_cents: i64,
+    key: &'a str,
+}
+
+impl Paid<'_> {
+    /// Opens the ticket of a payment that could not simply be applied (once per notice).
+    async fn ticket(
+        &self,
+        conn: &mut AsyncPgConnection,
+        kind: &str,
+        order: Option<&Order>,
+        mut detail: serde_json::Value,
+        ctx: &Ctx,
+    ) -> AppResult<()> {
+        detail["source"] = json!("callback");
+        tickets::open(
+            conn,
+            NewTicket {
+                kind,
+                provider: Some(self.provider),
+                order,
+                order_no: Some(self.out_trade_no),
+                provider_txn_id: Some(self.txn_id),
+                local_amount_cents: order.map(|o| o.online_cents()),
+                provider_amount_cents: Some(self.amount_cents),
+                detail,
+                finding_key: format!("{kind}:callback:{}", self.key),
+            },
+            &ctx.trace,
+        )
+        .await?;
+        Ok(())
+    }
+}
+
 async fn apply_paid(
     conn: &mut AsyncPgConnection,
     config: &crate::config::Config,
-    provider: &str,
-    out_trade_no: &str,
-    txn_id: &str,
-    amount_cents: i64,
-    key: &str,
+    p: Paid<'_>,
     callback_id: i64,
     ctx: &Ctx,
 ) -> AppResult<(Outcome, Option<Order>)> {
-    if !claim_key(conn, key, callback_id).await? {
-        return Ok((Outcome::Duplicate, orders::find_order(conn, out_trade_no).await?));
+    if !claim_key(conn, p.key, callback_id).await? {
+        return Ok((Outcome::Duplicate, orders::find_order(conn, p.out_trade_no).await?));
     }
-    let order = match orders::lock_order(conn, out_trade_no, None).await {
+    let order = match orders::lock_order(conn, p.out_trade_no, None).await {
         Ok(o) => o,
         Err(AppError::NotFound(_)) => {
-            tickets::open(
+            p.ticket(
                 conn,
-                NewTicket {
-                    kind: "UNKNOWN_ORDER",
-                    provider: Some(provider),
-                    order: None,
-                    order_no: Some(out_trade_no),
-                    provider_txn_id: Some(txn_id),
-                    local_amount_cents: None,
-                    provider_amount_cents: Some(amount_cents),
-                    detail: json!({"source": "callback", "why": "paid for an order fitorder does not know"}),
-                    finding_key: format!("UNKNOWN_ORDER:{key}"),
-                },
-                &ctx.trace,
+                "UNKNOWN_ORDER",
+                None,
+                json!({"why": "paid for an order fitorder does not know"}),
+                ctx,
             )
             .await?;
             return Ok((Outcome::UnknownOrder, None));
         }
         Err(e) => return Err(e),
     };
-    let expected = order.online_cents();
     match order.status() {
         // Only a payment that would be applied must match the amount; money for a canceled
         // order goes back whatever it was.
-        OrderStatus::WaitPay if amount_cents != expected => {
-            tickets::open(
-                conn,
-                NewTicket {
-                    kind: "AMOUNT_MISMATCH",
-                    provider: Some(provider),
-                    order: Some(&order),
-                    order_no: Some(out_trade_no),
-                    provider_txn_id: Some(txn_id),
-                    local_amount_cents: Some(expected),
-                    provider_amount_cents: Some(amount_cents),
-                    detail: json!({"source": "callback", "status": order.status,
-                                       "why": "the provider collected another amount than the order asks"}),
-                    finding_key: format!("AMOUNT_MISMATCH:callback:{key}"),
-                },
-                &ctx.trace,
-            )
-            .await?;
+        OrderStatus::WaitPay if p.amount_cents != order.online_cents() => {
+            let why =
+                json!({"status": order.status, "why": "the provider collected another amount than the order asks"});
+            p.ticket(conn, "AMOUNT_MISMATCH", Some(&order), why, ctx).await?;
             Ok((Outcome::AmountMismatch, Some(order)))
         }
         OrderStatus::WaitPay => {
@@ -299,45 +306,31 @@ async fn apply_paid(
                 config,
                 &order,
                 PaymentApplied {
-                    method: provider,
-                    idempotency_key: key.to_string(),
-                    provider_txn_id: Some(txn_id),
+                    method: p.provider,
+                    idempotency_key: p.key.to_string(),
+                    provider_txn_id: Some(p.txn_id),
                     reference: None,
-                    online_cents: amount_cents,
+                    online_cents: p.amount_cents,
                 },
                 ctx,
-                &format!("{provider} payment {txn_id}"),
+                &format!("{} payment {}", p.provider, p.txn_id),
             )
             .await?;
             Ok((Outcome::Applied, Some(paid)))
         }
         OrderStatus::Canceled => {
             // The order stays canceled; the money goes back to the payer.
-            tickets::open(
-                conn,
-                NewTicket {
-                    kind: "PAID_AFTER_CANCEL",
-                    provider: Some(provider),
-                    order: Some(&order),
-                    order_no: Some(out_trade_no),
-                    provider_txn_id: Some(txn_id),
-                    local_amount_cents: Some(expected),
-                    provider_amount_cents: Some(amount_cents),
-                    detail: json!({"source": "callback", "canceledAt": order.canceled_at, "cancelReason": order.cancel_reason,
-                                   "action": "refund to the payer queued as PROVIDER_REFUND"}),
-                    finding_key: format!("PAID_AFTER_CANCEL:{key}"),
-                },
-                &ctx.trace,
-            )
-            .await?;
+            let detail = json!({"canceledAt": order.canceled_at, "cancelReason": order.cancel_reason,
+                                "action": "refund to the payer queued as PROVIDER_REFUND"});
+            p.ticket(conn, "PAID_AFTER_CANCEL", Some(&order), detail, ctx).await?;
             compensation::enqueue_provider_refund(
                 conn,
                 &order,
-                provider,
-                &format!("PAC{}", callback_id),
-                amount_cents,
-                amount_cents,
-                Some(txn_id),
+                p.provider,
+                &format!("PAC{callback_id}"),
+                p.amount_cents,
+                p.amount_cents,
+                Some(p.txn_id),
                 "paid after the order was canceled",
                 ctx,
                 config.max_attempts,
@@ -347,30 +340,10 @@ async fn apply_paid(
         }
         other => {
             // Already paid (by another transaction), used or refunded: a second payment.
-            tickets::open(
-                conn,
-                NewTicket {
-                    kind: "REJECTED_TRANSITION",
-                    provider: Some(provider),
-                    order: Some(&order),
-                    order_no: Some(out_trade_no),
-                    provider_txn_id: Some(txn_id),
-                    local_amount_cents: Some(expected),
-                    provider_amount_cents: Some(amount_cents),
-                    detail: json!({"source": "callback", "status": other.as_str(),
-                                   "firstTxnId": order.provider_txn_id,
-                                   "why": format!("payment {txn_id} arrived for an order that is {other}")}),
-                    finding_key: format!("REJECTED_TRANSITION:{key}"),
-                },
-                &ctx.trace,
-            )
-            .await?;
+            let detail = json!({"status": other.as_str(), "firstTxnId": order.provider_txn_id,
+                                "why": format!("payment {} arrived for an order that is {other}", p.txn_id)});
+            p.ticket(conn, "REJECTED_TRANSITION", Some(&order), detail, ctx).await?;
             Ok((Outcome::RejectedTransition, Some(order)))
         }
     }
-}
-
-/// Seconds between the provider's timestamp and now.
-pub fn skew_seconds(ts: i64) -> i64 {
-    (Utc::now().timestamp() - ts).abs()
 }

@@ -84,10 +84,7 @@ pub async fn enqueue_grants(
     ctx: &Ctx,
     max_attempts: i32,
 ) -> AppResult<()> {
-    for kind in [CompensationKind::DoorAccessGrant, CompensationKind::AiAccessGrant] {
-        enqueue_access(conn, order, kind, "GRANT", ctx, max_attempts).await?;
-    }
-    Ok(())
+    enqueue_access(conn, order, "GRANT", ctx, max_attempts).await
 }
 
 /// Revokes door and AI-device access for a refunded order.
@@ -97,20 +94,21 @@ pub async fn enqueue_revokes(
     ctx: &Ctx,
     max_attempts: i32,
 ) -> AppResult<()> {
-    for kind in [CompensationKind::DoorAccessRevoke, CompensationKind::AiAccessRevoke] {
-        enqueue_access(conn, order, kind, "REVOKE", ctx, max_attempts).await?;
-    }
-    Ok(())
+    enqueue_access(conn, order, "REVOKE", ctx, max_attempts).await
 }
 
+/// The door and the AI-device event of one action, written in one statement.
 async fn enqueue_access(
     conn: &mut AsyncPgConnection,
     order: &Order,
-    kind: CompensationKind,
     action: &str,
     ctx: &Ctx,
     max_attempts: i32,
 ) -> AppResult<()> {
+    let kinds = match action {
+        "GRANT" => [CompensationKind::DoorAccessGrant, CompensationKind::AiAccessGrant],
+        _ => [CompensationKind::DoorAccessRevoke, CompensationKind::AiAccessRevoke],
+    };
     let payload = json!({
         "orderNo": order.order_no,
         "memberId": order.member_id.to_string(),
@@ -119,8 +117,25 @@ async fn enqueue_access(
     });
     // One grant and one revoke per order and kind: the key doubles as the downstream's
     // idempotency key and as a guard against a second grant for the same order.
-    let key = format!("{}:{}", order.order_no, kind.as_str());
-    insert(conn, order.id, kind, payload, &key, ctx, max_attempts).await
+    let rows: Vec<_> = kinds
+        .iter()
+        .map(|kind| {
+            (
+                ce::order_id.eq(order.id),
+                ce::kind.eq(kind.as_str()),
+                ce::max_attempts.eq(max_attempts),
+                ce::payload.eq(payload.clone()),
+                ce::idempotency_key.eq(format!("{}:{}", order.order_no, kind.as_str())),
+                ce::trace_id.eq(ctx.trace.as_str()),
+            )
+        })
+        .collect();
+    let ids: Vec<i64> = diesel::insert_into(ce::table)
+        .values(rows)
+        .returning(ce::id)
+        .get_results(conn)
+        .await?;
+    announce_all(conn, &ids).await
 }
 
 /// Sends online money back to the payer through the provider's refund API.
@@ -183,6 +198,17 @@ async fn insert(
         .get_result(conn)
         .await?;
     announce(conn, id).await
+}
+
+/// Wakes the workers of every process and tells subscribers about each event; on commit.
+pub async fn announce_all(conn: &mut AsyncPgConnection, event_ids: &[i64]) -> AppResult<()> {
+    diesel::sql_query(
+        "SELECT pg_notify('fitorder_outbox', ''), pg_notify('fitorder_events', 'comp:' || id::text) FROM unnest($1) AS id",
+    )
+    .bind::<diesel::sql_types::Array<diesel::sql_types::BigInt>, _>(event_ids)
+    .execute(conn)
+    .await?;
+    Ok(())
 }
 
 /// Wakes the workers of every process and tells subscribers; delivered on commit.

@@ -37,7 +37,7 @@ impl Worker {
             state,
             downstream,
             id,
-            batch: 32,
+            batch: 64,
         }
     }
 
@@ -106,7 +106,11 @@ impl Worker {
             (e, result, started.elapsed())
         }))
         .await;
-        for (event, result, took) in outcomes {
+        let (delivered, failed): (Vec<_>, Vec<_>) = outcomes.into_iter().partition(|(_, r, _)| r.is_ok());
+        if let Err(err) = self.complete_delivered(&delivered).await {
+            tracing::warn!(events = delivered.len(), error = %err.message(), "deliveries not recorded; the lease will expire and they are tried again");
+        }
+        for (event, result, took) in failed {
             if let Err(err) = self.complete(&event, result, took).await {
                 tracing::warn!(event = event.id, error = %err.message(), "attempt not recorded; the lease will expire and it is tried again");
             }
@@ -135,7 +139,60 @@ impl Worker {
         .await?)
     }
 
-    /// Records the attempt and moves the event on, if this worker still holds it.
+    /// Records a batch of successful deliveries in one statement: each event the worker still
+    /// holds becomes SUCCEEDED with its attempt logged and announced (atomically: a statement is
+    /// its own transaction).
+    async fn complete_delivered(
+        &self,
+        done: &[(CompensationEvent, Result<Delivered, String>, Duration)],
+    ) -> AppResult<()> {
+        if done.is_empty() {
+            return Ok(());
+        }
+        use diesel::sql_types::{Array, Integer};
+        let ids: Vec<i64> = done.iter().map(|(e, ..)| e.id).collect();
+        let attempts: Vec<i32> = done.iter().map(|(e, ..)| e.attempts).collect();
+        let ms: Vec<i32> = done
+            .iter()
+            .map(|(.., t)| t.as_millis().min(i32::MAX as u128) as i32)
+            .collect();
+        let workers: Vec<String> = done
+            .iter()
+            .map(|(_, r, _)| match r {
+                Ok(Delivered::Simulated) => "simulator".to_string(),
+                _ => self.id.clone(),
+            })
+            .collect();
+        let mut conn = self.state.pool.get().await?;
+        diesel::sql_query(
+            "WITH c AS (SELECT * FROM unnest($1::bigint[], $2::int[], $3::int[], $4::text[]) AS c(id, attempts, ms, worker)),
+             done AS (
+                UPDATE compensation_events e
+                   SET status = 'SUCCEEDED', attempts = e.attempts + 1, last_error = NULL, next_attempt_at = NULL,
+                       locked_until = NULL, locked_by = NULL, updated_at = now()
+                  FROM c WHERE e.id = c.id AND e.locked_by = $5 AND e.attempts = c.attempts
+                RETURNING e.id
+             ), logged AS (
+                INSERT INTO compensation_attempts (event_id, ok, error, duration_ms, worker)
+                SELECT c.id, true, NULL, c.ms, c.worker FROM c WHERE c.id IN (SELECT id FROM done)
+             )
+             SELECT count(pg_notify('fitorder_events', 'comp:' || id::text)) FROM done",
+        )
+        .bind::<Array<BigInt>, _>(&ids)
+        .bind::<Array<Integer>, _>(&attempts)
+        .bind::<Array<Integer>, _>(&ms)
+        .bind::<Array<Text>, _>(&workers)
+        .bind::<Text, _>(&self.id)
+        .execute(&mut conn)
+        .await?;
+        for (e, ..) in done {
+            metrics::counter!("fitorder_compensation_attempts_total", "kind" => e.kind.clone(), "outcome" => "ok")
+                .increment(1);
+        }
+        Ok(())
+    }
+
+    /// Records a failed attempt and moves the event on, if this worker still holds it.
     async fn complete(
         &self,
         e: &CompensationEvent,

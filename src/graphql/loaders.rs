@@ -21,7 +21,9 @@ pub struct DbLoader {
 
 impl DbLoader {
     pub fn new(pool: DbPool) -> DataLoader<DbLoader> {
-        DataLoader::new(DbLoader { pool }, tokio::spawn)
+        // A slightly longer gathering window than the default 1 ms, so that a page of 100
+        // orders resolving its nested fields still lands in one batch per kind.
+        DataLoader::new(DbLoader { pool }, tokio::spawn).delay(std::time::Duration::from_millis(3))
     }
 }
 

@@ -77,7 +77,11 @@ pub async fn subscriptions(
     Extension(trace): Extension<TraceId>,
     ws: WebSocketUpgrade,
 ) -> Response {
+    // Subscribers mostly listen: small socket buffers keep a thousand of them cheap.
     ws.protocols(["graphql-transport-ws", "graphql-ws"])
+        .read_buffer_size(4 * 1024)
+        .write_buffer_size(4 * 1024)
+        .max_message_size(256 * 1024)
         .on_upgrade(move |socket| serve_ws(s, socket, trace))
 }
 

@@ -48,6 +48,32 @@ pub enum Notice {
     Other { out_trade_no: Option<String>, what: String },
 }
 
+impl Notice {
+    /// The idempotency key of a notice that changes something; None for the ones only recorded.
+    pub fn key(&self) -> Option<String> {
+        match self {
+            Notice::Paid {
+                out_trade_no, txn_id, ..
+            } => Some(format!("{out_trade_no}:{txn_id}")),
+            Notice::Refund {
+                out_trade_no,
+                refund_no,
+                refund_id,
+                status,
+                ..
+            } => Some(format!("refund:{out_trade_no}:{refund_no}:{refund_id}:{status}")),
+            Notice::Other { .. } => None,
+        }
+    }
+
+    fn out_trade_no(&self) -> Option<&str> {
+        match self {
+            Notice::Paid { out_trade_no, .. } | Notice::Refund { out_trade_no, .. } => Some(out_trade_no),
+            Notice::Other { out_trade_no, .. } => out_trade_no.as_deref(),
+        }
+    }
+}
+
 /// How a callback ended; stored on the callback row and shown in `Order.callbacks`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
@@ -112,6 +138,67 @@ pub async fn record(conn: &mut AsyncPgConnection, r: Received<'_>, outcome: &str
     Ok(id)
 }
 
+/// Records a verified callback (its own transaction, as [`record`]) and, in the same statement,
+/// tells whether its key was already processed: the common duplicate (a provider retrying a
+/// notification we acknowledged) then costs one round trip and is fully recorded, with no
+/// business transaction. A first delivery is recorded as RECEIVED and goes on to [`apply`],
+/// whose key claim decides any race between first deliveries.
+pub async fn record_checked(
+    conn: &mut AsyncPgConnection,
+    r: Received<'_>,
+    notice: &Notice,
+    trace: &TraceId,
+) -> AppResult<(i64, bool)> {
+    #[derive(diesel::QueryableByName)]
+    struct Recorded {
+        #[diesel(sql_type = diesel::sql_types::BigInt)]
+        id: i64,
+        #[diesel(sql_type = diesel::sql_types::Bool)]
+        duplicate: bool,
+    }
+    use diesel::sql_types::{Bool, Jsonb, Nullable, Text};
+    let (txn, amount) = match notice {
+        Notice::Paid {
+            txn_id, amount_cents, ..
+        } => (Some(txn_id.as_str()), Some(*amount_cents)),
+        Notice::Refund {
+            refund_id,
+            amount_cents,
+            ..
+        } => (Some(refund_id.as_str()), Some(*amount_cents)),
+        Notice::Other { .. } => (None, None),
+    };
+    let rec: Recorded = diesel::sql_query(
+        "WITH seen AS (SELECT $9::text IS NOT NULL AND EXISTS (SELECT 1 FROM payment_keys WHERE key = $9) AS dup),
+              o AS (SELECT id, store_id FROM orders WHERE order_no = $10)
+         INSERT INTO payment_callbacks (provider, verified, outcome, event_type, body, headers, error, trace_id,
+                                        idempotency_key, order_id, order_no, store_id, provider_txn_id, amount_cents)
+         SELECT $1, $2, CASE WHEN seen.dup THEN 'DUPLICATE' ELSE 'RECEIVED' END, $3, $4, $5, $6, $7,
+                CASE WHEN seen.dup THEN $9 END, CASE WHEN seen.dup THEN (SELECT id FROM o) END, $10,
+                CASE WHEN seen.dup THEN (SELECT store_id FROM o) END, $8, $11
+           FROM seen
+         RETURNING id, outcome = 'DUPLICATE' AS duplicate",
+    )
+    .bind::<Text, _>(r.provider)
+    .bind::<Bool, _>(r.verified)
+    .bind::<Nullable<Text>, _>(r.event_type)
+    .bind::<Text, _>(r.body)
+    .bind::<Jsonb, _>(r.headers)
+    .bind::<Nullable<Text>, _>(r.error)
+    .bind::<Text, _>(trace.as_str())
+    .bind::<Nullable<Text>, _>(txn)
+    .bind::<Nullable<Text>, _>(notice.key())
+    .bind::<Nullable<Text>, _>(notice.out_trade_no())
+    .bind::<Nullable<diesel::sql_types::BigInt>, _>(amount)
+    .get_result(conn)
+    .await?;
+    if rec.duplicate {
+        metrics::counter!("fitorder_callbacks_total", "provider" => r.provider.to_string(), "outcome" => "DUPLICATE")
+            .increment(1);
+    }
+    Ok((rec.id, rec.duplicate))
+}
+
 /// Applies a verified notice recorded as callback `callback_id`. Returns the outcome; an error
 /// means nothing was applied and the provider should retry (5xx).
 pub async fn apply(
@@ -136,7 +223,7 @@ pub async fn apply(
                     txn_id,
                     amount_cents,
                 } => {
-                    let key = format!("{out_trade_no}:{txn_id}");
+                    let key = notice.key().expect("a payment has a key");
                     let paid = Paid {
                         provider: &provider,
                         out_trade_no,
@@ -155,7 +242,7 @@ pub async fn apply(
                     status,
                     amount_cents,
                 } => {
-                    let key = format!("refund:{out_trade_no}:{refund_no}:{refund_id}:{status}");
+                    let key = notice.key().expect("a refund has a key");
                     let order = orders::find_order(conn, out_trade_no).await?;
                     let outcome = if !claim_key(conn, &key, callback_id).await? {
                         Outcome::Duplicate

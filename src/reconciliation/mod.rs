@@ -243,6 +243,9 @@ async fn match_and_ticket(
         .ok_or_else(|| AppError::internal("no midnight on that day"))?;
     let t1 = t0 + chrono::Duration::days(1);
     let mut conn = state.pool.get().await?;
+    // The staging rows were just COPYed: without statistics the planner would join a million
+    // rows as if they were a handful.
+    diesel::sql_query("ANALYZE bill_rows").execute(&mut conn).await?;
     let findings = [
         // The provider collected money the books do not have as an applied payment.
         "INSERT INTO exception_tickets (kind, provider, order_id, order_no, store_id, provider_txn_id,

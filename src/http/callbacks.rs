@@ -204,9 +204,14 @@ async fn process(
             .get()
             .await
             .map_err(|e| format!("database unavailable: {e}"))?;
-        payments::record(&mut conn, rec, "RECEIVED", trace)
+        let (id, duplicate) = payments::record_checked(&mut conn, rec, &notice, trace)
             .await
-            .map_err(|e| e.message())?
+            .map_err(|e| e.message())?;
+        if duplicate {
+            // Already processed: recorded as a DUPLICATE, answered like the first time.
+            return Ok(Outcome::Duplicate);
+        }
+        id
     };
     payments::apply(&s.app, provider, callback_id, notice, trace)
         .await

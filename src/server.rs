@@ -159,10 +159,6 @@ fn print_dev_banner(config: &Config, seeded: &crate::seed::Seeded) {
         println!("  Dev payment keys in .fitorder/dev-keys: pay an order with");
         println!("    cargo run --release -- simulate-payment --order <orderNo> [--provider alipay]");
     }
-    if config.wechatpay.mch_id.as_deref() == Some(crate::payments::devkeys::DEV_MCH_ID) {
-        println!("  Dev payment keys in .fitorder/dev-keys: pay an order with");
-        println!("    cargo run --release -- simulate-payment --order <orderNo> [--provider alipay]");
-    }
     println!();
 }
 

@@ -15,6 +15,8 @@ pub struct AppState {
     pub events: EventHub,
     /// The database URL, for the few things a pool connection cannot do (COPY, LISTEN).
     pub db_url: Arc<String>,
+    /// Connections for raw callback records (asynchronous commit, see `db::evidence_pool`).
+    pub evidence: DbPool,
 }
 
 impl AppState {
@@ -25,12 +27,15 @@ impl AppState {
     }
 
     pub fn with_keys(pool: DbPool, config: Config, keys: ProviderKeys, events: EventHub, db_url: String) -> AppState {
+        let evidence =
+            crate::db::evidence_pool(&db_url, 4, config.statement_timeout).expect("a pool is built without connecting");
         AppState {
             pool,
             config: Arc::new(config),
             keys: Arc::new(keys),
             events,
             db_url: Arc::new(db_url),
+            evidence,
         }
     }
 }

@@ -26,6 +26,17 @@ pub const DEFAULT_STATEMENT_TIMEOUT: std::time::Duration = std::time::Duration::
 
 /// A pool whose connections refuse statements running longer than `statement_timeout`.
 pub fn pool_with(url: &str, size: usize, statement_timeout: std::time::Duration) -> Result<DbPool> {
+    build_pool(url, size, statement_timeout, false)
+}
+
+/// A small pool for evidence rows (raw callbacks) whose commits do not wait for the disk: the
+/// business transaction that follows commits synchronously and flushes them with it, and a
+/// duplicate's record that a crash would lose changes nothing.
+pub fn evidence_pool(url: &str, size: usize, statement_timeout: std::time::Duration) -> Result<DbPool> {
+    build_pool(url, size, statement_timeout, true)
+}
+
+fn build_pool(url: &str, size: usize, statement_timeout: std::time::Duration, async_commit: bool) -> Result<DbPool> {
     let mut config = ManagerConfig::default();
     // No test query on every checkout (it doubled the round trips of short requests): a
     // connection that broke is discarded when it reports the error, and the next checkout gets
@@ -37,10 +48,16 @@ pub fn pool_with(url: &str, size: usize, statement_timeout: std::time::Duration)
         Box::pin(async move {
             use diesel_async::{AsyncConnection, RunQueryDsl};
             let mut conn = AsyncPgConnection::establish(&url).await?;
-            diesel::sql_query(format!("SET statement_timeout = {ms}"))
-                .execute(&mut conn)
-                .await
-                .map_err(diesel::ConnectionError::CouldntSetupConfiguration)?;
+            let mut setup = vec![format!("SET statement_timeout = {ms}")];
+            if async_commit {
+                setup.push("SET synchronous_commit = off".to_string());
+            }
+            for sql in setup {
+                diesel::sql_query(sql)
+                    .execute(&mut conn)
+                    .await
+                    .map_err(diesel::ConnectionError::CouldntSetupConfiguration)?;
+            }
             Ok(conn)
         })
     });

@@ -200,7 +200,7 @@ async fn process(
     let callback_id = {
         let mut conn = s
             .app
-            .pool
+            .evidence
             .get()
             .await
             .map_err(|e| format!("database unavailable: {e}"))?;

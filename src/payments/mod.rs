@@ -168,40 +168,33 @@ pub async fn record_checked(
         } => (Some(refund_id.as_str()), Some(*amount_cents)),
         Notice::Other { .. } => (None, None),
     };
-    // The evidence row commits without waiting for the disk: the business transaction that
-    // follows a first delivery commits synchronously and flushes it too, and a duplicate that a
-    // crash would lose was already acknowledged once and changes nothing.
+    // `conn` comes from the evidence pool (asynchronous commit): see `db::evidence_pool`.
     let key = notice.key();
     let out_trade_no = notice.out_trade_no().map(str::to_string);
-    let rec: Recorded = conn
-        .transaction(async |conn| -> AppResult<Recorded> {
-            diesel::sql_query("SET LOCAL synchronous_commit = off").execute(conn).await?;
-            Ok(diesel::sql_query(
-                "WITH seen AS (SELECT $9::text IS NOT NULL AND EXISTS (SELECT 1 FROM payment_keys WHERE key = $9) AS dup),
-                      o AS (SELECT id, store_id FROM orders WHERE order_no = $10)
-                 INSERT INTO payment_callbacks (provider, verified, outcome, event_type, body, headers, error, trace_id,
-                                                idempotency_key, order_id, order_no, store_id, provider_txn_id, amount_cents)
-                 SELECT $1, $2, CASE WHEN seen.dup THEN 'DUPLICATE' ELSE 'RECEIVED' END, $3, $4, $5, $6, $7,
-                        CASE WHEN seen.dup THEN $9 END, CASE WHEN seen.dup THEN (SELECT id FROM o) END, $10,
-                        CASE WHEN seen.dup THEN (SELECT store_id FROM o) END, $8, $11
-                   FROM seen
-                 RETURNING id, outcome = 'DUPLICATE' AS duplicate",
-            )
-            .bind::<Text, _>(r.provider)
-            .bind::<Bool, _>(r.verified)
-            .bind::<Nullable<Text>, _>(r.event_type)
-            .bind::<Text, _>(r.body)
-            .bind::<Jsonb, _>(r.headers)
-            .bind::<Nullable<Text>, _>(r.error)
-            .bind::<Text, _>(trace.as_str())
-            .bind::<Nullable<Text>, _>(txn)
-            .bind::<Nullable<Text>, _>(key.as_deref())
-            .bind::<Nullable<Text>, _>(out_trade_no.as_deref())
-            .bind::<Nullable<diesel::sql_types::BigInt>, _>(amount)
-            .get_result(conn)
-            .await?)
-        })
-        .await?;
+    let rec: Recorded = diesel::sql_query(
+        "WITH seen AS (SELECT $9::text IS NOT NULL AND EXISTS (SELECT 1 FROM payment_keys WHERE key = $9) AS dup),
+              o AS (SELECT id, store_id FROM orders WHERE order_no = $10)
+         INSERT INTO payment_callbacks (provider, verified, outcome, event_type, body, headers, error, trace_id,
+                                        idempotency_key, order_id, order_no, store_id, provider_txn_id, amount_cents)
+         SELECT $1, $2, CASE WHEN seen.dup THEN 'DUPLICATE' ELSE 'RECEIVED' END, $3, $4, $5, $6, $7,
+                CASE WHEN seen.dup THEN $9 END, CASE WHEN seen.dup THEN (SELECT id FROM o) END, $10,
+                CASE WHEN seen.dup THEN (SELECT store_id FROM o) END, $8, $11
+           FROM seen
+         RETURNING id, outcome = 'DUPLICATE' AS duplicate",
+    )
+    .bind::<Text, _>(r.provider)
+    .bind::<Bool, _>(r.verified)
+    .bind::<Nullable<Text>, _>(r.event_type)
+    .bind::<Text, _>(r.body)
+    .bind::<Jsonb, _>(r.headers)
+    .bind::<Nullable<Text>, _>(r.error)
+    .bind::<Text, _>(trace.as_str())
+    .bind::<Nullable<Text>, _>(txn)
+    .bind::<Nullable<Text>, _>(key.as_deref())
+    .bind::<Nullable<Text>, _>(out_trade_no.as_deref())
+    .bind::<Nullable<diesel::sql_types::BigInt>, _>(amount)
+    .get_result(conn)
+    .await?;
     if rec.duplicate {
         metrics::counter!("fitorder_callbacks_total", "provider" => r.provider.to_string(), "outcome" => "DUPLICATE")
             .increment(1);

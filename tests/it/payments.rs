@@ -524,3 +524,35 @@ async fn bodies_of_several_mib_get_413_and_unconfigured_providers_503() {
     let (status, _, _) = bare.post("/pay/alipay/notify", &[], b"a=b".to_vec()).await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
 }
+
+#[tokio::test]
+async fn callback_evidence_commits_asynchronously_and_business_synchronously() {
+    use diesel_async::RunQueryDsl;
+    #[derive(diesel::QueryableByName)]
+    struct S {
+        #[diesel(sql_type = diesel::sql_types::Text)]
+        synchronous_commit: String,
+    }
+    let app = app().await;
+    let mut evidence = app.state.evidence.get().await.unwrap();
+    let e: S = diesel::sql_query("SHOW synchronous_commit")
+        .get_result(&mut evidence)
+        .await
+        .unwrap();
+    assert_eq!(e.synchronous_commit, "off");
+    // Business connections keep the server's setting (the private test cluster runs with it off
+    // for speed; production servers with it on).
+    let mut business = app.conn().await;
+    let b: S = diesel::sql_query("SHOW synchronous_commit")
+        .get_result(&mut business)
+        .await
+        .unwrap();
+    let mut fresh = <diesel_async::AsyncPgConnection as diesel_async::AsyncConnection>::establish(&app.db_url)
+        .await
+        .unwrap();
+    let server: S = diesel::sql_query("SHOW synchronous_commit")
+        .get_result(&mut fresh)
+        .await
+        .unwrap();
+    assert_eq!(b.synchronous_commit, server.synchronous_commit);
+}

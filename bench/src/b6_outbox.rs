@@ -213,13 +213,18 @@ pub async fn run(bench: &mut Bench, s: &Sizes) -> Result<Row> {
         succeeded == n && attempts == n && hits == n as u64 && base.failures() == 0,
     );
     r.note(format!(
-        "`fitorder worker` (2 workers × batches of 32, as the server runs them) against DOOR_ACCESS_GRANT / \
+        "`fitorder worker` (its workers and batch size as the server runs them) against DOOR_ACCESS_GRANT / \
          AI_ACCESS_GRANT events due now; timed from the first request reaching the downstream ({:.2} s after the \
          spawn) until no event is PENDING or RETRYING; {succeeded} SUCCEEDED, {attempts} attempts recorded, {hits} \
          requests received",
         (first - spawned).as_secs_f64()
     ));
-    r.note(cpu1.since(&cpu0).describe("fitorder worker", done - spawned));
+    // The bench process is the downstream here, not a load generator.
+    r.note(
+        cpu1.since(&cpu0)
+            .describe("fitorder worker", done - spawned)
+            .replace("load generator", "bench process (the no-op downstream)"),
+    );
     r.note(format!(
         "SQL per event ({PROBE_EVENTS} more events given to an idle worker talking through a counting wire-protocol \
          proxy): {}",

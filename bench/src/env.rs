@@ -535,8 +535,7 @@ impl Machine {
         };
         let commit = match git(&["rev-parse", "--short", "HEAD"]) {
             Some(c) => {
-                let dirty = git(&["status", "--porcelain", "--", "src", "migrations"])
-                    .is_some_and(|s| !s.is_empty());
+                let dirty = git(&["status", "--porcelain", "--", "src", "migrations"]).is_some_and(|s| !s.is_empty());
                 if dirty {
                     format!("{c} + uncommitted changes")
                 } else {

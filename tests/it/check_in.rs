@@ -207,13 +207,9 @@ async fn a_private_session_passes_through_consuming_to_consumed_in_one_check_in(
 async fn memberships_allow_check_ins_within_their_validity_only() {
     let app = TestApp::new().await;
     let s = app.studio(100_000, None, 3).await;
-    let placed = app
-        .place(
-            &s.member,
-            json!({"idempotencyKey": key(), "storeId": s.store, "item": {"membershipPlanId": s.plan}, "paymentMethod": "WALLET"}),
-        )
+    let no = app
+        .buy(&s.member, &s.store, json!({"membershipPlanId": s.plan}), "WALLET")
         .await;
-    let no = placed["order"]["orderNo"].as_str().unwrap().to_string();
     let token = app.member_token(&s.member);
     let my = app.op(&token, MEMBER_OPS, "MyOrder", json!({"orderNo": no})).await;
     assert_eq!(my["data"]["order"]["membership"]["status"], "ACTIVE");

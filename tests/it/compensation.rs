@@ -25,13 +25,9 @@ async fn app_with(fake: &FakeDownstream, max_attempts: i32, timeout_ms: u64) -> 
 
 async fn paid_order(app: &TestApp) -> (Studio, String) {
     let s = app.studio(100_000, None, 3).await;
-    let placed = app
-        .place(
-            &s.member,
-            json!({"idempotencyKey": key(), "storeId": s.store, "item": {"classPackId": s.pack}, "paymentMethod": "WALLET"}),
-        )
+    let no = app
+        .buy(&s.member, &s.store, json!({"classPackId": s.pack}), "WALLET")
         .await;
-    let no = placed["order"]["orderNo"].as_str().unwrap().to_string();
     (s, no)
 }
 

@@ -118,13 +118,9 @@ async fn an_unpaid_order_expires_releasing_stock_and_frozen_money_once() {
 async fn a_payment_just_before_the_deadline_wins_and_expiry_leaves_it_alone() {
     let app = short(500).await;
     let s = app.studio(0, None, 3).await;
-    let placed = app
-        .place(
-            &s.member,
-            json!({"idempotencyKey": key(), "storeId": s.store, "item": {"classPackId": s.pack}, "paymentMethod": "WECHAT_PAY"}),
-        )
+    let no = app
+        .buy(&s.member, &s.store, json!({"classPackId": s.pack}), "WECHAT_PAY")
         .await;
-    let no = placed["order"]["orderNo"].as_str().unwrap().to_string();
     assert_eq!(
         app.wechat_paid(&no, "4200000000000000000000000901", 10_000).await,
         StatusCode::NO_CONTENT
@@ -209,13 +205,9 @@ async fn the_precise_timer_cancels_on_time_without_a_scan() {
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let timer = tokio::spawn(fitorder::expiry::run_timer(app.state.clone(), stop_rx));
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let placed = app
-        .place(
-            &s.member,
-            json!({"idempotencyKey": key(), "storeId": s.store, "item": {"coachSlotId": s.slot}, "paymentMethod": "WECHAT_PAY"}),
-        )
+    let no = app
+        .buy(&s.member, &s.store, json!({"coachSlotId": s.slot}), "WECHAT_PAY")
         .await;
-    let no = placed["order"]["orderNo"].as_str().unwrap().to_string();
     tokio::time::sleep(Duration::from_millis(1_600)).await;
     let o = app.order(&no).await;
     assert_eq!(o["status"], "CANCELED", "canceled within the second after its deadline");

@@ -30,13 +30,9 @@ async fn the_database_goes_away_and_comes_back_without_a_restart() {
     fitorder::db::migrate(&url).await.unwrap();
     let app = TestApp::on_database(&url, providers::configure).await;
     let s = app.studio(0, None, 3).await;
-    let placed = app
-        .place(
-            &s.member,
-            json!({"idempotencyKey": key(), "storeId": s.store, "item": {"classPackId": s.pack}, "paymentMethod": "WECHAT_PAY"}),
-        )
+    let no = app
+        .buy(&s.member, &s.store, json!({"classPackId": s.pack}), "WECHAT_PAY")
         .await;
-    let no = placed["order"]["orderNo"].as_str().unwrap().to_string();
     assert_eq!(ready(&app).await, StatusCode::OK);
 
     // PostgreSQL stops.

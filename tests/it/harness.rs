@@ -427,6 +427,17 @@ impl TestApp {
         r["data"]["placeOrder"].clone()
     }
 
+    /// Places an order of `item` (e.g. `{"classPackId": "3"}`) with a fresh key; its number.
+    pub async fn buy(&self, member: &str, store: &str, item: Value, method: &str) -> String {
+        let placed = self
+            .place(
+                member,
+                json!({"idempotencyKey": key(), "storeId": store, "item": item, "paymentMethod": method}),
+            )
+            .await;
+        placed["order"]["orderNo"].as_str().unwrap().to_string()
+    }
+
     pub async fn order(&self, order_no: &str) -> Value {
         self.admin(ORDER_CHAIN, json!({"orderNo": order_no})).await["order"].clone()
     }

@@ -9,13 +9,9 @@ use crate::harness::*;
 async fn refunding_a_used_pack_returns_the_unused_share_to_the_wallet() {
     let app = TestApp::new().await;
     let s = app.studio(30_000, None, 3).await;
-    let placed = app
-        .place(
-            &s.member,
-            json!({"idempotencyKey": key(), "storeId": s.store, "item": {"classPackId": s.pack}, "paymentMethod": "WALLET"}),
-        )
+    let no = app
+        .buy(&s.member, &s.store, json!({"classPackId": s.pack}), "WALLET")
         .await;
-    let no = placed["order"]["orderNo"].as_str().unwrap().to_string();
     app.admin(
         CHECK_IN,
         json!({"input": {"orderNo": no, "consumeTxnNo": "t1", "sessions": 3}}),
@@ -96,13 +92,9 @@ async fn online_refunds_go_through_the_provider_and_mixed_ones_split() {
         .await;
     assert_eq!(payload, 3000);
     // More than was paid is refused.
-    let placed = app
-        .place(
-            &s.member,
-            json!({"idempotencyKey": key(), "storeId": s.store, "item": {"classPackId": s.pack}, "paymentMethod": "WECHAT_PAY"}),
-        )
+    let no2 = app
+        .buy(&s.member, &s.store, json!({"classPackId": s.pack}), "WECHAT_PAY")
         .await;
-    let no2 = placed["order"]["orderNo"].as_str().unwrap().to_string();
     pay_online(&app, &no2, "4200000002").await;
     for bad in [10_001, -1] {
         let r = app
@@ -173,13 +165,9 @@ pub async fn pay_online(app: &TestApp, order_no: &str, txn: &str) {
 async fn refunding_a_membership_revokes_it_pro_rata() {
     let app = TestApp::new().await;
     let s = app.studio(100_000, None, 3).await;
-    let placed = app
-        .place(
-            &s.member,
-            json!({"idempotencyKey": key(), "storeId": s.store, "item": {"membershipPlanId": s.plan}, "paymentMethod": "WALLET"}),
-        )
+    let no = app
+        .buy(&s.member, &s.store, json!({"membershipPlanId": s.plan}), "WALLET")
         .await;
-    let no = placed["order"]["orderNo"].as_str().unwrap().to_string();
     // Ten days in (moved back by hand): 19 whole days of 30 are left (a started day is used).
     let mut c = app.conn().await;
     diesel_async::RunQueryDsl::execute(
@@ -211,14 +199,10 @@ async fn refunding_a_membership_revokes_it_pro_rata() {
 async fn offline_payment_is_confirmed_once_per_reference() {
     let app = TestApp::new().await;
     let s = app.studio(0, None, 3).await;
-    let placed = app
-        .place(
-            &s.member,
-            json!({"idempotencyKey": key(), "storeId": s.store, "item": {"classPackId": s.pack}, "paymentMethod": "OFFLINE"}),
-        )
+    let no = app
+        .buy(&s.member, &s.store, json!({"classPackId": s.pack}), "OFFLINE")
         .await;
-    let no = placed["order"]["orderNo"].as_str().unwrap().to_string();
-    assert!(placed["order"]["expiresAt"].is_null());
+    assert!(app.order(&no).await["expiresAt"].is_null());
     let a = app
         .op(
             &app.admin_token(),

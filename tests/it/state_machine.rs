@@ -9,13 +9,9 @@ use crate::harness::*;
 
 /// An OFFLINE class-pack order brought to `status` through the real operations.
 async fn order_in(app: &TestApp, s: &Studio, status: OrderStatus) -> String {
-    let placed = app
-        .place(
-            &s.member,
-            json!({"idempotencyKey": key(), "storeId": s.store, "item": {"classPackId": s.pack}, "paymentMethod": "OFFLINE"}),
-        )
+    let no = app
+        .buy(&s.member, &s.store, json!({"classPackId": s.pack}), "OFFLINE")
         .await;
-    let no = placed["order"]["orderNo"].as_str().unwrap().to_string();
     let admin = app.admin_token();
     let confirm = || async {
         app.ok(&admin, CONFIRM_OFFLINE, json!({"orderNo": no, "reference": "R1"}))

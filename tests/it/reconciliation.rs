@@ -82,6 +82,11 @@ impl Books {
         r["data"]["runReconciliation"].clone()
     }
 
+    /// The admin console's ResolveTicket, as `token`'s role.
+    async fn resolve(&self, token: &str, vars: serde_json::Value) -> serde_json::Value {
+        self.app.op(token, ADMIN_OPS, "ResolveTicket", vars).await
+    }
+
     async fn tickets(&self) -> Vec<serde_json::Value> {
         let r = self
             .app
@@ -247,21 +252,12 @@ async fn each_difference_becomes_one_ticket_and_reruns_open_nothing() {
     // Closing them: the unpaid one is marked paid (credits its sessions).
     let id = unpaid_t[0]["id"].as_str().unwrap();
     let ops_try = b
-        .app
-        .op(
-            &b.app.ops_token(),
-            ADMIN_OPS,
-            "ResolveTicket",
-            json!({"id": id, "action": "MARK_PAID"}),
-        )
+        .resolve(&b.app.ops_token(), json!({"id": id, "action": "MARK_PAID"}))
         .await;
     assert_eq!(error_code(&ops_try), "FORBIDDEN", "ops may not mark orders paid");
     let r = b
-        .app
-        .op(
+        .resolve(
             &b.app.admin_token(),
-            ADMIN_OPS,
-            "ResolveTicket",
             json!({"id": id, "action": "MARK_PAID", "note": "bill shows it"}),
         )
         .await;
@@ -272,13 +268,7 @@ async fn each_difference_becomes_one_ticket_and_reruns_open_nothing() {
     assert_eq!(o["providerTxnId"], "4200000000000000000000001003");
     // Resolved is resolved.
     let again = b
-        .app
-        .op(
-            &b.app.admin_token(),
-            ADMIN_OPS,
-            "ResolveTicket",
-            json!({"id": id, "action": "NO_ACTION"}),
-        )
+        .resolve(&b.app.admin_token(), json!({"id": id, "action": "NO_ACTION"}))
         .await;
     assert_eq!(error_code(&again), "CONFLICT");
     // MARK_PAID where WAIT_PAY -> PAID is not legal is refused by the state machine.
@@ -287,13 +277,7 @@ async fn each_difference_becomes_one_ticket_and_reruns_open_nothing() {
         .unwrap()
         .to_string();
     let r = b
-        .app
-        .op(
-            &b.app.admin_token(),
-            ADMIN_OPS,
-            "ResolveTicket",
-            json!({"id": missing_id, "action": "MARK_PAID"}),
-        )
+        .resolve(&b.app.admin_token(), json!({"id": missing_id, "action": "MARK_PAID"}))
         .await;
     assert_eq!(error_code(&r), "ILLEGAL_TRANSITION");
     assert_eq!(r["errors"][0]["extensions"]["from"], "PAID");
@@ -304,13 +288,7 @@ async fn each_difference_becomes_one_ticket_and_reruns_open_nothing() {
         .sql_i64("SELECT count(*) AS v FROM compensation_events WHERE kind = 'PROVIDER_REFUND'")
         .await;
     let r = b
-        .app
-        .op(
-            &b.app.ops_token(),
-            ADMIN_OPS,
-            "ResolveTicket",
-            json!({"id": pac, "action": "REFUND"}),
-        )
+        .resolve(&b.app.ops_token(), json!({"id": pac, "action": "REFUND"}))
         .await;
     assert_eq!(r["data"]["resolveTicket"]["status"], "RESOLVED", "{r}");
     assert_eq!(
@@ -322,26 +300,14 @@ async fn each_difference_becomes_one_ticket_and_reruns_open_nothing() {
     // REFUND of a mismatched order's own payment refunds the order.
     let am_id = am[0]["id"].as_str().unwrap().to_string();
     let r = b
-        .app
-        .op(
-            &b.app.admin_token(),
-            ADMIN_OPS,
-            "ResolveTicket",
-            json!({"id": am_id, "action": "REFUND"}),
-        )
+        .resolve(&b.app.admin_token(), json!({"id": am_id, "action": "REFUND"}))
         .await;
     assert!(r.get("errors").is_none(), "{r}");
     assert_eq!(b.app.order(&mismatched).await["status"], "REFUNDED");
     // NO_ACTION dismisses; replay is only for dead compensation.
     let rm = find("REFUND_MISMATCH")[0]["id"].as_str().unwrap().to_string();
     let r = b
-        .app
-        .op(
-            &b.app.admin_token(),
-            ADMIN_OPS,
-            "ResolveTicket",
-            json!({"id": rm, "action": "REPLAY_COMPENSATION"}),
-        )
+        .resolve(&b.app.admin_token(), json!({"id": rm, "action": "REPLAY_COMPENSATION"}))
         .await;
     assert_eq!(error_code(&r), "BAD_USER_INPUT");
     let r = b
@@ -354,11 +320,8 @@ async fn each_difference_becomes_one_ticket_and_reruns_open_nothing() {
         .await;
     assert_eq!(r["data"]["startTicket"]["status"], "IN_PROGRESS");
     let r = b
-        .app
-        .op(
+        .resolve(
             &b.app.ops_token(),
-            ADMIN_OPS,
-            "ResolveTicket",
             json!({"id": rm, "action": "NO_ACTION", "note": "bank delay"}),
         )
         .await;

@@ -6,6 +6,8 @@ use rsa::pkcs1v15::{Signature, VerifyingKey};
 use rsa::signature::Verifier;
 use sha2::Sha256;
 
+pub mod gateway;
+
 use super::keys::AlipayKeys;
 use super::Notice;
 use crate::domain::money::parse_yuan;

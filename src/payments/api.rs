@@ -203,8 +203,7 @@ impl ProviderApi {
             ("version".into(), "1.0".into()),
             ("biz_content".into(), biz.to_string()),
         ];
-        let content = super::alipay::signed_content(&fields);
-        fields.push(("sign".into(), sign(a.key, content.as_bytes())));
+        super::alipay::gateway::sign_params(a.key, &mut fields);
         let resp = self
             .http
             .post(a.gateway)

@@ -7,6 +7,7 @@
 
 pub mod alipay;
 pub mod api;
+pub mod crypto;
 pub mod devkeys;
 pub mod keys;
 pub mod sandbox;

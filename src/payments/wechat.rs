@@ -9,6 +9,8 @@ use rsa::signature::Verifier;
 use serde::Deserialize;
 use sha2::Sha256;
 
+pub mod signing;
+
 use super::keys::WechatKeys;
 use super::Notice;
 

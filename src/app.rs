@@ -5,6 +5,7 @@ use std::sync::Arc;
 use crate::config::Config;
 use crate::db::DbPool;
 use crate::events::EventHub;
+use crate::payments::api::ProviderApi;
 use crate::payments::keys::ProviderKeys;
 
 #[derive(Clone)]
@@ -12,6 +13,8 @@ pub struct AppState {
     pub pool: DbPool,
     pub config: Arc<Config>,
     pub keys: Arc<ProviderKeys>,
+    /// The configured providers' APIs (one HTTP client for all).
+    pub providers: ProviderApi,
     pub events: EventHub,
     /// The database URL, for the few things a pool connection cannot do (COPY, LISTEN).
     pub db_url: Arc<String>,
@@ -29,10 +32,13 @@ impl AppState {
     pub fn with_keys(pool: DbPool, config: Config, keys: ProviderKeys, events: EventHub, db_url: String) -> AppState {
         let evidence =
             crate::db::evidence_pool(&db_url, 4, config.statement_timeout).expect("a pool is built without connecting");
+        let config = Arc::new(config);
+        let keys = Arc::new(keys);
         AppState {
             pool,
-            config: Arc::new(config),
-            keys: Arc::new(keys),
+            providers: ProviderApi::new(config.clone(), keys.clone()),
+            config,
+            keys,
             events,
             db_url: Arc::new(db_url),
             evidence,

@@ -19,6 +19,7 @@ diesel::table! {
         balance_cents -> Int8,
         frozen_cents -> Int8,
         created_at -> Timestamptz,
+        wechat_open_id -> Nullable<Text>,
     }
 }
 
@@ -331,6 +332,21 @@ diesel::table! {
     }
 }
 
+diesel::table! {
+    payment_trades (id) {
+        id -> Int8,
+        order_id -> Int8,
+        provider -> Text,
+        channel -> Text,
+        out_trade_no -> Text,
+        amount_cents -> Int8,
+        expires_at -> Timestamptz,
+        instruction -> Jsonb,
+        trace_id -> Text,
+        created_at -> Timestamptz,
+    }
+}
+
 diesel::joinable!(compensation_replays -> compensation_events (event_id));
 diesel::joinable!(compensation_attempts -> compensation_events (event_id));
 diesel::joinable!(compensation_events -> orders (order_id));
@@ -359,4 +375,5 @@ diesel::allow_tables_to_appear_in_same_query!(
     compensation_replays,
     task_runs,
     bill_rows,
+    payment_trades,
 );

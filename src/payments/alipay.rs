@@ -6,6 +6,7 @@ use rsa::pkcs1v15::{Signature, VerifyingKey};
 use rsa::signature::Verifier;
 use sha2::Sha256;
 
+pub mod client;
 pub mod gateway;
 
 use super::keys::AlipayKeys;
@@ -106,4 +107,15 @@ pub fn notice(fields: &[(String, String)]) -> Result<Notice, AlipayError> {
             what: status,
         }),
     }
+}
+
+/// Certificate mode: the Alipay public key from its public-key certificate, and the SNs
+/// requests carry (`app_cert_sn`, `alipay_root_cert_sn`) and answers must name.
+pub fn cert_mode(
+    app_cert: &str,
+    public_cert: &str,
+    root_cert: &str,
+) -> anyhow::Result<(rsa::RsaPublicKey, super::keys::AlipayCertSns)> {
+    let _ = (app_cert, public_cert, root_cert);
+    anyhow::bail!("Alipay certificate mode: X.509 support is being added")
 }

@@ -10,7 +10,9 @@ pub mod api;
 pub mod crypto;
 pub mod devkeys;
 pub mod keys;
+pub mod provider;
 pub mod sandbox;
+pub mod trades;
 pub mod wechat;
 
 use diesel::prelude::*;

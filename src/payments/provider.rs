@@ -76,6 +76,24 @@ pub struct RefundAccepted {
     pub provider_refund_id: Option<String>,
 }
 
+/// What a bill request got.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BillDownload {
+    /// The provider has not made the day's bill yet (both are T+1, after about 09:00–10:00).
+    NotReady(String),
+    /// The raw download, streamed to `archive`.
+    Downloaded { archive: std::path::PathBuf, format: BillArchive },
+}
+
+/// How a downloaded bill is packed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BillArchive {
+    /// WeChat Pay: gzip; `sha1` (from the signed bill answer) is of the unpacked bill.
+    WechatGzip { sha1: String },
+    /// Alipay: a zip whose `…_业务明细.csv` (GBK) is the bill.
+    AlipayZip,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ProviderError {
     /// No answer: connection refused, timeout, TLS.
@@ -111,6 +129,33 @@ pub trait Gateway: Send + Sync {
 
     /// Sends money back; the provider deduplicates by the refund number.
     fn refund<'a>(&'a self, r: &'a RefundRequest<'a>) -> BoxFuture<'a, Result<RefundAccepted, ProviderError>>;
+
+    /// Downloads the trade bill of business day `date` into `dir` (a short-lived download URL
+    /// that lapsed is asked for again).
+    fn fetch_bill<'a>(
+        &'a self,
+        date: chrono::NaiveDate,
+        dir: &'a std::path::Path,
+        trace_id: &'a str,
+    ) -> BoxFuture<'a, Result<BillDownload, ProviderError>>;
+}
+
+/// Streams `resp`'s body into a new file `path` (a bill of a million rows never sits in memory).
+pub async fn stream_to_file(
+    mut resp: reqwest::Response,
+    path: &std::path::Path,
+    timeout: std::time::Duration,
+) -> Result<u64, ProviderError> {
+    use tokio::io::AsyncWriteExt;
+    let failed = |e: std::io::Error| ProviderError::Unreachable(format!("writing the download: {}", e.kind()));
+    let mut file = tokio::fs::File::create(path).await.map_err(failed)?;
+    let mut written = 0u64;
+    while let Some(chunk) = resp.chunk().await.map_err(|e| unreachable(&e, timeout))? {
+        file.write_all(&chunk).await.map_err(failed)?;
+        written += chunk.len() as u64;
+    }
+    file.flush().await.map_err(failed)?;
+    Ok(written)
 }
 
 /// WeChat Pay's `time_expire`: RFC 3339 in Beijing time, whole seconds.

@@ -7,6 +7,7 @@
 
 pub mod alipay;
 pub mod api;
+pub mod certs;
 pub mod devkeys;
 pub mod keys;
 pub mod sandbox;

@@ -10,6 +10,7 @@ pub mod api;
 pub mod certs;
 pub mod devkeys;
 pub mod keys;
+pub mod platform_keys;
 pub mod sandbox;
 pub mod wechat;
 

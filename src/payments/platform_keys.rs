@@ -261,3 +261,22 @@ impl SharedKeyring {
         Ok(fetched.len())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Handlers run on tokio's multi-threaded runtime: the keyring's futures must be Send
+    /// (no lock guard held across an await). A compile-time check.
+    #[allow(dead_code)]
+    fn futures_are_send(k: &SharedKeyring, c: &mut AsyncPgConnection) {
+        fn send<T: Send>(_: T) {}
+        send(k.reload(c));
+        send(k.may_force_refresh(c, Utc::now()));
+        send(k.refresh_from_answer(c, b"", b""));
+        send(store(c, &[]));
+        send(load(c));
+        fn shared<T: Send + Sync + Clone>() {}
+        shared::<SharedKeyring>();
+    }
+}

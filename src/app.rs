@@ -35,9 +35,9 @@ impl AppState {
         let config = Arc::new(config);
         let keys = Arc::new(keys);
         AppState {
+            providers: ProviderApi::with_pool(config.clone(), keys.clone(), Some(pool.clone())),
             pool,
-            providers: ProviderApi::new(config.clone(), keys.clone()),
-            config,
+                        config,
             keys,
             events,
             db_url: Arc::new(db_url),

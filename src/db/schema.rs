@@ -347,6 +347,24 @@ diesel::table! {
     }
 }
 
+diesel::table! {
+    wechat_platform_certs (serial_no) {
+        serial_no -> Text,
+        pem -> Text,
+        effective_at -> Nullable<Timestamptz>,
+        expire_at -> Nullable<Timestamptz>,
+        fetched_at -> Timestamptz,
+    }
+}
+
+diesel::table! {
+    wechat_platform_cert_refreshes (scope) {
+        scope -> Text,
+        last_attempt_at -> Nullable<Timestamptz>,
+        last_success_at -> Nullable<Timestamptz>,
+    }
+}
+
 diesel::joinable!(compensation_replays -> compensation_events (event_id));
 diesel::joinable!(compensation_attempts -> compensation_events (event_id));
 diesel::joinable!(compensation_events -> orders (order_id));
@@ -376,4 +394,6 @@ diesel::allow_tables_to_appear_in_same_query!(
     task_runs,
     bill_rows,
     payment_trades,
+    wechat_platform_certs,
+    wechat_platform_cert_refreshes,
 );

@@ -116,6 +116,13 @@ pub fn cert_mode(
     public_cert: &str,
     root_cert: &str,
 ) -> anyhow::Result<(rsa::RsaPublicKey, super::keys::AlipayCertSns)> {
-    let _ = (app_cert, public_cert, root_cert);
-    anyhow::bail!("Alipay certificate mode: X.509 support is being added")
+    use super::certs;
+    use anyhow::Context;
+    let sns = super::keys::AlipayCertSns {
+        app_cert_sn: certs::alipay_cert_sn(app_cert).context("ALIPAY_APP_CERT")?,
+        alipay_root_cert_sn: certs::alipay_root_cert_sn(root_cert).context("ALIPAY_ROOT_CERT")?,
+        alipay_cert_sn: certs::alipay_cert_sn(public_cert).context("ALIPAY_PUBLIC_CERT")?,
+    };
+    let key = certs::alipay_public_key_from_cert(public_cert).context("ALIPAY_PUBLIC_CERT")?;
+    Ok((key, sns))
 }

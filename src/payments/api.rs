@@ -18,10 +18,17 @@ pub struct ProviderApi {
     http: reqwest::Client,
     config: Arc<Config>,
     gateways: Arc<Vec<Arc<dyn Gateway>>>,
+    wechat: Option<Arc<WechatPay>>,
 }
 
 impl ProviderApi {
+    /// The providers' APIs without a database (no platform certificate refresh).
     pub fn new(config: Arc<Config>, keys: Arc<ProviderKeys>) -> ProviderApi {
+        ProviderApi::with_pool(config, keys, None)
+    }
+
+    /// `pool`: where WeChat Pay platform certificates are kept and refreshed.
+    pub fn with_pool(config: Arc<Config>, keys: Arc<ProviderKeys>, pool: Option<crate::db::DbPool>) -> ProviderApi {
         let http = reqwest::Client::builder()
             .use_rustls_tls()
             .https_only(false)
@@ -31,13 +38,17 @@ impl ProviderApi {
             .build()
             .expect("the HTTP client builds with its default TLS roots");
         let mut gateways: Vec<Arc<dyn Gateway>> = vec![];
-        if let Some(k) = &keys.wechat {
-            gateways.push(Arc::new(WechatPay::new(
+        let wechat = keys.wechat.as_ref().map(|k| {
+            Arc::new(WechatPay::new(
                 http.clone(),
                 k.clone(),
                 &config.public_url,
                 config.downstream_timeout,
-            )));
+                pool,
+            ))
+        });
+        if let Some(w) = &wechat {
+            gateways.push(w.clone());
         }
         if let Some(k) = &keys.alipay {
             gateways.push(Arc::new(Alipay::new(
@@ -51,7 +62,13 @@ impl ProviderApi {
             http,
             config,
             gateways: Arc::new(gateways),
+            wechat,
         }
+    }
+
+    /// WeChat Pay's client, for what only it has (platform certificates).
+    pub fn wechat(&self) -> Option<&WechatPay> {
+        self.wechat.as_deref()
     }
 
     pub fn http(&self) -> &reqwest::Client {

@@ -1,9 +1,7 @@
 //! The providers' keys, loaded once at start. A provider is configured whole or not at all:
 //! with only part of its settings, the start is refused and the message names what is missing.
 
-use std::collections::HashMap;
 use std::path::Path;
-use std::sync::RwLock;
 
 use anyhow::{Context, Result};
 use rsa::pkcs1::DecodeRsaPrivateKey;
@@ -13,46 +11,6 @@ use rsa::pkcs8::DecodePublicKey;
 use rsa::{RsaPrivateKey, RsaPublicKey};
 
 use crate::config::{AlipayConfig, Config, WechatPayConfig};
-
-/// WeChat Pay's keys that verify its answers and notifications, chosen by `Wechatpay-Serial`:
-/// the 微信支付公钥 named by its `PUB_KEY_ID_…`, and platform certificates by their serial
-/// (downloaded from `/v3/certificates`). Both may be live during a switch.
-#[derive(Default)]
-pub struct PlatformKeys {
-    public_key: Option<(String, RsaPublicKey)>,
-    certificates: RwLock<HashMap<String, RsaPublicKey>>,
-}
-
-impl PlatformKeys {
-    pub fn with_public_key(id: impl Into<String>, key: RsaPublicKey) -> PlatformKeys {
-        PlatformKeys {
-            public_key: Some((id.into(), key)),
-            certificates: RwLock::default(),
-        }
-    }
-
-    /// The key `serial` names, if known.
-    pub fn key_for(&self, serial: &str) -> Option<RsaPublicKey> {
-        if let Some((id, key)) = &self.public_key {
-            if id == serial {
-                return Some(key.clone());
-            }
-        }
-        self.certificates.read().ok()?.get(serial).cloned()
-    }
-
-    /// Whether platform certificates are downloaded (no 微信支付公钥 configured, or both in use).
-    pub fn uses_certificates(&self) -> bool {
-        self.public_key.is_none() || !self.certificates.read().map(|c| c.is_empty()).unwrap_or(true)
-    }
-
-    /// Replaces the platform certificates' keys (serial → key).
-    pub fn set_certificates(&self, keys: HashMap<String, RsaPublicKey>) {
-        if let Ok(mut c) = self.certificates.write() {
-            *c = keys;
-        }
-    }
-}
 
 /// WeChat Pay API v3, configured whole.
 pub struct WechatKeys {
@@ -64,7 +22,9 @@ pub struct WechatKeys {
     /// Signs every API call and the client pay parameters.
     pub merchant_key: RsaPrivateKey,
     pub merchant_serial: String,
-    pub platform: PlatformKeys,
+    /// The keys that verify WeChat Pay's answers and notifications, chosen by `Wechatpay-Serial`:
+    /// the 微信支付公钥 and the platform certificates (kept in the database, shared by instances).
+    pub platform: super::platform_keys::SharedKeyring,
     pub api_base: String,
 }
 
@@ -149,6 +109,11 @@ fn whole(provider: &str, settings: &[(&str, bool)]) -> Result<bool> {
 }
 
 impl WechatKeys {
+    /// Whether platform certificates are downloaded (no 微信支付公钥 configured).
+    pub fn downloads_certificates(&self) -> bool {
+        self.platform.snapshot().public_key().is_none()
+    }
+
     pub fn load(w: &WechatPayConfig) -> Result<Option<WechatKeys>> {
         let configured = whole(
             "WeChat Pay",
@@ -184,12 +149,11 @@ impl WechatKeys {
             .as_bytes()
             .try_into()
             .map_err(|_| anyhow::anyhow!("WECHATPAY_APIV3_KEY must be 32 bytes of text"))?;
-        let platform = match (&w.public_key_id, &w.platform_public_key) {
-            (Some(id), Some(path)) => {
-                PlatformKeys::with_public_key(id.clone(), read_public(path, "WECHATPAY_PLATFORM_PUBLIC_KEY")?)
-            }
-            _ => PlatformKeys::default(),
+        let public_key = match (&w.public_key_id, &w.platform_public_key) {
+            (Some(id), Some(path)) => Some((id.clone(), read_public(path, "WECHATPAY_PLATFORM_PUBLIC_KEY")?)),
+            _ => None,
         };
+        let platform = super::platform_keys::SharedKeyring::new(public_key);
         check_base("WECHATPAY_API_BASE", &w.api_base)?;
         Ok(Some(WechatKeys {
             mch_id: mch_id.clone(),

@@ -7,9 +7,11 @@
 
 pub mod alipay;
 pub mod api;
+pub mod certs;
 pub mod crypto;
 pub mod devkeys;
 pub mod keys;
+pub mod platform_keys;
 pub mod provider;
 pub mod sandbox;
 pub mod trades;

@@ -16,6 +16,7 @@ mod limits_and_roles;
 mod orders_flow;
 mod payments;
 mod place_order;
+mod platform_keys;
 mod playground;
 mod providers;
 mod reconciliation;

@@ -24,6 +24,18 @@ pub struct WechatPay {
     keys: Arc<WechatKeys>,
     notify_url: String,
     timeout: Duration,
+    /// Where the platform certificates are kept (certificate mode); None: no refresh here.
+    pool: Option<crate::db::DbPool>,
+}
+
+/// An answer as received, before its signature is checked.
+struct Raw {
+    status: u16,
+    timestamp: Option<String>,
+    nonce: Option<String>,
+    signature: Option<String>,
+    serial: Option<String>,
+    body: bytes::Bytes,
 }
 
 /// A verified answer: its status and JSON body (`Null` when empty).
@@ -48,13 +60,24 @@ impl Answer {
 }
 
 impl WechatPay {
-    pub fn new(http: reqwest::Client, keys: Arc<WechatKeys>, public_url: &str, timeout: Duration) -> WechatPay {
+    pub fn new(
+        http: reqwest::Client,
+        keys: Arc<WechatKeys>,
+        public_url: &str,
+        timeout: Duration,
+        pool: Option<crate::db::DbPool>,
+    ) -> WechatPay {
         WechatPay {
             http,
             keys,
             notify_url: format!("{public_url}/pay/wechat/notify"),
             timeout,
+            pool,
         }
+    }
+
+    pub fn keys(&self) -> &WechatKeys {
+        &self.keys
     }
 
     fn merchant(&self) -> Merchant<'_> {
@@ -65,14 +88,8 @@ impl WechatPay {
         }
     }
 
-    /// One signed call; the answer is returned only when its signature verifies.
-    async fn call(
-        &self,
-        method: Method,
-        path: &str,
-        body: Option<Value>,
-        trace: &str,
-    ) -> Result<Answer, ProviderError> {
+    /// One signed call, its answer as received.
+    async fn send(&self, method: Method, path: &str, body: Option<Value>, trace: &str) -> Result<Raw, ProviderError> {
         let payload = body.map(|b| b.to_string()).unwrap_or_default();
         let ts = chrono::Utc::now().timestamp();
         let nonce = crypto::nonce(32);
@@ -88,33 +105,95 @@ impl WechatPay {
             req = req.header("Content-Type", "application/json").body(payload);
         }
         let resp = req.send().await.map_err(|e| unreachable(&e, self.timeout))?;
-        let status = resp.status().as_u16();
-        let header = |name: &str| {
-            resp.headers()
-                .get(name)
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_string)
+        let header = |name: &str| resp.headers().get(name).and_then(|v| v.to_str().ok()).map(str::to_string);
+        let raw = Raw {
+            status: resp.status().as_u16(),
+            timestamp: header("Wechatpay-Timestamp"),
+            nonce: header("Wechatpay-Nonce"),
+            signature: header("Wechatpay-Signature"),
+            serial: header("Wechatpay-Serial"),
+            body: bytes::Bytes::new(),
         };
-        let (ts, nonce, sig, serial) = (
-            header("Wechatpay-Timestamp"),
-            header("Wechatpay-Nonce"),
-            header("Wechatpay-Signature"),
-            header("Wechatpay-Serial"),
-        );
-        let bytes = resp.bytes().await.map_err(|e| unreachable(&e, self.timeout))?;
+        let body = resp.bytes().await.map_err(|e| unreachable(&e, self.timeout))?;
+        Ok(Raw { body, ..raw })
+    }
+
+    /// One signed call; the answer is returned only when its signature verifies. An unknown
+    /// serial (a new platform certificate) triggers one rate-limited certificate refresh.
+    async fn call(&self, method: Method, path: &str, body: Option<Value>, trace: &str) -> Result<Answer, ProviderError> {
+        let raw = self.send(method, path, body, trace).await?;
+        let serial = raw.serial.as_deref().unwrap_or_default();
+        if self.keys.platform.key_for(serial).is_none() && !serial.is_empty() {
+            self.unknown_serial(trace).await;
+        }
         self.verify_answer(
-            ts.as_deref(),
-            nonce.as_deref(),
-            sig.as_deref(),
-            serial.as_deref(),
-            &bytes,
+            raw.timestamp.as_deref(),
+            raw.nonce.as_deref(),
+            raw.signature.as_deref(),
+            raw.serial.as_deref(),
+            &raw.body,
         )?;
-        let body = if bytes.is_empty() {
+        let status = raw.status;
+        let body = if raw.body.is_empty() {
             Value::Null
         } else {
-            serde_json::from_slice(&bytes).map_err(|_| ProviderError::Refused(format!("HTTP {status}: not JSON")))?
+            serde_json::from_slice(&raw.body).map_err(|_| ProviderError::Refused(format!("HTTP {status}: not JSON")))?
         };
         Ok(Answer { status, body })
+    }
+
+    /// A serial we do not know: fetch the certificates at once, at most once a minute across
+    /// all instances (the others reload what the winner stored).
+    pub async fn unknown_serial(&self, trace: &str) {
+        if !self.keys.downloads_certificates() {
+            return;
+        }
+        if let Err(e) = self.refresh_certificates(true, trace).await {
+            tracing::warn!(error = %e, "refreshing the WeChat Pay platform certificates failed");
+        }
+    }
+
+    /// `GET /v3/certificates`: the certificates are decrypted with the APIv3 key (which only
+    /// WeChat Pay and we hold), the answer is checked against the certificate its serial names
+    /// (known before, or among those just decrypted, as the official SDKs bootstrap), and they
+    /// are stored for every instance. `forced`: claim the cross-instance rate limit first.
+    pub async fn refresh_certificates(&self, forced: bool, trace: &str) -> Result<usize, ProviderError> {
+        let Some(pool) = &self.pool else {
+            return Ok(0);
+        };
+        let db = |e: &dyn std::fmt::Display| ProviderError::Unreachable(format!("database: {e}"));
+        let mut conn = pool.get().await.map_err(|e| db(&e))?;
+        if forced && !self.keys.platform.may_force_refresh(&mut conn, chrono::Utc::now()).await.map_err(|e| db(&e))? {
+            // Another instance (or this one, a moment ago) is fetching: take what it stored.
+            let _ = self.keys.platform.reload(&mut conn).await;
+            return Ok(0);
+        }
+        drop(conn);
+        let raw = self.send(Method::GET, "/v3/certificates", None, trace).await?;
+        if raw.status != 200 {
+            return Err(ProviderError::Refused(format!("/v3/certificates: HTTP {}", raw.status)));
+        }
+        let fetched = crate::payments::certs::decrypt_certificates(&self.keys.apiv3_key, &raw.body)
+            .map_err(|e| ProviderError::Unsigned(format!("/v3/certificates: {e}")))?;
+        let mut ring = self.keys.platform.snapshot();
+        for c in &fetched {
+            ring.insert_cert(c.clone());
+        }
+        let (Some(ts), Some(nonce), Some(sig), Some(serial)) = (&raw.timestamp, &raw.nonce, &raw.signature, &raw.serial)
+        else {
+            return Err(ProviderError::Unsigned("/v3/certificates: no Wechatpay-Signature".into()));
+        };
+        ring.verify(serial, ts, nonce, &raw.body, sig)
+            .map_err(|e| ProviderError::Unsigned(format!("/v3/certificates: {e}")))?;
+        let mut conn = pool.get().await.map_err(|e| db(&e))?;
+        let n = self
+            .keys
+            .platform
+            .refresh_from_answer(&mut conn, &self.keys.apiv3_key, &raw.body)
+            .await
+            .map_err(|e| db(&format!("{e:#}")))?;
+        tracing::info!(certificates = n, "WeChat Pay platform certificates refreshed");
+        Ok(n)
     }
 
     fn verify_answer(

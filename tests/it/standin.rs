@@ -583,3 +583,95 @@ async fn standin_accepts_our_signed_calls_and_refuses_a_wrong_key() {
         Some(true)
     );
 }
+
+fn alipay_params(s: &StandIn, method: &str, biz: Value, with_sns: bool) -> Vec<(String, String)> {
+    let mut p: Vec<(String, String)> = [
+        ("app_id", s.alipay_app_id()),
+        ("method", method.into()),
+        ("charset", "utf-8".into()),
+        ("sign_type", "RSA2".into()),
+        ("timestamp", chrono::Utc::now().format("%Y-%m-%d %H:%M:%S").to_string()),
+        ("version", "1.0".into()),
+        ("biz_content", biz.to_string()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect();
+    if with_sns {
+        p.push(("app_cert_sn".into(), s.app_cert_sn().unwrap()));
+        p.push(("alipay_root_cert_sn".into(), s.alipay_root_cert_sn().unwrap()));
+    }
+    gateway::sign_params(&s.app_key(), &mut p);
+    p
+}
+
+async fn alipay_call(s: &StandIn, params: &[(String, String)]) -> String {
+    reqwest::Client::new()
+        .post(s.alipay_gateway())
+        .header("Content-Type", "application/x-www-form-urlencoded;charset=utf-8")
+        .body(gateway::encode(params))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn standin_certificate_mode_wants_the_sns_and_names_its_own() {
+    let Some(s) = StandIn::start_or_skip(StandInMode::Certificate) else {
+        return;
+    };
+    let (public, sn) = (s.alipay_public_key(), s.alipay_cert_sn().unwrap());
+    let biz = json!({"out_trade_no": "FO20261201CERT1", "total_amount": "0.01", "subject": "团课"});
+    let text = alipay_call(&s, &alipay_params(&s, "alipay.trade.precreate", biz.clone(), true)).await;
+    let v = gateway::verify_answer(&public, Some(&sn), "alipay.trade.precreate", &text).unwrap();
+    assert_eq!(v["code"], "10000", "{text}");
+    // Without the SNs the gateway refuses (still a signed answer).
+    let text = alipay_call(&s, &alipay_params(&s, "alipay.trade.precreate", biz, false)).await;
+    let v = gateway::verify_answer(&public, Some(&sn), "alipay.trade.precreate", &text).unwrap();
+    assert_eq!(v["sub_code"], "isv.app-cert-not-exist", "{text}");
+    // An answer naming another certificate.
+    s.set_mode(Modes {
+        unknown_serial: Some(true),
+        latency_ms: Some(300),
+        ..Modes::default()
+    })
+    .await;
+    let started = std::time::Instant::now();
+    let query = alipay_params(
+        &s,
+        "alipay.trade.query",
+        json!({"out_trade_no": "FO20261201CERT1"}),
+        true,
+    );
+    let text = alipay_call(&s, &query).await;
+    assert!(started.elapsed() >= std::time::Duration::from_millis(300));
+    assert!(matches!(
+        gateway::verify_answer(&public, Some(&sn), "alipay.trade.query", &text),
+        Err(gateway::AnswerError::WrongCertificate { .. })
+    ));
+
+    // WeChat: the platform certificate names the serial the answers carry; after a rotation
+    // both are listed and the new one signs.
+    let (old, key) = (s.wechat_serial(), s.merchant_key());
+    assert_eq!(old.len(), 40);
+    s.set_mode(Modes {
+        unknown_serial: Some(false),
+        latency_ms: Some(0),
+        ..Modes::default()
+    })
+    .await;
+    let rotated = s.rotate(false).await;
+    assert_eq!(rotated["serials"], json!([old, s.wechat_serial()]));
+    let (status, headers, answer) = wechat_call(&s, &key, "GET", "/v3/certificates", "").await;
+    assert_eq!(status, 200);
+    assert!(wechat_answer_verifies(&s, &headers, &answer));
+    let listed: Value = serde_json::from_slice(&answer).unwrap();
+    assert_eq!(listed["data"].as_array().unwrap().len(), 2);
+    assert_eq!(
+        listed["data"][1]["encrypt_certificate"]["associated_data"],
+        "certificate"
+    );
+}

@@ -21,6 +21,8 @@ mod playground;
 mod providers;
 mod reconciliation;
 mod schema_sdl;
+mod sdk_crosscheck;
 mod security;
+mod standin;
 mod state_machine;
 mod ws;

@@ -1115,10 +1115,14 @@ mod tests {
                 .map(|(k, v)| (k.clone(), v.as_str().unwrap().to_string()))
                 .collect()
         };
+        // Only the app id and Alipay's public key take part in verifying a notification.
+        let app_key = RsaPrivateKey::new(&mut rand_core::OsRng, 512).unwrap();
         let keys_of = |vec: &Value| AlipayKeys {
             app_id: vec["params"]["app_id"].as_str().unwrap().to_string(),
             public_key: crate::payments::keys::parse_public_key(s(vec, "/alipay_public_key_base64_spki")).unwrap(),
-            app_private_key: None,
+            app_private_key: app_key.clone(),
+            cert: None,
+            api_base: String::new(),
         };
         // The real trade notification: same signing string as the SDK's, verified.
         let real = &vectors[0];

@@ -11,6 +11,7 @@ pub mod crypto;
 pub mod devkeys;
 pub mod keys;
 pub mod sandbox;
+pub mod sandbox_server;
 pub mod wechat;
 
 use diesel::prelude::*;

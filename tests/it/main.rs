@@ -19,6 +19,7 @@ mod place_order;
 mod playground;
 mod providers;
 mod reconciliation;
+mod sandbox_provider;
 mod schema_sdl;
 mod security;
 mod state_machine;

@@ -102,3 +102,39 @@ pub fn configure_refunds(c: &mut Config, wechat_base: &str, alipay_gateway: &str
 pub fn merchant_public() -> rsa::RsaPublicKey {
     keys().merchant.to_public_key()
 }
+
+pub const WECHAT_APP_ID: &str = "wxd678efh567hg6787";
+pub const MERCHANT_SERIAL: &str = "MERCHANT-SERIAL-1";
+pub const WECHAT_PUBLIC_KEY_ID: &str = "PUB_KEY_ID_0000000000000024101100397200000006";
+
+/// The sandbox provider's keys: it signs as the test providers above (so an app configured
+/// with [`configure`] believes it) and checks our calls with the merchant/app public key.
+pub fn sandbox_keys() -> fitorder::payments::sandbox_server::SandboxKeys {
+    let k = keys();
+    fitorder::payments::sandbox_server::SandboxKeys {
+        mch_id: MCH_ID.into(),
+        wechat_app_id: WECHAT_APP_ID.into(),
+        apiv3_key: APIV3_KEY.as_bytes().try_into().unwrap(),
+        wechat_platform_key: k.wechat.clone(),
+        wechat_public_key_id: WECHAT_PUBLIC_KEY_ID.into(),
+        merchant_public_key: k.merchant.to_public_key(),
+        merchant_serial: MERCHANT_SERIAL.into(),
+        alipay_app_id: APP_ID.into(),
+        alipay_key: k.alipay.clone(),
+        app_public_key: k.merchant.to_public_key(),
+    }
+}
+
+/// Our side's private key (WeChat Pay merchant key and Alipay app key alike).
+pub fn merchant_private() -> RsaPrivateKey {
+    keys().merchant.clone()
+}
+
+/// The public keys our client would verify the sandbox's answers with.
+pub fn wechat_platform_public() -> rsa::RsaPublicKey {
+    keys().wechat.to_public_key()
+}
+
+pub fn alipay_public() -> rsa::RsaPublicKey {
+    keys().alipay.to_public_key()
+}

@@ -968,3 +968,66 @@ async fn cashier_page_in_headless_chromium_pays_the_order() {
     assert_eq!(sent.len(), 1);
     assert!(sent[0].acknowledged && sent[0].status == Some(204), "{sent:?}");
 }
+
+/// Not independent (it uses fitorder's own client primitives on purpose): shows that
+/// `wechat::signing`, `alipay::gateway` and `crypto` of the client fit the sandbox, so the
+/// client built on them can be pointed at it.
+#[tokio::test]
+async fn fitorders_client_primitives_fit_the_sandbox() {
+    use fitorder::payments::alipay::gateway;
+    use fitorder::payments::crypto;
+    use fitorder::payments::wechat::signing;
+    let sb = sandbox().await;
+    let me = providers::merchant_private();
+    let m = signing::Merchant {
+        mch_id: providers::MCH_ID,
+        serial: providers::MERCHANT_SERIAL,
+        key: &me,
+    };
+    let body = prepay_body("FOCLIENT000001", 4200, "http://127.0.0.1:9/n", "jsapi").to_string();
+    let ts = Utc::now().timestamp();
+    let n = crypto::nonce(32);
+    let auth = signing::authorization(&m, "POST", "/v3/pay/transactions/jsapi", ts, &n, &body);
+    let resp = http()
+        .post(format!("{}/v3/pay/transactions/jsapi", sb.wechat_api_base()))
+        .header("authorization", auth)
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+    let h = |k: &str| resp.headers()[k].to_str().unwrap().to_string();
+    let (t, nn, sig) = (h("wechatpay-timestamp"), h("wechatpay-nonce"), h("wechatpay-signature"));
+    let text = resp.text().await.unwrap();
+    let message = signing::answer_message(&t, &nn, text.as_bytes());
+    assert!(crypto::verify(&providers::wechat_platform_public(), &message, &sig));
+
+    let mut params: Vec<(String, String)> = vec![
+        ("app_id".into(), providers::APP_ID.into()),
+        ("method".into(), "alipay.trade.precreate".into()),
+        ("charset".into(), "utf-8".into()),
+        ("sign_type".into(), "RSA2".into()),
+        ("timestamp".into(), shanghai_now()),
+        ("version".into(), "1.0".into()),
+        ("notify_url".into(), "http://127.0.0.1:9/n".into()),
+        (
+            "biz_content".into(),
+            json!({"out_trade_no": "FOCLIENT000001", "total_amount": "42.00", "subject": "Ten", "time_expire": shanghai_in(900)})
+                .to_string(),
+        ),
+    ];
+    gateway::sign_params(&me, &mut params);
+    let text = http()
+        .post(sb.alipay_gateway())
+        .header("content-type", "application/x-www-form-urlencoded;charset=utf-8")
+        .body(gateway::encode(&params))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let v = gateway::verify_answer(&providers::alipay_public(), None, "alipay.trade.precreate", &text).unwrap();
+    assert_eq!(v["code"], "10000", "{v}");
+}

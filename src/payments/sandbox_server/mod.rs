@@ -87,6 +87,7 @@ pub struct SandboxTrade {
     /// `time_expire` exactly as the request sent it.
     pub time_expire_text: String,
     pub notify_url: String,
+    pub created_at: DateTime<Utc>,
     /// In the provider's words: WeChat `NOTPAY`, `USERPAYING`, `SUCCESS`, `REFUND`, `CLOSED`,
     /// `PAYERROR`; Alipay `WAIT_BUYER_PAY`, `TRADE_SUCCESS`, `TRADE_CLOSED`, `TRADE_FINISHED`.
     pub state: String,
@@ -581,13 +582,17 @@ pub(crate) async fn pay_trade(
         t.clone()
     };
     Ok(if provider == WECHAT_PAY {
-        let resource = wechat::transaction_resource(&inner.keys, &trade);
+        // A resent notification says what the first one said, even after a refund.
+        let mut paid = trade.clone();
+        paid.state = "SUCCESS".into();
+        let resource = wechat::transaction_resource(&inner.keys, &paid);
         inner
             .notify_wechat(&trade.out_trade_no, &trade.notify_url, "TRANSACTION.SUCCESS", &resource)
             .await
     } else {
         let yuan = yuan(trade.amount_cents);
         let paid = shanghai(trade.paid_at.unwrap_or(now));
+        let created = shanghai(trade.created_at);
         inner
             .notify_alipay(
                 &trade.out_trade_no,
@@ -604,7 +609,7 @@ pub(crate) async fn pay_trade(
                     ("buyer_id", alipay::BUYER_ID),
                     ("seller_id", alipay::SELLER_ID),
                     ("subject", &trade.description),
-                    ("gmt_create", &paid),
+                    ("gmt_create", &created),
                     ("gmt_payment", &paid),
                 ],
             )

@@ -370,6 +370,7 @@ fn prepay_business(inner: &Inner, req: &Req, channel: &'static str) -> Outcome {
                     time_expire,
                     time_expire_text: time_expire_text.into(),
                     notify_url: notify_url.into(),
+                    created_at: Utc::now(),
                     state: "NOTPAY".into(),
                     exists_at_provider: true,
                     txn_id: None,

@@ -37,7 +37,7 @@ impl AppState {
         AppState {
             providers: ProviderApi::with_pool(config.clone(), keys.clone(), Some(pool.clone())),
             pool,
-                        config,
+            config,
             keys,
             events,
             db_url: Arc::new(db_url),

@@ -89,60 +89,133 @@ pub async fn cancel_expired(
     Ok(r.n)
 }
 
+/// Due orders claimed per round: small, so that several instances share a long list.
+const CLAIM_BATCH: i64 = 50;
+
+/// Provider queries in flight at once, per instance.
+const QUERY_CONCURRENCY: usize = 8;
+
+#[derive(QueryableByName)]
+struct Due {
+    #[diesel(sql_type = BigInt)]
+    id: i64,
+    #[diesel(sql_type = Text)]
+    order_no: String,
+    #[diesel(sql_type = diesel::sql_types::Nullable<Text>)]
+    online_provider: Option<String>,
+    #[diesel(sql_type = diesel::sql_types::Timestamptz)]
+    expires_at: chrono::DateTime<Utc>,
+}
+
+/// Claims up to [`CLAIM_BATCH`] due orders whose provider can be asked, for `lease`: rows
+/// another instance is claiming right now are skipped, claims that lapsed are taken over.
+async fn claim_due(
+    conn: &mut AsyncPgConnection,
+    providers: &[&str],
+    lease: Duration,
+    who: &str,
+) -> AppResult<Vec<Due>> {
+    Ok(diesel::sql_query(include_str!("expiry/claim_due.sql"))
+        .bind::<Array<Text>, _>(providers.iter().map(|p| p.to_string()).collect::<Vec<_>>())
+        .bind::<BigInt, _>(CLAIM_BATCH)
+        .bind::<diesel::sql_types::Interval, _>(diesel::data_types::PgInterval::from_microseconds(
+            lease.as_micros() as i64
+        ))
+        .bind::<Text, _>(who)
+        .load(conn)
+        .await?)
+}
+
 /// Expires everything due now; returns how many orders were settled (canceled or found paid).
+///
+/// Orders whose provider is configured are claimed in small batches (one instance asks about
+/// a trade at a time), asked with bounded concurrency while no connection is held, and the
+/// unpaid ones canceled; the others are canceled set-based at once.
 pub async fn expire_due(state: &AppState, api: &ProviderApi) -> AppResult<i64> {
     let trace = TraceId::new();
+    let who = format!("{}:{}", std::process::id(), trace.as_str());
+    let asked: Vec<&str> = ["WECHAT_PAY", "ALIPAY"]
+        .into_iter()
+        .filter(|p| api.configured(p))
+        .collect();
+    // Long enough for a batch of queries and closes, each bounded by the downstream timeout.
+    let lease = state.config.downstream_timeout * 4 * (CLAIM_BATCH as u32 / QUERY_CONCURRENCY as u32 + 1)
+        + Duration::from_secs(10);
     let mut total = 0;
     loop {
         let mut conn = state.pool.get().await?;
-        let due: Vec<(i64, String, Option<String>, Option<chrono::DateTime<Utc>>)> = orders::table
-            .filter(orders::status.eq("WAIT_PAY"))
-            .filter(orders::expires_at.le(Utc::now()))
-            .order(orders::expires_at)
-            .limit(BATCH)
-            .select((
-                orders::id,
-                orders::order_no,
-                orders::online_provider,
-                orders::expires_at,
-            ))
-            .load(&mut conn)
-            .await?;
+        let due = claim_due(&mut conn, &asked, lease, &who).await?;
+        drop(conn);
         if due.is_empty() {
-            return Ok(total);
+            break;
         }
-        let asked = due
-            .iter()
-            .any(|(_, _, p, _)| p.as_deref().is_some_and(|p| api.configured(p)));
-        let mut waiting = 0;
-        let to_cancel: Vec<i64> = if asked {
-            // No connection is held while the providers answer.
-            drop(conn);
-            let mut cancel = vec![];
-            for (id, order_no, provider, expires_at) in &due {
-                let provider = provider.as_deref().unwrap_or_default();
-                match settle_with_provider(state, api, provider, order_no, &trace).await {
-                    Settle::Paid => total += 1,
-                    Settle::Wait if expires_at.is_some_and(|t| Utc::now() - t < USERPAYING_GRACE) => waiting += 1,
-                    Settle::Wait | Settle::Cancel => cancel.push(*id),
+        use futures_util::StreamExt;
+        let claimed = due.len() as i64;
+        let verdicts: Vec<(i64, Settle, chrono::DateTime<Utc>)> = futures_util::stream::iter(due)
+            .map(|d| {
+                let (state, api, trace) = (state.clone(), api.clone(), trace.clone());
+                async move {
+                    let provider = d.online_provider.unwrap_or_default();
+                    let verdict = settle_with_provider(&state, &api, &provider, &d.order_no, &trace).await;
+                    (d.id, verdict, d.expires_at)
                 }
+            })
+            .buffer_unordered(QUERY_CONCURRENCY)
+            .collect()
+            .await;
+        let mut cancel = vec![];
+        for (id, verdict, expires_at) in verdicts {
+            match verdict {
+                Settle::Paid => total += 1,
+                // Asked again once the claim lapses.
+                Settle::Wait if Utc::now() - expires_at < USERPAYING_GRACE => {}
+                Settle::Wait | Settle::Cancel => cancel.push(id),
             }
-            conn = state.pool.get().await?;
-            cancel
-        } else {
-            due.iter().map(|(id, ..)| *id).collect()
-        };
-        if waiting > 0 && to_cancel.is_empty() {
-            // Only members still paying are left: ask again on the next round.
-            return Ok(total);
         }
-        if !to_cancel.is_empty() {
-            total += cancel_expired(&mut conn, Some(&to_cancel), BATCH, &trace).await?;
+        let mut conn = state.pool.get().await?;
+        if !cancel.is_empty() {
+            total += cancel_expired(&mut conn, Some(&cancel), BATCH, &trace).await?;
         }
-        if (due.len() as i64) < BATCH {
+        // Settled orders need no claim any more (a waiting one keeps its claim until it lapses).
+        diesel::sql_query(
+            "DELETE FROM expiry_claims c USING orders o WHERE c.order_id = o.id AND o.status <> 'WAIT_PAY'",
+        )
+        .execute(&mut conn)
+        .await?;
+        if claimed < CLAIM_BATCH {
+            break;
+        }
+    }
+    // Orders whose provider cannot be asked here: canceled at once, set-based.
+    let mut conn = state.pool.get().await?;
+    loop {
+        let n = cancel_unasked(&mut conn, &asked, &trace).await?;
+        total += n;
+        if n < BATCH {
             return Ok(total);
         }
     }
+}
+
+/// Cancels due orders whose provider is not one of `asked` (WALLET/OFFLINE never expire).
+async fn cancel_unasked(conn: &mut AsyncPgConnection, asked: &[&str], trace: &TraceId) -> AppResult<i64> {
+    let ids: Vec<i64> = orders::table
+        .filter(orders::status.eq("WAIT_PAY"))
+        .filter(orders::expires_at.le(Utc::now()))
+        .filter(
+            orders::online_provider
+                .is_null()
+                .or(orders::online_provider.ne_all(asked.iter().map(|p| p.to_string()).collect::<Vec<_>>())),
+        )
+        .order(orders::expires_at)
+        .limit(BATCH)
+        .select(orders::id)
+        .load(conn)
+        .await?;
+    if ids.is_empty() {
+        return Ok(0);
+    }
+    cancel_expired(conn, Some(&ids), BATCH, trace).await
 }
 
 /// How long past its deadline an order whose member is still paying (WeChat `USERPAYING`)

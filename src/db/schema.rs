@@ -370,6 +370,14 @@ diesel::joinable!(compensation_attempts -> compensation_events (event_id));
 diesel::joinable!(compensation_events -> orders (order_id));
 diesel::joinable!(order_transitions -> orders (order_id));
 
+diesel::table! {
+    expiry_claims (order_id) {
+        order_id -> Int8,
+        claimed_until -> Timestamptz,
+        claimed_by -> Text,
+    }
+}
+
 diesel::allow_tables_to_appear_in_same_query!(
     stores,
     members,
@@ -394,6 +402,7 @@ diesel::allow_tables_to_appear_in_same_query!(
     task_runs,
     bill_rows,
     payment_trades,
+    expiry_claims,
     wechat_platform_certs,
     wechat_platform_cert_refreshes,
 );

@@ -14,6 +14,7 @@ pub mod keys;
 pub mod platform_keys;
 pub mod provider;
 pub mod sandbox;
+pub mod sandbox_server;
 pub mod trades;
 pub mod wechat;
 

@@ -82,7 +82,10 @@ pub enum BillDownload {
     /// The provider has not made the day's bill yet (both are T+1, after about 09:00–10:00).
     NotReady(String),
     /// The raw download, streamed to `archive`.
-    Downloaded { archive: std::path::PathBuf, format: BillArchive },
+    Downloaded {
+        archive: std::path::PathBuf,
+        format: BillArchive,
+    },
 }
 
 /// How a downloaded bill is packed.
@@ -108,6 +111,9 @@ pub enum ProviderError {
     /// This provider cannot do that (a channel of another provider).
     #[error("{0}")]
     Unsupported(String),
+    /// A signed refusal: the provider keeps this out_trade_no to the trade it opened first.
+    #[error("the provider keeps this out_trade_no to an earlier trade: {0}")]
+    TradeTaken(String),
 }
 
 /// A payment provider, as fitorder uses it.

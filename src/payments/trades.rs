@@ -179,10 +179,27 @@ pub async fn start_payment(
         client_ip,
         trace_id: trace.as_str(),
     };
-    let instruction = gateway
-        .start_trade(&request)
-        .await
-        .map_err(|e| unavailable(provider, &order.order_no, e))?;
+    let instruction = match gateway.start_trade(&request).await {
+        Ok(i) => i,
+        Err(ProviderError::TradeTaken(_)) => {
+            let mut conn = state.pool.get().await?;
+            let opened: Vec<String> = payment_trades::table
+                .filter(payment_trades::order_id.eq(order.id))
+                .select(payment_trades::channel)
+                .load(&mut conn)
+                .await?;
+            return Err(AppError::Conflict(format!(
+                "{provider} keeps order {} to the cashier it was opened with ({}): pay there",
+                order.order_no,
+                if opened.is_empty() {
+                    "another channel".to_string()
+                } else {
+                    opened.join(", ")
+                }
+            )));
+        }
+        Err(e) => return Err(unavailable(provider, &order.order_no, e)),
+    };
     metrics::counter!("fitorder_trades_started_total", "channel" => channel.as_str()).increment(1);
     let mut conn = state.pool.get().await?;
     let value = serde_json::to_value(&instruction).map_err(AppError::internal)?;

@@ -197,26 +197,13 @@ async fn chaos_keeps_the_books_right() {
         ("FITORDER_DB_POOL_SIZE".into(), "8".into()),
         ("RUST_LOG".into(), "error".into()),
     ];
-    env.push(("WECHATPAY_MCH_ID".into(), config.wechatpay.mch_id.clone().unwrap()));
-    env.push((
-        "WECHATPAY_APIV3_KEY".into(),
-        config.wechatpay.apiv3_key.clone().unwrap(),
-    ));
-    env.push((
-        "WECHATPAY_PLATFORM_PUBLIC_KEY".into(),
-        config
-            .wechatpay
-            .platform_public_key
-            .clone()
-            .unwrap()
-            .display()
-            .to_string(),
-    ));
-    env.push(("ALIPAY_APP_ID".into(), config.alipay.app_id.clone().unwrap()));
-    env.push((
-        "ALIPAY_PUBLIC_KEY".into(),
-        config.alipay.public_key.clone().unwrap().display().to_string(),
-    ));
+    // The providers' APIs: a sandbox in this process, both providers configured whole.
+    let sandbox = fitorder::payments::sandbox_server::SandboxProvider::start(providers::sandbox_keys(), "127.0.0.1:0")
+        .await
+        .unwrap();
+    config.wechatpay.api_base = sandbox.wechat_api_base();
+    config.alipay.api_base = sandbox.alipay_gateway();
+    env.extend(providers::env_of(&config));
     let mut cluster = Cluster {
         env,
         procs: vec![

@@ -113,7 +113,8 @@ pub async fn serve(router: Router) -> String {
     addr.to_string()
 }
 
-/// A fake WeChat Pay API and Alipay gateway that check our signatures and record refunds.
+/// A fake WeChat Pay API and Alipay gateway that check our signatures as the providers do,
+/// sign their answers as the providers do, and record refunds.
 #[derive(Clone)]
 pub struct FakeProviderApi {
     pub base: String,
@@ -137,6 +138,7 @@ impl FakeProviderApi {
             key: merchant_public,
         };
         let app = Router::new()
+            .route("/v3/pay/transactions/{kind}", post(wechat_prepay))
             .route("/v3/refund/domestic/refunds", post(wechat_refund))
             .route(
                 "/v3/pay/transactions/out-trade-no/{no}",
@@ -144,6 +146,7 @@ impl FakeProviderApi {
             )
             .route("/v3/pay/transactions/out-trade-no/{no}/close", post(wechat_close))
             .route("/gateway.do", post(alipay_gateway))
+            .layer(axum::middleware::from_fn(sign_wechat_answers))
             .with_state(fake.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
@@ -206,25 +209,97 @@ async fn wechat_refund(
     )
 }
 
-async fn alipay_gateway(State(f): State<FakeProviderApi>, body: String) -> Json<Value> {
-    let fields: Vec<(String, String)> = form_urlencoded::parse(body.as_bytes()).into_owned().collect();
-    let sign = fields
-        .iter()
-        .find(|(k, _)| k == "sign")
-        .map(|(_, v)| v.clone())
-        .unwrap_or_default();
-    let content = fitorder::payments::alipay::signed_content(&fields);
-    if !verify(&f.key, content.as_bytes(), &sign) {
-        return Json(serde_json::json!({"alipay_trade_refund_response": {"code": "40002", "sub_msg": "bad sign"}}));
+/// Signs every WeChat Pay answer as WeChat Pay does: `Wechatpay-Signature` over
+/// `timestamp\nnonce\nbody\n` with the platform key the `Wechatpay-Serial` names.
+async fn sign_wechat_answers(req: axum::extract::Request, next: axum::middleware::Next) -> axum::response::Response {
+    let is_wechat = req.uri().path().starts_with("/v3/");
+    let resp = next.run(req).await;
+    if !is_wechat {
+        return resp;
     }
-    let biz: Value = serde_json::from_str(&fields.iter().find(|(k, _)| k == "biz_content").unwrap().1).unwrap();
-    f.refunds
-        .lock()
-        .unwrap()
-        .push(serde_json::json!({"provider": "ALIPAY", "request": biz}));
-    Json(
-        serde_json::json!({"alipay_trade_refund_response": {"code": "10000", "msg": "Success", "fund_change": "Y"}, "sign": "x"}),
-    )
+    let (mut parts, body) = resp.into_parts();
+    let bytes = http_body_util::BodyExt::collect(body).await.unwrap().to_bytes();
+    let ts = chrono::Utc::now().timestamp().to_string();
+    let nonce = "FAKENONCE0123456789";
+    let message = fitorder::payments::wechat::signing::answer_message(&ts, nonce, &bytes);
+    let sig = fitorder::payments::crypto::sign(&crate::providers::wechat_platform_private(), &message);
+    for (k, v) in [
+        ("wechatpay-timestamp", ts),
+        ("wechatpay-nonce", nonce.to_string()),
+        ("wechatpay-signature", sig),
+        ("wechatpay-serial", crate::providers::WECHAT_PUBLIC_KEY_ID.to_string()),
+    ] {
+        parts.headers.insert(k, v.parse().unwrap());
+    }
+    axum::response::Response::from_parts(parts, axum::body::Body::from(bytes))
+}
+
+async fn wechat_prepay(
+    axum::extract::Path(kind): axum::extract::Path<String>,
+    body: String,
+) -> (StatusCode, Json<Value>) {
+    let v: Value = serde_json::from_str(&body).unwrap_or_default();
+    let no = v["out_trade_no"].as_str().unwrap_or_default();
+    let answer = match kind.as_str() {
+        "native" => serde_json::json!({"code_url": format!("weixin://wxpay/bizpayurl?pr={no}")}),
+        "h5" => {
+            serde_json::json!({"h5_url": format!("https://wx.tenpay.com/cgi-bin/mmpayweb-bin/checkmweb?prepay_id={no}")})
+        }
+        _ => serde_json::json!({"prepay_id": format!("wx{no}")}),
+    };
+    (StatusCode::OK, Json(answer))
+}
+
+/// An answer as the Alipay gateway writes it: signed over the exact `<method>_response` text.
+fn alipay_answer(method: &str, response: Value) -> String {
+    let name = format!("{}_response", method.replace('.', "_"));
+    let inner = response.to_string();
+    let sign = fitorder::payments::crypto::sign(&crate::providers::alipay_private(), inner.as_bytes());
+    format!("{{\"{name}\":{inner},\"sign\":\"{sign}\"}}")
+}
+
+async fn alipay_gateway(State(f): State<FakeProviderApi>, body: String) -> String {
+    let fields: Vec<(String, String)> = form_urlencoded::parse(body.as_bytes()).into_owned().collect();
+    let get = |name: &str| {
+        fields
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.clone())
+            .unwrap_or_default()
+    };
+    let method = get("method");
+    // The gateway's rule: every non-empty parameter but sign, sorted (sign_type included).
+    let mut pairs: Vec<&(String, String)> = fields.iter().filter(|(k, v)| k != "sign" && !v.is_empty()).collect();
+    pairs.sort();
+    let content = pairs
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join("&");
+    if !verify(&f.key, content.as_bytes(), &get("sign")) {
+        return alipay_answer(
+            &method,
+            serde_json::json!({"code": "40002", "sub_code": "isv.invalid-signature", "sub_msg": "bad sign"}),
+        );
+    }
+    let biz: Value = serde_json::from_str(&get("biz_content")).unwrap();
+    match method.as_str() {
+        "alipay.trade.precreate" => alipay_answer(
+            &method,
+            serde_json::json!({"code": "10000", "msg": "Success", "out_trade_no": biz["out_trade_no"],
+                               "qr_code": format!("https://qr.alipay.com/{}", biz["out_trade_no"].as_str().unwrap_or_default())}),
+        ),
+        _ => {
+            f.refunds
+                .lock()
+                .unwrap()
+                .push(serde_json::json!({"provider": "ALIPAY", "request": biz}));
+            alipay_answer(
+                &method,
+                serde_json::json!({"code": "10000", "msg": "Success", "fund_change": "Y"}),
+            )
+        }
+    }
 }
 
 fn wechat_signed(f: &FakeProviderApi, headers: &HeaderMap, method: &str, path: &str, body: &str) -> bool {

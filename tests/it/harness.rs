@@ -155,11 +155,27 @@ fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
 }
 
 pub struct TestApp {
+    /// The provider sandbox (WeChat Pay and Alipay on loopback) this app's providers point at.
+    pub sandbox: fitorder::payments::sandbox_server::SandboxProvider,
     pub state: AppState,
     pub router: Router,
     pub db_url: String,
     db_name: String,
     admin_url: String,
+}
+
+/// A sandbox of this test's own (order numbers repeat across test databases).
+async fn sandbox() -> fitorder::payments::sandbox_server::SandboxProvider {
+    fitorder::payments::sandbox_server::SandboxProvider::start(crate::providers::sandbox_keys(), "127.0.0.1:0")
+        .await
+        .expect("the provider sandbox starts")
+}
+
+/// Both providers configured whole, their APIs at `sandbox`.
+fn point_at(config: &mut Config, sandbox: &fitorder::payments::sandbox_server::SandboxProvider) {
+    crate::providers::configure(config);
+    config.wechatpay.api_base = sandbox.wechat_api_base();
+    config.alipay.api_base = sandbox.alipay_gateway();
 }
 
 impl Drop for TestApp {
@@ -193,6 +209,20 @@ impl TestApp {
     }
 
     pub async fn with_config(tweak: impl FnOnce(&mut Config)) -> TestApp {
+        TestApp::build(tweak, None).await
+    }
+
+    /// An app served on a real port, its public URL that port (providers' notifications reach it).
+    pub async fn served() -> TestApp {
+        TestApp::served_with(|_| {}).await
+    }
+
+    pub async fn served_with(tweak: impl FnOnce(&mut Config)) -> TestApp {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        TestApp::build(tweak, Some(listener)).await
+    }
+
+    async fn build(tweak: impl FnOnce(&mut Config), listener: Option<tokio::net::TcpListener>) -> TestApp {
         let server = server().await;
         let name = format!(
             "fitorder_t_{}_{}",
@@ -206,6 +236,11 @@ impl TestApp {
             .unwrap();
         let db_url = with_db(&server.admin_url, &name);
         let mut config = Config::for_tests(db_url.clone());
+        let sandbox = sandbox().await;
+        point_at(&mut config, &sandbox);
+        if let Some(l) = &listener {
+            config.public_url = format!("http://{}", l.local_addr().unwrap());
+        }
         // Tests share two cores: keep each app's pool modest.
         tweak(&mut config);
         let pool = fitorder::db::pool_with(&db_url, config.db_pool_size, config.statement_timeout).unwrap();
@@ -214,7 +249,12 @@ impl TestApp {
         let db_url = db_url.clone();
         let state = AppState::with_keys(pool, config, keys, events, db_url.clone());
         let router = fitorder::http::router(state.clone());
+        if let Some(l) = listener {
+            let r = router.clone();
+            tokio::spawn(async move { axum::serve(l, r).await.unwrap() });
+        }
         TestApp {
+            sandbox,
             state,
             router,
             db_url,
@@ -226,6 +266,8 @@ impl TestApp {
     /// An app on a database the test made itself (not cloned, not dropped at the end).
     pub async fn on_database(url: &str, tweak: impl FnOnce(&mut Config)) -> TestApp {
         let mut config = Config::for_tests(url.to_string());
+        let sandbox = sandbox().await;
+        point_at(&mut config, &sandbox);
         tweak(&mut config);
         let pool = fitorder::db::pool(url, config.db_pool_size).unwrap();
         let keys = fitorder::payments::keys::ProviderKeys::load(&config).unwrap();
@@ -233,6 +275,7 @@ impl TestApp {
         let state = AppState::with_keys(pool, config, keys, events, url.to_string());
         let router = fitorder::http::router(state.clone());
         TestApp {
+            sandbox,
             state,
             router,
             db_url: url.to_string(),

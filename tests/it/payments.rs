@@ -268,7 +268,7 @@ async fn a_signature_made_by_openssl_verifies() {
         timestamp: Some(&ts.to_string()),
         nonce: Some("NONCE123"),
         signature: Some(&sig),
-        serial: Some("S"),
+        serial: Some(providers::WECHAT_PUBLIC_KEY_ID),
     };
     assert_eq!(
         fitorder::payments::wechat::verify(keys.wechat.as_ref().unwrap(), &h, body, ts),
@@ -517,7 +517,7 @@ async fn bodies_of_several_mib_get_413_and_unconfigured_providers_503() {
     assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
     let (status, _, _) = app.post("/pay/alipay/notify", &[], big).await;
     assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
-    let bare = TestApp::new().await;
+    let bare = TestApp::with_config(providers::unconfigure).await;
     let (status, _, body) = bare.post("/pay/wechat/notify", &[], b"{}".to_vec()).await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
     assert!(String::from_utf8_lossy(&body).contains("FAIL"));

@@ -19,7 +19,7 @@ fn refused(op: &str) -> &'static [Who] {
     use Who::*;
     match op {
         // The member app's own operations: members and staff at the desk.
-        "PlaceOrder" | "CheckIn" | "CancelMyOrder" | "CancelOrder" => &[Ops],
+        "PlaceOrder" | "StartPayment" | "CheckIn" | "CancelMyOrder" | "CancelOrder" => &[Ops],
         "MyAccount" | "Catalog" | "MyOrders" | "MyOrder" | "Orders" | "OrderChain" | "Member" | "Memberships" => &[],
         // Staff views and ops actions.
         "Tickets"

@@ -38,8 +38,13 @@ async fn place_with(app: &TestApp, s: &Studio, channel: Option<&str>, method: &s
     for (k, v) in extra.as_object().unwrap() {
         input[k] = v.clone();
     }
-    app.op(&app.member_token(&s.member), MEMBER_OPS, "PlaceOrder", json!({"input": input}))
-        .await
+    app.op(
+        &app.member_token(&s.member),
+        MEMBER_OPS,
+        "PlaceOrder",
+        json!({"input": input}),
+    )
+    .await
 }
 
 fn form(query: &str) -> Vec<(String, String)> {
@@ -51,7 +56,15 @@ async fn every_channel_opens_a_trade_that_carries_the_deadline_and_notify_url() 
     let app = TestApp::new().await;
     let s = app.studio(0, None, 3).await;
     let merchant = providers::merchant_public();
-    for channel in ["WECHAT_JSAPI", "WECHAT_NATIVE", "WECHAT_APP", "WECHAT_H5", "ALIPAY_APP", "ALIPAY_WAP", "ALIPAY_QR"] {
+    for channel in [
+        "WECHAT_JSAPI",
+        "WECHAT_NATIVE",
+        "WECHAT_APP",
+        "WECHAT_H5",
+        "ALIPAY_APP",
+        "ALIPAY_WAP",
+        "ALIPAY_QR",
+    ] {
         let extra = if channel == "WECHAT_JSAPI" {
             json!({"wechatOpenId": "oUpF8uMuAJO_M2pxb1Q9zNjWeS6o"})
         } else {
@@ -85,7 +98,11 @@ async fn every_channel_opens_a_trade_that_carries_the_deadline_and_notify_url() 
                     j["nonceStr"].as_str().unwrap(),
                     j["package"].as_str().unwrap()
                 );
-                assert!(crypto::verify(&merchant, message.as_bytes(), j["paySign"].as_str().unwrap()));
+                assert!(crypto::verify(
+                    &merchant,
+                    message.as_bytes(),
+                    j["paySign"].as_str().unwrap()
+                ));
             }
             "WECHAT_APP" => {
                 let a = &pay["wechatApp"];
@@ -98,18 +115,35 @@ async fn every_channel_opens_a_trade_that_carries_the_deadline_and_notify_url() 
                     a["nonceStr"].as_str().unwrap(),
                     a["prepayId"].as_str().unwrap()
                 );
-                assert!(crypto::verify(&merchant, message.as_bytes(), a["sign"].as_str().unwrap()));
+                assert!(crypto::verify(
+                    &merchant,
+                    message.as_bytes(),
+                    a["sign"].as_str().unwrap()
+                ));
             }
             "ALIPAY_APP" => {
                 let params = form(pay["alipayOrderString"].as_str().unwrap());
-                let get = |k: &str| params.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone()).unwrap_or_default();
+                let get = |k: &str| {
+                    params
+                        .iter()
+                        .find(|(n, _)| n == k)
+                        .map(|(_, v)| v.clone())
+                        .unwrap_or_default()
+                };
                 assert_eq!(get("method"), "alipay.trade.app.pay");
-                assert_eq!(get("notify_url"), format!("{}/pay/alipay/notify", app.state.config.public_url));
+                assert_eq!(
+                    get("notify_url"),
+                    format!("{}/pay/alipay/notify", app.state.config.public_url)
+                );
                 let biz: Value = serde_json::from_str(&get("biz_content")).unwrap();
                 assert_eq!(biz["out_trade_no"], no);
                 assert_eq!(biz["time_expire"], fitorder::payments::provider::alipay_time(expires));
                 // The gateway's rule: every non-empty parameter but sign, sign_type included.
-                assert!(crypto::verify(&merchant, gateway::request_content(&params).as_bytes(), &get("sign")));
+                assert!(crypto::verify(
+                    &merchant,
+                    gateway::request_content(&params).as_bytes(),
+                    &get("sign")
+                ));
                 // The Alipay app hands the order string to the sandbox as the real app would.
                 let resp = reqwest::Client::new()
                     .post(app.sandbox.alipay_app_pay_url())
@@ -139,7 +173,11 @@ async fn every_channel_opens_a_trade_that_carries_the_deadline_and_notify_url() 
         } else {
             "/pay/alipay/notify"
         };
-        assert_eq!(trade.notify_url, format!("{}{path}", app.state.config.public_url), "{channel}");
+        assert_eq!(
+            trade.notify_url,
+            format!("{}{path}", app.state.config.public_url),
+            "{channel}"
+        );
     }
     assert_eq!(app.sql_i64("SELECT count(*) AS v FROM payment_trades").await, 7);
 }
@@ -155,10 +193,18 @@ async fn asking_again_answers_the_same_trade_and_another_channel_shares_the_out_
     let again = app.op(&tok, MEMBER_OPS, "PlaceOrder", json!({"input": input})).await;
     let p1 = &first["data"]["placeOrder"]["payment"];
     assert_eq!(p1["channel"], "WECHAT_NATIVE", "the default channel");
-    assert_eq!(p1, &again["data"]["placeOrder"]["payment"], "a double tap answers the same trade");
+    assert_eq!(
+        p1, &again["data"]["placeOrder"]["payment"],
+        "a double tap answers the same trade"
+    );
     let no = p1["outTradeNo"].as_str().unwrap();
     let again = app
-        .op(&tok, MEMBER_OPS, "StartPayment", json!({"orderNo": no, "channel": "WECHAT_NATIVE"}))
+        .op(
+            &tok,
+            MEMBER_OPS,
+            "StartPayment",
+            json!({"orderNo": no, "channel": "WECHAT_NATIVE"}),
+        )
         .await;
     assert_eq!(&again["data"]["startPayment"], p1);
     let prepays = |kind: &str| {
@@ -169,6 +215,8 @@ async fn asking_again_answers_the_same_trade_and_another_channel_shares_the_out_
             .count()
     };
     assert_eq!(prepays("native"), 1, "one prepay however often the member asks");
+    // WeChat Pay keeps an out_trade_no to the trade type it was opened with (201 商户订单号重复):
+    // asking for another channel is answered with the channel to use, nothing is stored.
     let jsapi = app
         .op(
             &tok,
@@ -177,18 +225,50 @@ async fn asking_again_answers_the_same_trade_and_another_channel_shares_the_out_
             json!({"orderNo": no, "channel": "WECHAT_JSAPI", "wechatOpenId": "oUpF8uMuAJO_M2pxb1Q9zNjWeS6o"}),
         )
         .await;
-    assert_eq!(jsapi["data"]["startPayment"]["outTradeNo"], no);
-    assert!(jsapi["data"]["startPayment"]["wechatJsapi"]["paySign"].is_string(), "{jsapi:#}");
-    assert_eq!(prepays("jsapi"), 1);
+    assert_eq!(error_code(&jsapi), "CONFLICT", "{jsapi:#}");
+    assert!(
+        jsapi["errors"][0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("WECHAT_NATIVE"),
+        "{jsapi:#}"
+    );
+    assert_eq!(app.sql_i64("SELECT count(*) AS v FROM payment_trades").await, 1);
+    // Alipay takes the same out_trade_no through another cashier: QR first, then the WAP page.
+    let ali = place_with(&app, &s, Some("ALIPAY_QR"), "ALIPAY", json!({})).await;
+    let ali_no = ali["data"]["placeOrder"]["order"]["orderNo"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let wap = app
+        .op(
+            &tok,
+            MEMBER_OPS,
+            "StartPayment",
+            json!({"orderNo": ali_no, "channel": "ALIPAY_WAP"}),
+        )
+        .await;
+    assert_eq!(wap["data"]["startPayment"]["outTradeNo"], ali_no, "{wap:#}");
+    assert!(wap["data"]["startPayment"]["payUrl"].is_string());
     // A channel of the other provider is not this order's.
     let wrong = app
-        .op(&tok, MEMBER_OPS, "StartPayment", json!({"orderNo": no, "channel": "ALIPAY_QR"}))
+        .op(
+            &tok,
+            MEMBER_OPS,
+            "StartPayment",
+            json!({"orderNo": no, "channel": "ALIPAY_QR"}),
+        )
         .await;
     assert_eq!(error_code(&wrong), "BAD_USER_INPUT");
     // Another member's order is not found.
     let other = app.new_member(&s.store, 0).await;
     let theirs = app
-        .op(&app.member_token(&other), MEMBER_OPS, "StartPayment", json!({"orderNo": no, "channel": "WECHAT_NATIVE"}))
+        .op(
+            &app.member_token(&other),
+            MEMBER_OPS,
+            "StartPayment",
+            json!({"orderNo": no, "channel": "WECHAT_NATIVE"}),
+        )
         .await;
     assert_eq!(error_code(&theirs), "NOT_FOUND");
 }
@@ -199,15 +279,36 @@ async fn jsapi_needs_an_openid_and_remembers_it() {
     let s = app.studio(0, None, 3).await;
     let r = place_with(&app, &s, Some("WECHAT_JSAPI"), "WECHAT_PAY", json!({})).await;
     assert_eq!(error_code(&r), "BAD_USER_INPUT");
-    assert_eq!(app.sql_i64("SELECT count(*) AS v FROM orders").await, 0, "nothing is placed");
-    let bad = place_with(&app, &s, Some("WECHAT_JSAPI"), "WECHAT_PAY", json!({"wechatOpenId": "x'; --"})).await;
+    assert_eq!(
+        app.sql_i64("SELECT count(*) AS v FROM orders").await,
+        0,
+        "nothing is placed"
+    );
+    let bad = place_with(
+        &app,
+        &s,
+        Some("WECHAT_JSAPI"),
+        "WECHAT_PAY",
+        json!({"wechatOpenId": "x'; --"}),
+    )
+    .await;
     assert_eq!(error_code(&bad), "BAD_USER_INPUT");
-    let r = place_with(&app, &s, Some("WECHAT_JSAPI"), "WECHAT_PAY", json!({"wechatOpenId": "oOpenId_1"})).await;
+    let r = place_with(
+        &app,
+        &s,
+        Some("WECHAT_JSAPI"),
+        "WECHAT_PAY",
+        json!({"wechatOpenId": "oOpenId_1"}),
+    )
+    .await;
     assert!(r.get("errors").is_none(), "{r:#}");
     let r = place_with(&app, &s, Some("WECHAT_JSAPI"), "WECHAT_PAY", json!({})).await;
     assert!(r.get("errors").is_none(), "the openid was remembered: {r:#}");
     let no = r["data"]["placeOrder"]["order"]["orderNo"].as_str().unwrap();
-    assert_eq!(app.sandbox.trade("WECHAT_PAY", no).unwrap().payer_openid.as_deref(), Some("oOpenId_1"));
+    assert_eq!(
+        app.sandbox.trade("WECHAT_PAY", no).unwrap().payer_openid.as_deref(),
+        Some("oOpenId_1")
+    );
 }
 
 #[tokio::test]
@@ -224,7 +325,10 @@ async fn a_prepay_answer_signed_with_another_key_leaves_the_order_waiting_withou
         assert_eq!(e["extensions"]["code"], "INTERNAL");
         assert_eq!(e["extensions"]["reason"], "PROVIDER_UNAVAILABLE");
         assert_eq!(e["path"], json!(["placeOrder", "payment"]));
-        assert!(!e["message"].as_str().unwrap().contains("signature"), "no internals: {e}");
+        assert!(
+            !e["message"].as_str().unwrap().contains("signature"),
+            "no internals: {e}"
+        );
     }
     assert_eq!(app.sql_i64("SELECT count(*) AS v FROM payment_trades").await, 0);
     // The provider is trustworthy again: startPayment retries.
@@ -240,11 +344,21 @@ async fn a_prepay_answer_signed_with_another_key_leaves_the_order_waiting_withou
         .unwrap()
         .to_string();
     let r = app
-        .op(&app.member_token(&s.member), MEMBER_OPS, "StartPayment", json!({"orderNo": no, "channel": "WECHAT_NATIVE"}))
+        .op(
+            &app.member_token(&s.member),
+            MEMBER_OPS,
+            "StartPayment",
+            json!({"orderNo": no, "channel": "WECHAT_NATIVE"}),
+        )
         .await;
     let r = if r.get("errors").is_some() {
-        app.op(&app.member_token(&s.member), MEMBER_OPS, "StartPayment", json!({"orderNo": no, "channel": "ALIPAY_QR"}))
-            .await
+        app.op(
+            &app.member_token(&s.member),
+            MEMBER_OPS,
+            "StartPayment",
+            json!({"orderNo": no, "channel": "ALIPAY_QR"}),
+        )
+        .await
     } else {
         r
     };
@@ -280,62 +394,95 @@ async fn a_member_pays_at_the_cashier_and_the_signed_notification_pays_the_order
         ("WECHAT_H5", "MIXED", json!({"walletAmountCents": 1_000})),
     ] {
         let r = place_with(&app, &s, Some(channel), method, extra).await;
-        let no = r["data"]["placeOrder"]["order"]["orderNo"].as_str().unwrap().to_string();
+        let no = r["data"]["placeOrder"]["order"]["orderNo"]
+            .as_str()
+            .unwrap()
+            .to_string();
         app.sandbox.pay(provider_of(channel), &no).await.unwrap();
         let order = app.order(&no).await;
         assert_eq!(order["status"], "PAID", "{channel}: {order:#}");
         assert!(order["providerTxnId"].is_string());
     }
-    assert_eq!(app.sql_i64("SELECT frozen_cents AS v FROM members").await, 0, "the MIXED part was captured");
+    assert_eq!(
+        app.sql_i64("SELECT frozen_cents AS v FROM members").await,
+        0,
+        "the MIXED part was captured"
+    );
 }
 
 #[tokio::test]
 async fn expiry_waits_for_a_member_still_paying_and_believes_only_signed_answers() {
-    let app = TestApp::with_config(|c| c.order_timeout = Duration::from_millis(300)).await;
+    let app = TestApp::new().await;
     let s = app.studio(0, None, 3).await;
-    let no = app.buy(&s.member, &s.store, json!({"classPackId": s.pack}), "WECHAT_PAY").await;
-    tokio::time::sleep(Duration::from_millis(400)).await;
-    let api = app.state.providers.clone();
-    app.sandbox.set_state("WECHAT_PAY", &no, "USERPAYING");
-    fitorder::expiry::expire_due(&app.state, &api).await.unwrap();
-    assert_eq!(app.order(&no).await["status"], "WAIT_PAY", "USERPAYING is not unpaid: ask again first");
-    // A forged "SUCCESS" does not pay the order; without a trustworthy answer it is canceled,
-    // and the trade (which carries the same deadline) is not closed on a forged word either.
-    app.sandbox.set_state("WECHAT_PAY", &no, "SUCCESS");
-    app.sandbox.sign_answers_with_wrong_key(true);
-    tokio::time::sleep(Duration::from_millis(10)).await;
-    let (late, _) = {
-        let app_state = app.state.clone();
-        let mut conn = app_state.pool.get().await.unwrap();
-        use diesel_async::RunQueryDsl;
-        diesel::sql_query("UPDATE orders SET expires_at = now() - interval '10 minutes'")
+    // Time passes: the deadlines lie `minutes` back, and claims of earlier rounds have lapsed.
+    let due = |app: &TestApp, minutes: i64| {
+        let pool = app.state.pool.clone();
+        async move {
+            use diesel_async::RunQueryDsl;
+            let mut conn = pool.get().await.unwrap();
+            diesel::sql_query(format!(
+                "UPDATE orders SET expires_at = now() - interval '{minutes} minutes' WHERE status = 'WAIT_PAY'"
+            ))
             .execute(&mut conn)
             .await
             .unwrap();
-        (true, ())
+            diesel::sql_query("UPDATE expiry_claims SET claimed_until = now()")
+                .execute(&mut conn)
+                .await
+                .unwrap();
+        }
     };
-    assert!(late);
+    let no = app
+        .buy(&s.member, &s.store, json!({"classPackId": s.pack}), "WECHAT_PAY")
+        .await;
+    due(&app, 1).await;
+    let api = app.state.providers.clone();
+    app.sandbox.set_state("WECHAT_PAY", &no, "USERPAYING");
+    fitorder::expiry::expire_due(&app.state, &api).await.unwrap();
+    assert_eq!(
+        app.order(&no).await["status"],
+        "WAIT_PAY",
+        "USERPAYING is not unpaid: ask again first"
+    );
+    // A forged "SUCCESS" does not pay the order; without a trustworthy answer it is canceled
+    // (past the grace for members still paying), and the trade is not closed on a forged word.
+    app.sandbox.set_state("WECHAT_PAY", &no, "SUCCESS");
+    app.sandbox.sign_answers_with_wrong_key(true);
+    due(&app, 10).await;
     fitorder::expiry::expire_due(&app.state, &api).await.unwrap();
     let order = app.order(&no).await;
     assert_eq!(order["status"], "CANCELED", "{order:#}");
     assert!(order["paidAt"].is_null());
     // A second order: unpaid at the provider (signed) → closed there and canceled.
     app.sandbox.sign_answers_with_wrong_key(false);
-    let no2 = app.buy(&s.member, &s.store, json!({"classPackId": s.pack}), "ALIPAY").await;
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    let no2 = app
+        .buy(&s.member, &s.store, json!({"classPackId": s.pack}), "ALIPAY")
+        .await;
+    due(&app, 1).await;
     fitorder::expiry::expire_due(&app.state, &api).await.unwrap();
     assert_eq!(app.order(&no2).await["status"], "CANCELED");
-    assert_eq!(app.sandbox.trade("ALIPAY", &no2).unwrap().state, "TRADE_CLOSED");
+    let closes: Vec<_> = app
+        .sandbox
+        .calls()
+        .into_iter()
+        .filter(|c| c.api == "alipay.trade.close" && c.verified)
+        .collect();
+    assert_eq!(
+        closes.len(),
+        1,
+        "the unpaid trade is closed at the provider before the cancel"
+    );
 }
 
 #[tokio::test]
 async fn a_refund_is_done_only_when_the_provider_accepts_it_in_a_signed_answer() {
-    let app = TestApp::with_config(|c| c.retry_base = Duration::from_millis(50)).await;
+    let app = TestApp::served_with(|c| c.retry_base = Duration::from_millis(50)).await;
     let s = app.studio(0, None, 3).await;
-    let no = app.buy(&s.member, &s.store, json!({"classPackId": s.pack}), "WECHAT_PAY").await;
-    let trade_total = app.sql_i64("SELECT amount_cents AS v FROM orders").await;
-    let status = app.wechat_paid(&no, "4200000000000000000000000001", trade_total).await;
-    assert!(status.is_success());
+    let no = app
+        .buy(&s.member, &s.store, json!({"classPackId": s.pack}), "WECHAT_PAY")
+        .await;
+    app.sandbox.pay("WECHAT_PAY", &no).await.unwrap();
+    assert_eq!(app.order(&no).await["status"], "PAID");
     app.admin(
         "mutation($n: String!) { refundOrder(orderNo: $n, reason: \"member moved away\") { status } }",
         json!({"n": no}),
@@ -344,26 +491,22 @@ async fn a_refund_is_done_only_when_the_provider_accepts_it_in_a_signed_answer()
     app.sandbox.sign_answers_with_wrong_key(true);
     let worker = fitorder::compensation::worker::Worker::new(app.state.clone());
     worker.run_once().await.unwrap();
-    let refund = |app: &TestApp| {
-        let no = no.clone();
-        async move {
-            let o = app.order(&no).await;
-            o["compensation"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .find(|e| e["kind"] == "PROVIDER_REFUND")
-                .cloned()
-                .unwrap()
-        }
-    };
-    let e = refund(&app).await;
+    let e = provider_refund(&app, &no).await;
+    let last_error = app
+        .admin(
+            "query($n: String!) { compensationEvents(filter: {orderNo: $n, kind: [PROVIDER_REFUND]}) { edges { node { lastError } } } }",
+            json!({"n": no}),
+        )
+        .await["compensationEvents"]["edges"][0]["node"]["lastError"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
     assert_ne!(e["status"], "SUCCEEDED", "a forged acceptance is no acceptance: {e:#}");
-    assert!(e["lastError"].as_str().unwrap().contains("unsigned"), "{e:#}");
+    assert!(last_error.contains("unsigned"), "{last_error}");
     app.sandbox.sign_answers_with_wrong_key(false);
     tokio::time::sleep(Duration::from_millis(150)).await;
     worker.run_once().await.unwrap();
-    assert_eq!(refund(&app).await["status"], "SUCCEEDED");
+    assert_eq!(provider_refund(&app, &no).await["status"], "SUCCEEDED");
     let trade = app.sandbox.trade("WECHAT_PAY", &no).unwrap();
     assert_eq!(trade.refunds.len(), 1, "{trade:?}");
 }
@@ -380,4 +523,15 @@ async fn providers_configured_in_part_stop_the_start_naming_what_is_missing() {
     c.alipay.app_private_key = None;
     let err = fitorder::payments::keys::ProviderKeys::load(&c).err().expect("refused");
     assert!(format!("{err:#}").contains("ALIPAY_APP_PRIVATE_KEY"), "{err:#}");
+}
+
+async fn provider_refund(app: &TestApp, no: &str) -> Value {
+    let o = app.order(no).await;
+    o["compensation"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["kind"] == "PROVIDER_REFUND")
+        .cloned()
+        .unwrap_or_else(|| panic!("no PROVIDER_REFUND event: {o:#}"))
 }

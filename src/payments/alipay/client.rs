@@ -204,7 +204,12 @@ const DOWNLOAD_TIMEOUT: Duration = Duration::from_secs(600);
 impl Alipay {
     /// `alipay.data.dataservice.bill.downloadurl.query` (signed answer with a URL that lives
     /// about 30 s), then the zip from that URL.
-    async fn trade_bill(&self, date: chrono::NaiveDate, dir: &std::path::Path, trace: &str) -> Result<BillDownload, ProviderError> {
+    async fn trade_bill(
+        &self,
+        date: chrono::NaiveDate,
+        dir: &std::path::Path,
+        trace: &str,
+    ) -> Result<BillDownload, ProviderError> {
         for _ in 0..3 {
             let biz = json!({"bill_type": "trade", "bill_date": date.format("%Y-%m-%d").to_string()});
             let v = self
@@ -251,7 +256,9 @@ impl Alipay {
                 format: BillArchive::AlipayZip,
             });
         }
-        Err(ProviderError::Refused("the bill's download URL lapsed three times in a row".into()))
+        Err(ProviderError::Refused(
+            "the bill's download URL lapsed three times in a row".into(),
+        ))
     }
 }
 

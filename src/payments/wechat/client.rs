@@ -105,7 +105,12 @@ impl WechatPay {
             req = req.header("Content-Type", "application/json").body(payload);
         }
         let resp = req.send().await.map_err(|e| unreachable(&e, self.timeout))?;
-        let header = |name: &str| resp.headers().get(name).and_then(|v| v.to_str().ok()).map(str::to_string);
+        let header = |name: &str| {
+            resp.headers()
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string)
+        };
         let raw = Raw {
             status: resp.status().as_u16(),
             timestamp: header("Wechatpay-Timestamp"),
@@ -120,7 +125,13 @@ impl WechatPay {
 
     /// One signed call; the answer is returned only when its signature verifies. An unknown
     /// serial (a new platform certificate) triggers one rate-limited certificate refresh.
-    async fn call(&self, method: Method, path: &str, body: Option<Value>, trace: &str) -> Result<Answer, ProviderError> {
+    async fn call(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Value>,
+        trace: &str,
+    ) -> Result<Answer, ProviderError> {
         let raw = self.send(method, path, body, trace).await?;
         let serial = raw.serial.as_deref().unwrap_or_default();
         if self.keys.platform.key_for(serial).is_none() && !serial.is_empty() {
@@ -163,7 +174,14 @@ impl WechatPay {
         };
         let db = |e: &dyn std::fmt::Display| ProviderError::Unreachable(format!("database: {e}"));
         let mut conn = pool.get().await.map_err(|e| db(&e))?;
-        if forced && !self.keys.platform.may_force_refresh(&mut conn, chrono::Utc::now()).await.map_err(|e| db(&e))? {
+        if forced
+            && !self
+                .keys
+                .platform
+                .may_force_refresh(&mut conn, chrono::Utc::now())
+                .await
+                .map_err(|e| db(&e))?
+        {
             // Another instance (or this one, a moment ago) is fetching: take what it stored.
             let _ = self.keys.platform.reload(&mut conn).await;
             return Ok(0);
@@ -179,9 +197,12 @@ impl WechatPay {
         for c in &fetched {
             ring.insert_cert(c.clone());
         }
-        let (Some(ts), Some(nonce), Some(sig), Some(serial)) = (&raw.timestamp, &raw.nonce, &raw.signature, &raw.serial)
+        let (Some(ts), Some(nonce), Some(sig), Some(serial)) =
+            (&raw.timestamp, &raw.nonce, &raw.signature, &raw.serial)
         else {
-            return Err(ProviderError::Unsigned("/v3/certificates: no Wechatpay-Signature".into()));
+            return Err(ProviderError::Unsigned(
+                "/v3/certificates: no Wechatpay-Signature".into(),
+            ));
         };
         ring.verify(serial, ts, nonce, &raw.body, sig)
             .map_err(|e| ProviderError::Unsigned(format!("/v3/certificates: {e}")))?;
@@ -269,6 +290,10 @@ impl WechatPay {
                 t.trace_id,
             )
             .await?;
+        let message = answer.body["message"].as_str().unwrap_or_default();
+        if answer.code() == "OUT_TRADE_NO_USED" || message.contains("商户订单号重复") {
+            return Err(ProviderError::TradeTaken(message.to_string()));
+        }
         if answer.status != 200 {
             return Err(answer.refused());
         }
@@ -387,9 +412,17 @@ impl WechatPay {
     /// `GET /v3/bill/tradebill` (signed answer: the SHA1 and a short-lived `download_url`),
     /// then the download itself: a signed request whose answer WeChat does not sign — the SHA1
     /// of the unpacked bill is checked instead, by the reader.
-    async fn trade_bill(&self, date: chrono::NaiveDate, dir: &std::path::Path, trace: &str) -> Result<BillDownload, ProviderError> {
+    async fn trade_bill(
+        &self,
+        date: chrono::NaiveDate,
+        dir: &std::path::Path,
+        trace: &str,
+    ) -> Result<BillDownload, ProviderError> {
         for _ in 0..3 {
-            let path = format!("/v3/bill/tradebill?bill_date={}&bill_type=ALL&tar_type=GZIP", date.format("%Y-%m-%d"));
+            let path = format!(
+                "/v3/bill/tradebill?bill_date={}&bill_type=ALL&tar_type=GZIP",
+                date.format("%Y-%m-%d")
+            );
             let answer = self.call(Method::GET, &path, None, trace).await?;
             if answer.status != 200 {
                 return match answer.code() {
@@ -406,13 +439,19 @@ impl WechatPay {
                 answer.body["hash_type"].as_str(),
                 answer.body["hash_value"].as_str(),
             ) else {
-                return Err(ProviderError::Refused("the bill answer lacks download_url or its SHA1".into()));
+                return Err(ProviderError::Refused(
+                    "the bill answer lacks download_url or its SHA1".into(),
+                ));
             };
             // The signature covers the URL's path and query as the API sees them.
             let signed_path = url
                 .strip_prefix(&self.keys.api_base)
                 .map(str::to_string)
-                .or_else(|| reqwest::Url::parse(url).ok().map(|u| format!("{}{}", u.path(), u.query().map(|q| format!("?{q}")).unwrap_or_default())))
+                .or_else(|| {
+                    reqwest::Url::parse(url)
+                        .ok()
+                        .map(|u| format!("{}{}", u.path(), u.query().map(|q| format!("?{q}")).unwrap_or_default()))
+                })
                 .ok_or_else(|| ProviderError::Refused("the download_url is not a URL".into()))?;
             let ts = chrono::Utc::now().timestamp();
             let auth = signing::authorization(&self.merchant(), "GET", &signed_path, ts, &crypto::nonce(32), "");
@@ -435,10 +474,14 @@ impl WechatPay {
             stream_to_file(resp, &archive, DOWNLOAD_TIMEOUT).await?;
             return Ok(BillDownload::Downloaded {
                 archive,
-                format: BillArchive::WechatGzip { sha1: sha1.to_ascii_lowercase() },
+                format: BillArchive::WechatGzip {
+                    sha1: sha1.to_ascii_lowercase(),
+                },
             });
         }
-        Err(ProviderError::Refused("the bill's download URL lapsed three times in a row".into()))
+        Err(ProviderError::Refused(
+            "the bill's download URL lapsed three times in a row".into(),
+        ))
     }
 }
 

@@ -153,13 +153,16 @@ pub fn parse_alipay<R: BufRead>(
     Ok(summary)
 }
 
-/// Reads the rest of a total line after `#交易合计`/`#退款合计`, e.g. `：3笔，商家实收共300.00元，
-/// 商家优惠共0.00元`, into the count and the 商家实收 amount in cents. Tolerates a half-width colon
-/// and spaces.
+/// Reads the rest of a total line after `#交易合计`/`#退款合计` into the count and the 商家实收 amount
+/// in cents: `：6笔，商家实收共0.06元，商家优惠共0.00元` and, as the real bill words its refund
+/// total, `：4笔，商家实收退款共-0.04元，商家优惠退款共0.00元`. Tolerates a half-width colon and
+/// spaces.
 fn parse_alipay_total(total: &str) -> Option<(usize, i64)> {
     let rest = total.trim_start_matches(['：', ':', ' ']);
     let (count, rest) = rest.split_once('笔')?;
-    let (_, rest) = rest.split_once("商家实收共")?;
+    let (_, rest) = rest
+        .split_once("商家实收共")
+        .or_else(|| rest.split_once("商家实收退款共"))?;
     let (received, _) = rest.split_once('元')?;
     Some((count.trim().parse().ok()?, parse_yuan(received)?))
 }

@@ -34,6 +34,8 @@
 
 mod alipay;
 #[cfg(test)]
+mod samples;
+#[cfg(test)]
 mod tests;
 mod text;
 mod wechat;

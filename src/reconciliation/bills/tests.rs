@@ -125,12 +125,12 @@ fn wechat_writes_the_provider_format() {
         lines[1]
     );
     assert!(lines[1].contains(",`0.60000,`0.60%,`100.00,`0.00,`"), "{}", lines[1]);
-    assert!(lines[3].contains(",`REFUND,`OTHERS,`CNY,`50.00,`0.00,`50300001234567890,`RF202611290000000001,`50.00,"));
+    assert!(lines[3].contains(",`REFUND,`OTHERS,`CNY,`0.00,`0.00,`50300001234567890,`RF202611290000000001,`50.00,"));
     assert_eq!(
         lines[5],
         "总交易单数,应结订单总金额,退款总金额,充值券退款总金额,手续费总金额,订单总金额,申请退款总金额"
     );
-    assert_eq!(lines[6], "`4,`293.44,`50.00,`0.00,`1.04070,`293.44,`50.00");
+    assert_eq!(lines[6], "`4,`243.44,`50.00,`0.00,`1.04070,`243.44,`50.00");
 }
 
 #[test]
@@ -224,10 +224,10 @@ fn wechat_summary_mismatch_is_an_error() {
         run(Provider::WechatPay, wrong_count.as_bytes()).unwrap_err(),
         err(7, "the summary says 5 rows, the bill has 4")
     );
-    let wrong_settle = edit(&text, 7, |l| l.replacen("`293.44", "`293.45", 1));
+    let wrong_settle = edit(&text, 7, |l| l.replacen("`243.44", "`243.45", 1));
     assert_eq!(
         run(Provider::WechatPay, wrong_settle.as_bytes()).unwrap_err(),
-        err(7, "the summary says 应结订单总金额 293.45, the rows add up to 293.44")
+        err(7, "the summary says 应结订单总金额 243.45, the rows add up to 243.44")
     );
     let wrong_refund = edit(&text, 7, |l| l.replacen("`50.00", "`0.00", 1));
     assert_eq!(
@@ -375,7 +375,10 @@ fn alipay_writes_the_provider_format() {
         lines[7]
     );
     assert_eq!(lines[10], "#交易合计：2笔，商家实收共223.45元，商家优惠共0.00元");
-    assert_eq!(lines[11], "#退款合计：1笔，商家实收共-50.00元，商家优惠共0.00元");
+    assert_eq!(
+        lines[11],
+        "#退款合计：1笔，商家实收退款共-50.00元，商家优惠退款共0.00元"
+    );
 }
 
 #[test]

@@ -133,10 +133,32 @@ impl Header {
 
     /// The column called `name`; its first occurrence if the header repeats it.
     pub(super) fn col(&self, name: &'static str) -> Result<Col, BillError> {
-        match self.names.iter().position(|n| n == name) {
-            Some(idx) => Ok(Col { name, idx }),
-            None => Err(BillError::new(self.line, format!("missing column {name}"))),
-        }
+        self.find(name)
+            .ok_or_else(|| BillError::new(self.line, format!("missing column {name}")))
+    }
+
+    /// The column called `name`, if the header has it.
+    pub(super) fn find(&self, name: &'static str) -> Option<Col> {
+        self.names.iter().position(|n| n == name).map(|idx| Col { name, idx })
+    }
+
+    /// The first of `names` (one column under the names different versions gave it) that the
+    /// header has.
+    pub(super) fn find_of(&self, names: &[&'static str]) -> Option<Col> {
+        names.iter().find_map(|name| self.find(name))
+    }
+
+    /// As [`Header::find_of`]; missing, the error names the first name and the others.
+    pub(super) fn col_of(&self, names: &[&'static str]) -> Result<Col, BillError> {
+        self.find_of(names).ok_or_else(|| {
+            let others = names[1..].join(" or ");
+            let or = if others.is_empty() {
+                String::new()
+            } else {
+                format!(" (or {others})")
+            };
+            BillError::new(self.line, format!("missing column {}{or}", names[0]))
+        })
     }
 }
 

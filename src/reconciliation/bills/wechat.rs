@@ -1,4 +1,6 @@
-//! The WeChat Pay trade bill (交易账单).
+//! The WeChat Pay trade bill (交易账单), in every shape the samples show: the v3 ALL (27 columns),
+//! SUCCESS (20) and REFUND (29) bills with their 7-field summary, and the older v2 bills (24/26
+//! columns: 总金额 and 企业红包 instead of 应结订单金额 and 充值券) with a 5-field summary.
 
 use std::borrow::Cow;
 use std::io::BufRead;
@@ -9,16 +11,73 @@ use super::{BillError, BillKind, BillRow, BillSummary};
 /// The first cell of the summary header line that ends a WeChat trade bill.
 const WECHAT_SUMMARY_START: &str = "总交易单数";
 
-/// The WeChat columns reconciliation reads.
+/// A summary total and the row column it adds up, each under its v3 name and then its v2 name.
+struct Total {
+    summary: &'static [&'static str],
+    column: &'static [&'static str],
+    /// 手续费 has five decimals; everything else is yuan with two.
+    fee: bool,
+    /// A summary without this total is not a trade bill's summary.
+    required: bool,
+}
+
+/// Every total of both summaries. A total whose row column the bill lacks (the SUCCESS bill has
+/// no refund columns) adds up to zero.
+const TOTALS: [Total; 6] = [
+    Total {
+        summary: &["应结订单总金额", "总交易额"],
+        column: &["应结订单金额", "总金额"],
+        fee: false,
+        required: true,
+    },
+    Total {
+        summary: &["退款总金额", "总退款金额"],
+        column: &["退款金额"],
+        fee: false,
+        required: true,
+    },
+    Total {
+        summary: &["充值券退款总金额", "总企业红包退款金额"],
+        column: &["充值券退款金额", "企业红包退款金额"],
+        fee: false,
+        required: false,
+    },
+    Total {
+        summary: &["手续费总金额"],
+        column: &["手续费"],
+        fee: true,
+        required: false,
+    },
+    Total {
+        summary: &["订单总金额"],
+        column: &["订单金额"],
+        fee: false,
+        required: false,
+    },
+    Total {
+        summary: &["申请退款总金额"],
+        column: &["申请退款金额"],
+        fee: false,
+        required: false,
+    },
+];
+
+/// The WeChat columns reconciliation reads. The refund columns are optional: the SUCCESS bill has
+/// none, and a REFUND row in a bill without them is an error naming the column.
 struct WechatColumns {
     time: Col,
     txn: Col,
     out_trade_no: Col,
     state: Col,
+    /// 应结订单金额 (v3) or 总金额 (v2).
     settle: Col,
-    refund_id: Col,
-    refund_no: Col,
-    refund_amount: Col,
+    refund_id: Option<Col>,
+    refund_no: Option<Col>,
+    refund_amount: Option<Col>,
+    /// 退款成功时间: only in the REFUND bill, whose 交易时间 is the payment's time.
+    refund_time: Option<Col>,
+    /// The row column of each of [`TOTALS`], when the bill has it.
+    totals: Vec<Option<Col>>,
 }
 
 impl WechatColumns {
@@ -28,16 +87,19 @@ impl WechatColumns {
             txn: header.col("微信订单号")?,
             out_trade_no: header.col("商户订单号")?,
             state: header.col("交易状态")?,
-            settle: header.col("应结订单金额")?,
-            refund_id: header.col("微信退款单号")?,
-            refund_no: header.col("商户退款单号")?,
-            refund_amount: header.col("退款金额")?,
+            settle: header.col_of(&["应结订单金额", "总金额"])?,
+            refund_id: header.find("微信退款单号"),
+            refund_no: header.find("商户退款单号"),
+            refund_amount: header.find("退款金额"),
+            refund_time: header.find("退款成功时间"),
+            totals: TOTALS.iter().map(|t| header.find_of(t.column)).collect(),
         })
     }
 
-    /// Parses one data row (already checked to have the header's width). Also returns the row's
-    /// 应结订单金额 and 退款金额, which the summary totals are made of whatever the row's kind.
-    fn row(&self, cells: &[Cow<'_, str>], line: usize) -> Result<(BillRow, i64, i64), BillError> {
+    /// Parses one data row (already checked to have the header's width). Also returns, for each
+    /// of [`TOTALS`], the row's value (0 where the bill lacks the column): the summary adds
+    /// them up over every row, whatever its kind.
+    fn row(&self, cells: &[Cow<'_, str>], line: usize) -> Result<(BillRow, Vec<i64>), BillError> {
         let get = |col: &Col| clean(&cells[col.idx]);
         // The bill only ever holds these three states; anything else means the file is not what
         // we think it is, and guessing could hide money.
@@ -47,41 +109,58 @@ impl WechatColumns {
             "REVOKED" => BillKind::Other,
             other => return Err(BillError::new(line, format!("交易状态 \"{other}\" is unknown"))),
         };
+        let mut values = Vec::with_capacity(TOTALS.len());
+        for (total, col) in TOTALS.iter().zip(&self.totals) {
+            values.push(match col {
+                None => 0,
+                Some(col) if total.fee => fee(get(col), col.name, line)?,
+                Some(col) => amount(get(col), col.name, line)?,
+            });
+        }
         let settle = amount(get(&self.settle), self.settle.name, line)?;
-        let refunded = amount(get(&self.refund_amount), self.refund_amount.name, line)?;
         let out_trade_no = get(&self.out_trade_no);
         if kind != BillKind::Other && out_trade_no.is_empty() {
             return Err(BillError::new(line, "商户订单号 is empty"));
         }
-        // Payment rows carry "0" in the refund id columns.
-        let refund_id = |col: &Col| {
-            let value = get(col);
-            (kind == BillKind::Refund && !value.is_empty() && value != "0").then(|| value.to_owned())
+        let needed = |col: &Option<Col>, name: &str| {
+            col.as_ref()
+                .map(|c| get(c))
+                .ok_or_else(|| BillError::new(line, format!("a REFUND row, but the bill has no column {name}")))
         };
-        let row = BillRow {
+        // Payment rows carry "0" in the refund id columns.
+        let refund_id = |value: &str| (!value.is_empty() && value != "0").then(|| value.to_owned());
+        let mut row = BillRow {
             line,
-            amount_cents: if kind == BillKind::Refund {
-                refunded.abs()
-            } else {
-                settle
-            },
+            amount_cents: settle,
             out_trade_no: out_trade_no.to_owned(),
             provider_txn_id: get(&self.txn).to_owned(),
-            refund_no: refund_id(&self.refund_no),
-            provider_refund_id: refund_id(&self.refund_id),
+            refund_no: None,
+            provider_refund_id: None,
             trade_time: time(get(&self.time), self.time.name, line)?,
             kind,
         };
-        Ok((row, settle, refunded))
+        if row.kind == BillKind::Refund {
+            // A refund row's money is in 退款金额; its 应结订单金额 is 0.00.
+            row.amount_cents = amount(needed(&self.refund_amount, "退款金额")?, "退款金额", line)?.abs();
+            row.refund_no = refund_id(needed(&self.refund_no, "商户退款单号")?);
+            row.provider_refund_id = self.refund_id.as_ref().and_then(|c| refund_id(get(c)));
+            if let Some(col) = &self.refund_time {
+                if let Some(at) = time(get(col), col.name, line)? {
+                    row.trade_time = Some(at);
+                }
+            }
+        }
+        Ok((row, values))
     }
 }
 
-/// Reads a WeChat Pay trade bill (交易账单). See [`parse`].
+/// Reads a WeChat Pay trade bill (交易账单). See [`super::parse`].
 ///
 /// Layout: a header line, data rows whose cells are prefixed with a backtick, a summary header
 /// line starting with `总交易单数` and one summary values line. The summary is checked: 总交易单数
-/// against the number of rows, 应结订单总金额 against the sum of 应结订单金额 over all rows, and
-/// 退款总金额 against the sum of 退款金额. Only blank lines may follow the summary.
+/// against the number of rows, and each total it has (应结订单总金额/总交易额, 退款总金额/总退款金额,
+/// 充值券退款总金额/总企业红包退款金额, 手续费总金额, 订单总金额, 申请退款总金额) against the sum of its
+/// column over all rows. Only blank lines may follow the summary.
 pub fn parse_wechat<R: BufRead>(
     input: R,
     mut row: impl FnMut(BillRow) -> Result<(), String>,
@@ -101,7 +180,7 @@ pub fn parse_wechat<R: BufRead>(
     let cols = WechatColumns::find(&header)?;
 
     let mut summary = BillSummary::default();
-    let (mut settle_total, mut refund_total) = (0i64, 0i64);
+    let mut sums = [0i64; TOTALS.len()];
     let summary_header = loop {
         let Some((n, bytes)) = lines.next_line()? else {
             return Err(BillError::new(lines.eof_line(), "truncated: no summary line"));
@@ -115,16 +194,23 @@ pub fn parse_wechat<R: BufRead>(
             break Header::parse(&text, n);
         }
         let cells = cells_for(&text, header.width(), n)?;
-        let (bill_row, settle, refunded) = cols.row(&cells, n)?;
-        add_cents(&mut settle_total, settle, n)?;
-        add_cents(&mut refund_total, refunded, n)?;
+        let (bill_row, values) = cols.row(&cells, n)?;
+        for (sum, value) in sums.iter_mut().zip(values) {
+            add_cents(sum, value, n)?;
+        }
         deliver(&mut summary, bill_row, &mut row)?;
     };
 
     let count_col = summary_header.col(WECHAT_SUMMARY_START)?;
-    let settle_col = summary_header.col("应结订单总金额")?;
-    let refund_col = summary_header.col("退款总金额")?;
-    let (line, count, settle, refund) = loop {
+    let mut total_cols = Vec::with_capacity(TOTALS.len());
+    for total in &TOTALS {
+        total_cols.push(if total.required {
+            Some(summary_header.col_of(total.summary)?)
+        } else {
+            summary_header.find_of(total.summary)
+        });
+    }
+    let (line, cells) = loop {
         let Some((n, bytes)) = lines.next_line()? else {
             return Err(BillError::new(
                 lines.eof_line(),
@@ -135,23 +221,38 @@ pub fn parse_wechat<R: BufRead>(
         if text.trim().is_empty() {
             continue;
         }
-        let cells = cells_for(&text, summary_header.width(), n)?;
-        let count = clean(&cells[count_col.idx]);
-        let count = count
-            .parse::<usize>()
-            .map_err(|_| BillError::new(n, format!("{} \"{count}\" is not a number", count_col.name)))?;
-        let settle = amount(clean(&cells[settle_col.idx]), settle_col.name, n)?;
-        let refund = amount(clean(&cells[refund_col.idx]), refund_col.name, n)?;
-        break (n, count, settle, refund);
+        let cells: Vec<String> = cells_for(&text, summary_header.width(), n)?
+            .iter()
+            .map(|c| clean(c).to_owned())
+            .collect();
+        break (n, cells);
     };
+    let count = &cells[count_col.idx];
+    let count = count
+        .parse::<usize>()
+        .map_err(|_| BillError::new(line, format!("{} \"{count}\" is not a number", count_col.name)))?;
+    // Read every total before comparing, so a malformed one is reported as such.
+    let mut said = Vec::with_capacity(TOTALS.len());
+    for (total, col) in TOTALS.iter().zip(&total_cols) {
+        said.push(match col {
+            None => None,
+            Some(col) if total.fee => Some((col, fee(&cells[col.idx], col.name, line)?)),
+            Some(col) => Some((col, amount(&cells[col.idx], col.name, line)?)),
+        });
+    }
     if count != summary.rows {
         return Err(BillError::new(
             line,
             format!("the summary says {count} rows, the bill has {}", summary.rows),
         ));
     }
-    check_total(line, settle_col.name, settle, settle_total)?;
-    check_total(line, refund_col.name, refund, refund_total)?;
+    for ((total, said), rows) in TOTALS.iter().zip(said).zip(sums) {
+        match said {
+            None => {}
+            Some((col, said)) if total.fee => check_fee(line, col.name, said, rows)?,
+            Some((col, said)) => check_total(line, col.name, said, rows)?,
+        }
+    }
 
     // Anything after the summary (a second bill pasted on, a half-written row) is suspicious.
     while let Some((n, bytes)) = lines.next_line()? {
@@ -160,4 +261,71 @@ pub fn parse_wechat<R: BufRead>(
         }
     }
     Ok(summary)
+}
+
+/// A 手续费 cell in units of 0.00001 yuan (`0.01000` → 1000); empty counts as zero.
+pub(super) fn fee(value: &str, column: &str, line: usize) -> Result<i64, BillError> {
+    fee_units(value).ok_or_else(|| BillError::new(line, format!("{column} \"{value}\" is not an amount")))
+}
+
+fn fee_units(value: &str) -> Option<i64> {
+    if value.is_empty() {
+        return Some(0);
+    }
+    let (neg, digits) = match value.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, value),
+    };
+    let (whole, frac) = digits.split_once('.').unwrap_or((digits, ""));
+    let all_digits = |s: &str| s.bytes().all(|b| b.is_ascii_digit());
+    if whole.is_empty() || whole.len() > 12 || frac.len() > 5 || !all_digits(whole) || !all_digits(frac) {
+        return None;
+    }
+    let frac: i64 = format!("{frac:0<5}").parse().ok()?;
+    let units = whole.parse::<i64>().ok()? * 100_000 + frac;
+    Some(if neg { -units } else { units })
+}
+
+/// Formats units of 0.00001 yuan as WeChat writes fees (`1000` → `"0.01000"`).
+fn format_fee_units(units: i64) -> String {
+    let sign = if units < 0 { "-" } else { "" };
+    let abs = units.unsigned_abs();
+    format!("{sign}{}.{:05}", abs / 100_000, abs % 100_000)
+}
+
+fn check_fee(line: usize, what: &str, said: i64, rows: i64) -> Result<(), BillError> {
+    if said == rows {
+        return Ok(());
+    }
+    Err(BillError::new(
+        line,
+        format!(
+            "the summary says {what} {}, the rows add up to {}",
+            format_fee_units(said),
+            format_fee_units(rows)
+        ),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fees_have_five_decimals() {
+        for (text, units) in [
+            ("0.00000", 0),
+            ("0.01000", 1000),
+            ("-0.6", -60000),
+            ("12", 1_200_000),
+            ("", 0),
+        ] {
+            assert_eq!(fee_units(text), Some(units), "{text}");
+        }
+        for bad in ["0.000001", "x", "1.2.3", "-", ".5", "0.0000a"] {
+            assert_eq!(fee_units(bad), None, "{bad}");
+        }
+        assert_eq!(format_fee_units(-60000), "-0.60000");
+        assert_eq!(format_fee_units(1000), "0.01000");
+    }
 }

@@ -44,8 +44,8 @@ pub(super) const WECHAT_HEADER: [&str; 27] = [
 
 /// Writes a WeChat trade bill in the provider's format (backticks, yuan, summary lines).
 ///
-/// Payment rows are written `SUCCESS`, refund rows `REFUND` (the amount goes to both 应结订单金额
-/// and 退款金额, so parsing gives back the refund amount), other rows `REVOKED`. The fee is the
+/// Payment rows are written `SUCCESS`, refund rows `REFUND` as WeChat writes them (应结订单金额 and
+/// 订单金额 `0.00`, the amount in 退款金额 and 申请退款金额), other rows `REVOKED`. The fee is the
 /// usual 0.6 %, negative on refunds, with WeChat's five decimals. Output is buffered internally.
 pub fn write_wechat_bill<W: Write>(out: W, rows: &[BillRow], crlf: bool, bom: bool) -> io::Result<()> {
     let mut out = BufWriter::new(out);
@@ -66,7 +66,10 @@ pub fn write_wechat_bill<W: Write>(out: W, rows: &[BillRow], crlf: bool, bom: bo
             BillKind::Refund => -row.amount_cents * 6,
             BillKind::Other => 0,
         };
-        settle_total += row.amount_cents;
+        let settle = if is_refund { "0.00".to_owned() } else { amount.clone() };
+        if !is_refund {
+            settle_total += row.amount_cents;
+        }
         fee_total += fee;
         let (refund_id, refund_no, refund_amount, refund_type, refund_state) = if is_refund {
             refund_total += row.amount_cents;
@@ -101,7 +104,7 @@ pub fn write_wechat_bill<W: Write>(out: W, rows: &[BillRow], crlf: bool, bom: bo
             state,
             "OTHERS",
             "CNY",
-            &amount,
+            &settle,
             "0.00",
             refund_id,
             refund_no,
@@ -113,7 +116,7 @@ pub fn write_wechat_bill<W: Write>(out: W, rows: &[BillRow], crlf: bool, bom: bo
             "",
             &fee,
             "0.60%",
-            &amount,
+            &settle,
             refund_amount,
             "",
         ];
@@ -282,7 +285,7 @@ pub(super) fn write_alipay_bill<W: Write>(out: W, rows: &[BillRow], gbk: bool) -
         format_yuan(paid)
     ))?;
     line(&format!(
-        "#退款合计：{refunds}笔，商家实收共{}元，商家优惠共0.00元",
+        "#退款合计：{refunds}笔，商家实收退款共{}元，商家优惠退款共0.00元",
         format_yuan(refunded)
     ))?;
     line(&format!("#导出时间：[{} 09:00:00]", date(next_day)))?;

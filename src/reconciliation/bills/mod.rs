@@ -33,6 +33,7 @@
 //!   (truncation) name the line after the last one.
 
 mod alipay;
+pub mod archive;
 #[cfg(test)]
 mod samples;
 #[cfg(test)]
@@ -46,6 +47,7 @@ use std::io::BufRead;
 use chrono::NaiveDateTime;
 
 pub use alipay::parse_alipay;
+pub use archive::{save_wechat_bill, unpack_alipay_zip, unpack_wechat_gz, ArchiveError, Unpacked};
 pub use wechat::parse_wechat;
 pub use write::write_wechat_bill;
 

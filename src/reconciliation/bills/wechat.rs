@@ -124,7 +124,7 @@ impl WechatColumns {
         }
         let needed = |col: &Option<Col>, name: &str| {
             col.as_ref()
-                .map(|c| get(c))
+                .map(&get)
                 .ok_or_else(|| BillError::new(line, format!("a REFUND row, but the bill has no column {name}")))
         };
         // Payment rows carry "0" in the refund id columns.

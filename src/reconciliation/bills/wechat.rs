@@ -69,8 +69,6 @@ struct WechatColumns {
     txn: Col,
     out_trade_no: Col,
     state: Col,
-    /// 应结订单金额 (v3) or 总金额 (v2).
-    settle: Col,
     refund_id: Option<Col>,
     refund_no: Option<Col>,
     refund_amount: Option<Col>,
@@ -82,24 +80,26 @@ struct WechatColumns {
 
 impl WechatColumns {
     fn find(header: &Header) -> Result<Self, BillError> {
-        Ok(WechatColumns {
+        let cols = WechatColumns {
             time: header.col("交易时间")?,
             txn: header.col("微信订单号")?,
             out_trade_no: header.col("商户订单号")?,
             state: header.col("交易状态")?,
-            settle: header.col_of(&["应结订单金额", "总金额"])?,
             refund_id: header.find("微信退款单号"),
             refund_no: header.find("商户退款单号"),
             refund_amount: header.find("退款金额"),
             refund_time: header.find("退款成功时间"),
             totals: TOTALS.iter().map(|t| header.find_of(t.column)).collect(),
-        })
+        };
+        // 应结订单金额 (v3) or 总金额 (v2) is needed; it is read as the first of TOTALS.
+        header.col_of(TOTALS[0].column)?;
+        Ok(cols)
     }
 
     /// Parses one data row (already checked to have the header's width). Also returns, for each
     /// of [`TOTALS`], the row's value (0 where the bill lacks the column): the summary adds
     /// them up over every row, whatever its kind.
-    fn row(&self, cells: &[Cow<'_, str>], line: usize) -> Result<(BillRow, Vec<i64>), BillError> {
+    fn row(&self, cells: &[Cow<'_, str>], line: usize) -> Result<(BillRow, [i64; TOTALS.len()]), BillError> {
         let get = |col: &Col| clean(&cells[col.idx]);
         // The bill only ever holds these three states; anything else means the file is not what
         // we think it is, and guessing could hide money.
@@ -109,15 +109,16 @@ impl WechatColumns {
             "REVOKED" => BillKind::Other,
             other => return Err(BillError::new(line, format!("交易状态 \"{other}\" is unknown"))),
         };
-        let mut values = Vec::with_capacity(TOTALS.len());
-        for (total, col) in TOTALS.iter().zip(&self.totals) {
-            values.push(match col {
+        let mut values = [0i64; TOTALS.len()];
+        for ((total, col), value) in TOTALS.iter().zip(&self.totals).zip(&mut values) {
+            *value = match col {
                 None => 0,
                 Some(col) if total.fee => fee(get(col), col.name, line)?,
                 Some(col) => amount(get(col), col.name, line)?,
-            });
+            };
         }
-        let settle = amount(get(&self.settle), self.settle.name, line)?;
+        // TOTALS[0] is 应结订单金额/总金额, the `settle` column; TOTALS[1] is 退款金额.
+        let (settle, refunded) = (values[0], values[1]);
         let out_trade_no = get(&self.out_trade_no);
         if kind != BillKind::Other && out_trade_no.is_empty() {
             return Err(BillError::new(line, "商户订单号 is empty"));
@@ -141,7 +142,8 @@ impl WechatColumns {
         };
         if row.kind == BillKind::Refund {
             // A refund row's money is in 退款金额; its 应结订单金额 is 0.00.
-            row.amount_cents = amount(needed(&self.refund_amount, "退款金额")?, "退款金额", line)?.abs();
+            needed(&self.refund_amount, "退款金额")?;
+            row.amount_cents = refunded.abs();
             row.refund_no = refund_id(needed(&self.refund_no, "商户退款单号")?);
             row.provider_refund_id = self.refund_id.as_ref().and_then(|c| refund_id(get(c)));
             if let Some(col) = &self.refund_time {
@@ -281,7 +283,12 @@ fn fee_units(value: &str) -> Option<i64> {
     if whole.is_empty() || whole.len() > 12 || frac.len() > 5 || !all_digits(whole) || !all_digits(frac) {
         return None;
     }
-    let frac: i64 = format!("{frac:0<5}").parse().ok()?;
+    // Digits only (checked above), so this is the fraction scaled to five places.
+    let frac = frac
+        .bytes()
+        .chain(std::iter::repeat(b'0'))
+        .take(5)
+        .fold(0i64, |n, d| n * 10 + i64::from(d - b'0'));
     let units = whole.parse::<i64>().ok()? * 100_000 + frac;
     Some(if neg { -units } else { units })
 }

@@ -75,7 +75,7 @@ impl AlipayColumns {
     }
 }
 
-/// Reads an Alipay business detail bill (支付宝业务明细), UTF-8 or GBK. See [`parse`].
+/// Reads an Alipay business detail bill (支付宝业务明细), UTF-8 or GBK. See [`super::parse`].
 ///
 /// Layout: `#` comment lines, a header row, data rows (identifier cells end with a tab), then `#`
 /// lines including `#交易合计：N笔，商家实收共X元，…` and `#退款合计：…`. The 交易 total line must be

@@ -1,6 +1,11 @@
 //! Streaming parsers (and writers, for tests and benchmarks) of the payment providers' daily bills:
 //! the WeChat Pay trade bill (交易账单) and the Alipay business detail (支付宝业务明细).
 //!
+//! `text` is the line and CSV reader both share, `wechat` and `alipay` are the two formats (in
+//! every shape the real samples in `../shared/provider-samples/` show, each parsed by a test in
+//! `samples`), `write` writes bills for tests and the bench, and [`archive`] unpacks what the
+//! providers' download URLs deliver (gzip, zip) into the file a run reads.
+//!
 //! # Decisions
 //!
 //! * **Bounded memory.** A bill can hold a million rows, so it is read line by line from a
@@ -26,7 +31,7 @@
 //!   choice is sticky once a line containing non-ASCII text decided it, so a GBK byte sequence
 //!   that happens to be valid UTF-8 later in a GBK file is still read as GBK, and an undecodable
 //!   line in a UTF-8 file is reported rather than guessed at. A UTF-8 BOM on line 1 is skipped.
-//! * **Money** is integer cents, parsed with [`parse_yuan`], never through floating point. Empty
+//! * **Money** is integer cents, parsed with [`crate::domain::money::parse_yuan`], never through floating point. Empty
 //!   amount cells count as zero. Refund amounts are reported positive, whatever sign the provider
 //!   uses.
 //! * **Line numbers** are 1-based physical lines of the file; errors about the end of the file

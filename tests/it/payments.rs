@@ -560,7 +560,7 @@ async fn callback_evidence_commits_asynchronously_and_business_synchronously() {
 /// An Alipay notification signed here by the rule Alipay documents for RSA2 notifications
 /// (apart from the project's signing code): every field but `sign` and `sign_type`, sorted by
 /// key, joined as `k=v` with `&`, SHA256withRSA with the test Alipay key, base64.
-fn alipay_signed(fields: &[(&str, &str)]) -> String {
+pub fn alipay_signed(fields: &[(&str, &str)]) -> String {
     use base64::Engine;
     use rsa::signature::{SignatureEncoding, Signer};
     let mut all: Vec<(String, String)> = [
@@ -591,7 +591,7 @@ fn alipay_signed(fields: &[(&str, &str)]) -> String {
 
 /// Alipay's refund notification for `no`: the trade's status after it, the trade's refunded
 /// total and our refund number.
-fn alipay_refunded(no: &str, trade_no: &str, status: &str, refund_fee: &str, out_biz_no: &str) -> String {
+pub fn alipay_refunded(no: &str, trade_no: &str, status: &str, refund_fee: &str, out_biz_no: &str) -> String {
     let mut fields = vec![
         ("out_trade_no", no),
         ("trade_no", trade_no),

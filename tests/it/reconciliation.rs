@@ -683,7 +683,7 @@ async fn bill_refunds_we_asked_for_match_whatever_their_status_and_others_are_fi
 async fn an_alipay_day_with_refund_rows_matches_them_by_request_number() {
     let b = books().await;
     let mut rows = vec![];
-    for (i, refund) in [Some(3_000), None, Some(1_000)].into_iter().enumerate() {
+    for (i, refund) in [Some(3_000), None, Some(1_000), Some(2_000)].into_iter().enumerate() {
         let no = b.order("ALIPAY").await;
         let txn = format!("202612012200140000000000{i:04}");
         let form = providers::alipay().payment(&no, &txn, "TRADE_SUCCESS", "100.00");
@@ -693,17 +693,26 @@ async fn an_alipay_day_with_refund_rows_matches_them_by_request_number() {
         // The third refund shows in the bill under a request number that is not ours.
         let (billed_no, cents) = match i {
             2 => ("RF-NOT-OURS".to_string(), 1_000),
+            3 => ("RF-NOT-OURS-EITHER".to_string(), 2_000),
             _ => (refund_no, refund.unwrap_or(10_000)),
         };
+        // The fourth one Alipay also notified: that callback opened the ticket already.
+        if i == 3 {
+            let n = crate::payments::alipay_refunded(&no, &txn, "TRADE_SUCCESS", "20.00", &billed_no);
+            assert_eq!(b.app.alipay_notify(&n).await.1, "success");
+        }
         rows.push(row(BillKind::Refund, &no, &txn, cents, Some(&billed_no)));
     }
     std::fs::write(b.dir.join(format!("alipay-{}.csv", today())), alipay_bill_gbk(&rows)).unwrap();
     let run = b.run("ALIPAY").await;
     assert_eq!(run["status"], "SUCCEEDED", "{run}");
-    assert_eq!(run["providerRows"], 6);
-    assert_eq!(run["matched"], 5, "three payments and two refunds");
-    assert_eq!(run["ticketsOpened"], 1);
+    assert_eq!(run["providerRows"], 8);
+    assert_eq!(run["matched"], 6, "four payments and two refunds");
+    assert_eq!(
+        run["ticketsOpened"], 1,
+        "the unknown refund; the notified one has its ticket"
+    );
     let tickets = b.tickets().await;
-    assert_eq!(tickets.len(), 1);
-    assert_eq!(tickets[0]["kind"], "REFUND_MISMATCH");
+    let kinds: Vec<&str> = tickets.iter().map(|t| t["kind"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["REFUND_MISMATCH", "REFUND_MISMATCH"]);
 }

@@ -134,7 +134,10 @@ fn write_in_place<R: Read>(
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let tmp = dir.join(format!(".{name}.{}.part", std::process::id()));
+    // Unique per process and call, so two downloads of one bill never share a temporary file.
+    static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tmp = dir.join(format!(".{name}.{}-{call}.part", std::process::id()));
     let result = (|| {
         let mut out = BufWriter::with_capacity(256 * 1024, File::create(&tmp)?);
         let mut hash = Sha1::new();

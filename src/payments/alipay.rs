@@ -75,22 +75,30 @@ pub fn verify(keys: &AlipayKeys, fields: &[(String, String)]) -> Result<(), Alip
     Ok(())
 }
 
-/// Reads verified fields into a notice. A notification carrying `refund_fee` reports a refund
-/// (Alipay sends those with the trade's status); TRADE_SUCCESS and TRADE_FINISHED mean paid.
+/// Reads verified fields into a notice.
+///
+/// Alipay sends refunds to the payment's notify_url with the trade's status: a partial refund as
+/// `TRADE_SUCCESS`, a full one as `TRADE_CLOSED`, both carrying `refund_fee` (the trade's total
+/// refunded so far), `gmt_refund` and `out_biz_no` (the refund's out_request_no). Those are
+/// [`Notice::RefundConfirmed`], never a payment. `TRADE_CLOSED` without a refund is a timeout
+/// close, and `TRADE_SUCCESS`/`TRADE_FINISHED` without one mean paid.
 pub fn notice(fields: &[(String, String)]) -> Result<Notice, AlipayError> {
     let need = |k: &str| field(fields, k).ok_or_else(|| AlipayError::BadForm(format!("missing {k}")));
     let out_trade_no = need("out_trade_no")?.to_string();
     let status = need("trade_status")?.to_string();
-    if let Some(refund_fee) = field(fields, "refund_fee").filter(|v| !v.is_empty()) {
-        let cents = parse_yuan(refund_fee).ok_or_else(|| AlipayError::BadForm("refund_fee".into()))?;
-        return Ok(Notice::Refund {
-            out_trade_no,
-            refund_no: field(fields, "out_biz_no").unwrap_or_default().to_string(),
-            refund_id: need("trade_no")?.to_string(),
-            ok: true,
-            status: format!("REFUND:{status}"),
-            amount_cents: cents,
-        });
+    let refund_fee = field(fields, "refund_fee").filter(|v| !v.trim().is_empty());
+    if let Some(refund_fee) = refund_fee {
+        let cents = parse_yuan(refund_fee).ok_or_else(|| AlipayError::BadForm(format!("refund_fee {refund_fee:?}")))?;
+        // A close that refunded nothing (`refund_fee=0.00` without `gmt_refund`) is no refund.
+        if cents > 0 || field(fields, "gmt_refund").is_some_and(|v| !v.is_empty()) {
+            return Ok(Notice::RefundConfirmed {
+                out_trade_no,
+                refund_no: field(fields, "out_biz_no").unwrap_or_default().to_string(),
+                trade_no: need("trade_no")?.to_string(),
+                refunded_total_cents: cents,
+                trade_status: status,
+            });
+        }
     }
     match status.as_str() {
         "TRADE_SUCCESS" | "TRADE_FINISHED" => {
@@ -125,4 +133,86 @@ pub fn cert_mode(
     };
     let key = certs::alipay_public_key_from_cert(public_cert).context("ALIPAY_PUBLIC_CERT")?;
     Ok((key, sns))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn form(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    const TRADE: [(&str, &str); 4] = [
+        ("out_trade_no", "FO1"),
+        ("trade_no", "2026120122001400000000000001"),
+        ("total_amount", "100.00"),
+        ("gmt_payment", "2026-12-01 08:00:00"),
+    ];
+
+    fn with(status: &str, more: &[(&'static str, &'static str)]) -> Vec<(String, String)> {
+        let mut pairs: Vec<(&str, &str)> = TRADE.to_vec();
+        pairs.push(("trade_status", status));
+        pairs.extend_from_slice(more);
+        form(&pairs)
+    }
+
+    #[test]
+    fn refunds_are_confirmations_by_out_biz_no_never_payments() {
+        let partial = with(
+            "TRADE_SUCCESS",
+            &[
+                ("refund_fee", "30.00"),
+                ("gmt_refund", "2026-12-01 09:00:00.123"),
+                ("out_biz_no", "RF7"),
+            ],
+        );
+        match notice(&partial).unwrap() {
+            Notice::RefundConfirmed {
+                refund_no,
+                refunded_total_cents,
+                trade_status,
+                trade_no,
+                ..
+            } => assert_eq!(
+                (
+                    refund_no.as_str(),
+                    refunded_total_cents,
+                    trade_status.as_str(),
+                    trade_no.as_str()
+                ),
+                ("RF7", 3_000, "TRADE_SUCCESS", "2026120122001400000000000001")
+            ),
+            other => panic!("{other:?}"),
+        }
+        let full = with(
+            "TRADE_CLOSED",
+            &[
+                ("refund_fee", "100.00"),
+                ("gmt_refund", "2026-12-01 09:00:00.123"),
+                ("gmt_close", "2026-12-01 09:00:00"),
+                ("out_biz_no", "RF8"),
+            ],
+        );
+        assert!(matches!(
+            notice(&full).unwrap(),
+            Notice::RefundConfirmed {
+                refunded_total_cents: 10_000,
+                ..
+            }
+        ));
+        // A timeout close refunds nothing; a payment may carry refund_fee=0.00.
+        let timeout = with("TRADE_CLOSED", &[("gmt_close", "2026-12-01 08:15:00")]);
+        assert!(matches!(notice(&timeout).unwrap(), Notice::Other { what, .. } if what == "TRADE_CLOSED"));
+        let paid = with("TRADE_SUCCESS", &[("refund_fee", "0.00")]);
+        assert!(matches!(
+            notice(&paid).unwrap(),
+            Notice::Paid {
+                amount_cents: 10_000,
+                ..
+            }
+        ));
+        let bad = with("TRADE_SUCCESS", &[("refund_fee", "3O.00")]);
+        assert!(matches!(notice(&bad), Err(AlipayError::BadForm(_))));
+    }
 }

@@ -26,6 +26,7 @@ use crate::app::AppState;
 use crate::compensation;
 use crate::db::models::Order;
 use crate::db::schema::{payment_callbacks, payment_keys};
+use crate::domain::money::format_yuan;
 use crate::domain::{Actor, OrderStatus};
 use crate::error::{AppError, AppResult};
 use crate::orders::{self, Ctx, PaymentApplied};
@@ -50,6 +51,18 @@ pub enum Notice {
         status: String,
         amount_cents: i64,
     },
+    /// Alipay says a refund of `out_trade_no` went through: `refund_no` (its `out_biz_no`) names
+    /// our refund, `refunded_total_cents` (its `refund_fee`) is how much of the trade has been
+    /// refunded in all so far, not this refund's own amount. It confirms a refund we asked for;
+    /// it is never a payment.
+    RefundConfirmed {
+        out_trade_no: String,
+        refund_no: String,
+        trade_no: String,
+        refunded_total_cents: i64,
+        /// `TRADE_SUCCESS` after a partial refund, `TRADE_CLOSED` after a full one.
+        trade_status: String,
+    },
     /// Nothing to apply (a closed trade, a state we only record).
     Other { out_trade_no: Option<String>, what: String },
 }
@@ -68,13 +81,26 @@ impl Notice {
                 status,
                 ..
             } => Some(format!("refund:{out_trade_no}:{refund_no}:{refund_id}:{status}")),
+            // The key Alipay refunds had as `Refund` notices, so retries of notifications received
+            // before that change are still duplicates.
+            Notice::RefundConfirmed {
+                out_trade_no,
+                refund_no,
+                trade_no,
+                trade_status,
+                ..
+            } => Some(format!(
+                "refund:{out_trade_no}:{refund_no}:{trade_no}:REFUND:{trade_status}"
+            )),
             Notice::Other { .. } => None,
         }
     }
 
     fn out_trade_no(&self) -> Option<&str> {
         match self {
-            Notice::Paid { out_trade_no, .. } | Notice::Refund { out_trade_no, .. } => Some(out_trade_no),
+            Notice::Paid { out_trade_no, .. }
+            | Notice::Refund { out_trade_no, .. }
+            | Notice::RefundConfirmed { out_trade_no, .. } => Some(out_trade_no),
             Notice::Other { out_trade_no, .. } => out_trade_no.as_deref(),
         }
     }
@@ -92,6 +118,8 @@ pub enum Outcome {
     BadSignature,
     RefundRecorded,
     RefundFailed,
+    /// The provider confirmed a refund fitorder did not ask for, or for more than it asked.
+    RefundMismatch,
     Recorded,
 }
 
@@ -107,6 +135,7 @@ impl Outcome {
             Outcome::BadSignature => "BAD_SIGNATURE",
             Outcome::RefundRecorded => "REFUND_RECORDED",
             Outcome::RefundFailed => "REFUND_FAILED",
+            Outcome::RefundMismatch => "REFUND_MISMATCH",
             Outcome::Recorded => "RECORDED",
         }
     }
@@ -172,6 +201,11 @@ pub async fn record_checked(
             amount_cents,
             ..
         } => (Some(refund_id.as_str()), Some(*amount_cents)),
+        Notice::RefundConfirmed {
+            trade_no,
+            refunded_total_cents,
+            ..
+        } => (Some(trade_no.as_str()), Some(*refunded_total_cents)),
         Notice::Other { .. } => (None, None),
     };
     // `conn` comes from the evidence pool (asynchronous commit): see `db::evidence_pool`.
@@ -279,6 +313,36 @@ pub async fn apply(
                     };
                     (outcome, order, Some(key), Some(refund_id.clone()), Some(*amount_cents))
                 }
+                Notice::RefundConfirmed {
+                    out_trade_no,
+                    refund_no,
+                    trade_no,
+                    refunded_total_cents,
+                    trade_status,
+                } => {
+                    let key = notice.key().expect("a refund has a key");
+                    let order = orders::find_order(conn, out_trade_no).await?;
+                    let outcome = if !claim_key(conn, &key, callback_id).await? {
+                        Outcome::Duplicate
+                    } else {
+                        let confirmed = ConfirmedRefund {
+                            provider: &provider,
+                            out_trade_no,
+                            refund_no,
+                            trade_no,
+                            refunded_total_cents: *refunded_total_cents,
+                            trade_status,
+                        };
+                        confirmed.check(conn, order.as_ref(), &ctx).await?
+                    };
+                    (
+                        outcome,
+                        order,
+                        Some(key),
+                        Some(trade_no.clone()),
+                        Some(*refunded_total_cents),
+                    )
+                }
                 Notice::Other { out_trade_no, .. } => {
                     let order = match out_trade_no {
                         Some(no) => orders::find_order(conn, no).await?,
@@ -291,12 +355,10 @@ pub async fn apply(
                 .set((
                     payment_callbacks::outcome.eq(outcome.as_str()),
                     payment_callbacks::order_id.eq(order.as_ref().map(|o| o.id)),
-                    payment_callbacks::order_no.eq(order.as_ref().map(|o| o.order_no.clone()).or(match &notice {
-                        Notice::Paid { out_trade_no, .. } | Notice::Refund { out_trade_no, .. } => {
-                            Some(out_trade_no.clone())
-                        }
-                        Notice::Other { out_trade_no, .. } => out_trade_no.clone(),
-                    })),
+                    payment_callbacks::order_no.eq(order
+                        .as_ref()
+                        .map(|o| o.order_no.clone())
+                        .or(notice.out_trade_no().map(str::to_string))),
                     payment_callbacks::store_id.eq(order.as_ref().map(|o| o.store_id)),
                     payment_callbacks::idempotency_key.eq(key),
                     payment_callbacks::provider_txn_id.eq(txn),
@@ -320,6 +382,75 @@ async fn claim_key(conn: &mut AsyncPgConnection, key: &str, callback_id: i64) ->
         .execute(conn)
         .await?;
     Ok(claimed == 1)
+}
+
+/// A refund the provider confirmed by our refund number, with the trade's refunded total.
+struct ConfirmedRefund<'a> {
+    provider: &'a str,
+    out_trade_no: &'a str,
+    refund_no: &'a str,
+    trade_no: &'a str,
+    refunded_total_cents: i64,
+    trade_status: &'a str,
+}
+
+impl ConfirmedRefund<'_> {
+    /// Matches the confirmation against the refunds fitorder asked this provider for on the
+    /// order (its `PROVIDER_REFUND` events): it must name one of them, and the trade's refunded
+    /// total must cover that refund and not exceed all of them together. Otherwise the money
+    /// moved in a way the books do not explain: a `REFUND_MISMATCH` ticket, once.
+    async fn check(&self, conn: &mut AsyncPgConnection, order: Option<&Order>, ctx: &Ctx) -> AppResult<Outcome> {
+        #[derive(diesel::QueryableByName)]
+        struct Asked {
+            #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::BigInt>)]
+            this_cents: Option<i64>,
+            #[diesel(sql_type = diesel::sql_types::BigInt)]
+            all_cents: i64,
+        }
+        let asked: Asked = diesel::sql_query(
+            "SELECT max((payload->>'amountCents')::bigint) FILTER (WHERE payload->>'refundNo' = $3) AS this_cents,
+                    coalesce(sum((payload->>'amountCents')::bigint), 0)::bigint AS all_cents
+               FROM compensation_events
+              WHERE kind = 'PROVIDER_REFUND' AND payload->>'provider' = $1 AND payload->>'orderNo' = $2",
+        )
+        .bind::<diesel::sql_types::Text, _>(self.provider)
+        .bind::<diesel::sql_types::Text, _>(self.out_trade_no)
+        .bind::<diesel::sql_types::Text, _>(self.refund_no)
+        .get_result(conn)
+        .await?;
+        let why = match asked.this_cents {
+            None => "the provider confirms a refund fitorder never asked for".to_string(),
+            Some(this) if self.refunded_total_cents < this || self.refunded_total_cents > asked.all_cents => format!(
+                "the provider reports {} refunded in all; fitorder asked for {} in this refund and {} in all",
+                format_yuan(self.refunded_total_cents),
+                format_yuan(this),
+                format_yuan(asked.all_cents)
+            ),
+            Some(_) => return Ok(Outcome::RefundRecorded),
+        };
+        tickets::open(
+            conn,
+            NewTicket {
+                kind: "REFUND_MISMATCH",
+                provider: Some(self.provider),
+                order,
+                order_no: Some(self.out_trade_no),
+                provider_txn_id: Some(self.trade_no),
+                local_amount_cents: asked.this_cents,
+                provider_amount_cents: Some(self.refunded_total_cents),
+                detail: json!({"source": "callback", "refundNo": self.refund_no, "tradeStatus": self.trade_status,
+                               "refundedTotalCents": self.refunded_total_cents, "askedTotalCents": asked.all_cents,
+                               "why": why}),
+                finding_key: format!(
+                    "REFUND_MISMATCH:callback:{}:{}:{}",
+                    self.out_trade_no, self.refund_no, self.trade_status
+                ),
+            },
+            &ctx.trace,
+        )
+        .await?;
+        Ok(Outcome::RefundMismatch)
+    }
 }
 
 /// A verified payment notice, and what makes it unique.

@@ -285,7 +285,10 @@ async fn match_and_ticket(
             AND NOT EXISTS (SELECT 1 FROM bill_rows b WHERE b.run_id = $1 AND b.kind = 'PAYMENT'
                              AND b.provider_txn_id = p.provider_txn_id)
          ON CONFLICT (finding_key) DO NOTHING RETURNING id",
-        // A refund in the bill that the books do not know, or for another amount.
+        // A refund in the bill that the books do not know, or for another amount. Its status in
+        // the bill does not matter: WeChat books a refund when it is asked for and never updates
+        // the row, so one we asked for may read PROCESSING for good. A refund whose callback
+        // already opened a ticket (failed, unknown, more than asked) is that same difference.
         "INSERT INTO exception_tickets (kind, provider, order_id, order_no, store_id, provider_txn_id,
                                         local_amount_cents, provider_amount_cents, detail, finding_key, trace_id)
          SELECT 'REFUND_MISMATCH', $2, o.id, b.out_trade_no, o.store_id, coalesce(b.provider_refund_id, b.provider_txn_id),
@@ -299,6 +302,9 @@ async fn match_and_ticket(
                                           AND e.payload->>'refundNo' = b.refund_no AND e.payload->>'orderNo' = b.out_trade_no
           WHERE b.run_id = $1 AND b.kind = 'REFUND'
             AND (e.id IS NULL OR (e.payload->>'amountCents')::bigint <> b.amount_cents)
+            AND NOT EXISTS (SELECT 1 FROM exception_tickets t WHERE t.kind = 'REFUND_MISMATCH'
+                             AND t.order_no = b.out_trade_no AND t.detail->>'refundNo' = b.refund_no
+                             AND t.detail->>'source' = 'callback')
          ON CONFLICT (finding_key) DO NOTHING RETURNING id",
     ];
     let mut tickets = 0;

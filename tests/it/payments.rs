@@ -556,3 +556,162 @@ async fn callback_evidence_commits_asynchronously_and_business_synchronously() {
         .unwrap();
     assert_eq!(b.synchronous_commit, server.synchronous_commit);
 }
+
+/// An Alipay notification signed here by the rule Alipay documents for RSA2 notifications
+/// (apart from the project's signing code): every field but `sign` and `sign_type`, sorted by
+/// key, joined as `k=v` with `&`, SHA256withRSA with the test Alipay key, base64.
+pub fn alipay_signed(fields: &[(&str, &str)]) -> String {
+    use base64::Engine;
+    use rsa::signature::{SignatureEncoding, Signer};
+    let mut all: Vec<(String, String)> = [
+        ("notify_time", "2026-12-01 10:00:00"),
+        ("notify_type", "trade_status_sync"),
+        ("notify_id", &key()),
+        ("app_id", providers::APP_ID),
+        ("charset", "utf-8"),
+        ("version", "1.0"),
+        ("sign_type", "RSA2"),
+        ("buyer_id", "2088102177846880"),
+        ("seller_id", "2088101106499364"),
+    ]
+    .iter()
+    .chain(fields)
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    let mut signed: Vec<&(String, String)> = all.iter().filter(|(k, _)| k != "sign" && k != "sign_type").collect();
+    signed.sort();
+    let content: Vec<String> = signed.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    let key = rsa::pkcs1v15::SigningKey::<sha2::Sha256>::new(providers::alipay().alipay_key);
+    let sig = key.sign(content.join("&").as_bytes()).to_bytes();
+    all.push(("sign".into(), base64::engine::general_purpose::STANDARD.encode(sig)));
+    form_urlencoded::Serializer::new(String::new())
+        .extend_pairs(all)
+        .finish()
+}
+
+/// Alipay's refund notification for `no`: the trade's status after it, the trade's refunded
+/// total and our refund number.
+pub fn alipay_refunded(no: &str, trade_no: &str, status: &str, refund_fee: &str, out_biz_no: &str) -> String {
+    let mut fields = vec![
+        ("out_trade_no", no),
+        ("trade_no", trade_no),
+        ("trade_status", status),
+        ("total_amount", "100.00"),
+        ("receipt_amount", "100.00"),
+        ("gmt_create", "2026-12-01 08:10:00"),
+        ("gmt_payment", "2026-12-01 08:10:05"),
+        ("refund_fee", refund_fee),
+        ("gmt_refund", "2026-12-01 09:30:00.417"),
+        ("out_biz_no", out_biz_no),
+    ];
+    if status == "TRADE_CLOSED" {
+        fields.push(("gmt_close", "2026-12-01 09:30:00"));
+    }
+    alipay_signed(&fields)
+}
+
+/// An Alipay order paid 100.00 as trade `trade_no`, then refunded `cents` (all when `None`)
+/// through the admin console; returns the order and our refund number.
+async fn alipay_paid_and_refunded(app: &TestApp, s: &Studio, trade_no: &str, cents: Option<i64>) -> (String, String) {
+    let no = online_order(app, s, "ALIPAY").await;
+    let paid = alipay_signed(&[
+        ("out_trade_no", &no),
+        ("trade_no", trade_no),
+        ("trade_status", "TRADE_SUCCESS"),
+        ("total_amount", "100.00"),
+        ("receipt_amount", "100.00"),
+    ]);
+    assert_eq!(app.alipay_notify(&paid).await, (StatusCode::OK, "success".into()));
+    let r = app
+        .admin(REFUND, json!({"orderNo": no, "reason": "r", "amountCents": cents}))
+        .await;
+    assert_eq!(r["refundOrder"]["status"], "REFUNDED", "{r}");
+    let id = app
+        .sql_i64(&format!(
+            "SELECT r.id AS v FROM refunds r JOIN orders o ON o.id = r.order_id WHERE o.order_no = '{no}'"
+        ))
+        .await;
+    (no, format!("RF{id}"))
+}
+
+#[tokio::test]
+async fn alipay_partial_and_full_refund_notifications_confirm_our_refunds() {
+    let app = app().await;
+    let s = app.studio(0, None, 3).await;
+    // Partial: 30.00 of 100.00 back, the trade stays TRADE_SUCCESS.
+    let (partial, rf1) = alipay_paid_and_refunded(&app, &s, "2026120122001400000000000011", Some(3_000)).await;
+    let n = alipay_refunded(&partial, "2026120122001400000000000011", "TRADE_SUCCESS", "30.00", &rf1);
+    assert_eq!(app.alipay_notify(&n).await, (StatusCode::OK, "success".into()));
+    assert_eq!(app.alipay_notify(&n).await, (StatusCode::OK, "success".into()));
+    let o = chain(&app, &partial).await;
+    assert_eq!(outcomes(&o), ["APPLIED", "REFUND_RECORDED", "DUPLICATE"]);
+    assert_eq!(o["status"], "REFUNDED");
+    assert_eq!(o["tickets"], json!([]));
+    // Full: everything back, the trade is TRADE_CLOSED.
+    let (full, rf2) = alipay_paid_and_refunded(&app, &s, "2026120122001400000000000012", None).await;
+    let n = alipay_refunded(&full, "2026120122001400000000000012", "TRADE_CLOSED", "100.00", &rf2);
+    assert_eq!(app.alipay_notify(&n).await, (StatusCode::OK, "success".into()));
+    let o = chain(&app, &full).await;
+    assert_eq!(outcomes(&o), ["APPLIED", "REFUND_RECORDED"]);
+    assert_eq!(o["tickets"], json!([]));
+    // Neither was a payment: the two orders' payments are all there are.
+    assert_eq!(app.sql_i64("SELECT count(*) AS v FROM payments").await, 2);
+    let callbacks = app
+        .sql_i64("SELECT count(*) AS v FROM payment_callbacks WHERE provider_txn_id = '2026120122001400000000000011' AND amount_cents = 3000 AND outcome = 'REFUND_RECORDED'")
+        .await;
+    assert_eq!(callbacks, 1, "the callback row keeps the trade and the refunded total");
+}
+
+#[tokio::test]
+async fn alipay_refunds_we_never_asked_for_are_tickets_and_a_timeout_close_changes_nothing() {
+    let app = app().await;
+    let s = app.studio(0, None, 3).await;
+    let (no, rf) = alipay_paid_and_refunded(&app, &s, "2026120122001400000000000021", Some(3_000)).await;
+    // Another refund number than ours.
+    let unknown = alipay_refunded(
+        &no,
+        "2026120122001400000000000021",
+        "TRADE_SUCCESS",
+        "50.00",
+        "RF-NOT-OURS",
+    );
+    assert_eq!(app.alipay_notify(&unknown).await, (StatusCode::OK, "success".into()));
+    // Ours, but the trade's refunded total is more than we asked for.
+    let more = alipay_refunded(&no, "2026120122001400000000000021", "TRADE_CLOSED", "100.00", &rf);
+    assert_eq!(app.alipay_notify(&more).await, (StatusCode::OK, "success".into()));
+    assert_eq!(app.alipay_notify(&more).await, (StatusCode::OK, "success".into()));
+    let o = chain(&app, &no).await;
+    assert_eq!(
+        outcomes(&o),
+        ["APPLIED", "REFUND_MISMATCH", "REFUND_MISMATCH", "DUPLICATE"]
+    );
+    let kinds: Vec<&str> = o["tickets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["REFUND_MISMATCH", "REFUND_MISMATCH"]);
+    let why = app
+        .sql_i64("SELECT count(*) AS v FROM exception_tickets WHERE detail->>'why' LIKE '%never asked for%' AND detail->>'refundNo' = 'RF-NOT-OURS'")
+        .await;
+    assert_eq!(why, 1);
+    // A trade closed unpaid (timeout): TRADE_CLOSED without refund_fee. Recorded, nothing else.
+    let unpaid = online_order(&app, &s, "ALIPAY").await;
+    let closed = alipay_signed(&[
+        ("out_trade_no", &unpaid),
+        ("trade_no", "2026120122001400000000000022"),
+        ("trade_status", "TRADE_CLOSED"),
+        ("total_amount", "100.00"),
+        ("gmt_create", "2026-12-01 08:10:00"),
+        ("gmt_close", "2026-12-01 08:25:00"),
+    ]);
+    assert_eq!(app.alipay_notify(&closed).await, (StatusCode::OK, "success".into()));
+    let o = chain(&app, &unpaid).await;
+    assert_eq!(
+        (o["status"].as_str(), outcomes(&o)),
+        (Some("WAIT_PAY"), vec!["RECORDED".to_string()])
+    );
+    assert_eq!(o["tickets"], json!([]));
+    assert_eq!(app.sql_i64("SELECT count(*) AS v FROM payments").await, 1);
+}

@@ -26,6 +26,54 @@ fn row(kind: BillKind, no: &str, txn: &str, cents: i64, refund_no: Option<&str>)
     }
 }
 
+/// An Alipay 业务明细 bill as Alipay exports it (GBK, CRLF), laid out like the real sample in
+/// `provider-samples/alipay/bill/`: four `#` lines, the 25-column header, identifier cells ending
+/// in a tab, refunds as negative 退款 rows, and the `#交易合计`/`#退款合计` trailer. Written here,
+/// apart from the project's own writers.
+fn alipay_bill_gbk(rows: &[BillRow]) -> Vec<u8> {
+    let yuan = |c: i64| format!("{}{}.{:02}", if c < 0 { "-" } else { "" }, c.abs() / 100, c.abs() % 100);
+    let mut text = String::from(
+        "#支付宝业务明细查询\r\n#账号：[20880211096256330156]\r\n\
+         #起始日期：[2026年11月30日 00:00:00]   终止日期：[2026年12月01日 00:00:00]\r\n\
+         #-----------------------------------------业务明细列表----------------------------------------\r\n\
+         支付宝交易号,商户订单号,业务类型,商品名称,创建时间,完成时间,门店编号,门店名称,操作员,终端号,对方账户,\
+         订单金额（元）,商家实收（元）,支付宝红包（元）,集分宝（元）,支付宝优惠（元）,商家优惠（元）,券核销金额（元）,\
+         券名称,商家红包消费金额（元）,卡消费金额（元）,退款批次号/请求号,服务费（元）,分润（元）,备注\r\n",
+    );
+    let (mut paid, mut paid_n, mut refunded, mut refunded_n) = (0, 0, 0, 0);
+    for r in rows {
+        let (kind, cents, refund_no) = match r.kind {
+            BillKind::Refund => {
+                refunded_n += 1;
+                refunded -= r.amount_cents;
+                ("退款", -r.amount_cents, r.refund_no.clone().unwrap_or_default())
+            }
+            _ => {
+                paid_n += 1;
+                paid += r.amount_cents;
+                ("交易", r.amount_cents, String::new())
+            }
+        };
+        let t = r.trade_time.unwrap().format("%Y-%m-%d %H:%M:%S");
+        let a = yuan(cents);
+        text.push_str(&format!(
+            "{}\t,{}\t,{kind}\t,健身课包,{t},{t},\t,\t,\t,\t,*津水(602***@qq.com)\t,{a},{a},0.00,0.00,0.00,0.00,0.00,,0.00\t,0.00,{refund_no}\t,0.00,0.00,健身课包\r\n",
+            r.provider_txn_id, r.out_trade_no
+        ));
+    }
+    text.push_str(&format!(
+        "#-----------------------------------------业务明细列表结束------------------------------------\r\n\
+         #交易合计：{paid_n}笔，商家实收共{}元，商家优惠共0.00元\r\n\
+         #退款合计：{refunded_n}笔，商家实收退款共{}元，商家优惠退款共0.00元\r\n\
+         #导出时间：[2026年12月01日 05:46:49]\r\n",
+        yuan(paid),
+        yuan(refunded)
+    ));
+    let (gbk, _, unmappable) = encoding_rs::GBK.encode(&text);
+    assert!(!unmappable);
+    gbk.into_owned()
+}
+
 struct Books {
     app: TestApp,
     dir: std::path::PathBuf,
@@ -341,8 +389,7 @@ async fn a_clean_alipay_day_in_gbk_opens_nothing() {
         assert_eq!(b.app.alipay_notify(&form).await.1, "success");
         rows.push(row(BillKind::Payment, &no, &txn, 10_000, None));
     }
-    let f = std::fs::File::create(b.dir.join(format!("alipay-{}.csv", today()))).unwrap();
-    bills::write_alipay_bill(f, &rows, true).unwrap();
+    std::fs::write(b.dir.join(format!("alipay-{}.csv", today())), alipay_bill_gbk(&rows)).unwrap();
     let run = b.run("ALIPAY").await;
     assert_eq!(run["status"], "SUCCEEDED", "{run}");
     assert_eq!(
@@ -481,4 +528,191 @@ async fn the_daily_run_catches_up_missed_days_once() {
         .sql_i64("SELECT count(*) AS v FROM reconciliation_runs WHERE status = 'SUCCEEDED'")
         .await;
     assert_eq!(ok, 2);
+}
+
+/// One row of a hand-written WeChat ALL bill: 交易状态, 商户订单号, 微信订单号, 应结订单金额 (cents),
+/// and for refund rows 商户退款单号, 退款金额 (cents), 退款状态.
+struct WxRow<'a>(&'a str, &'a str, &'a str, i64, &'a str, i64, &'a str);
+
+/// A WeChat Pay v3 ALL bill laid out like `provider-samples/wechat/bill/v3_tradebill_ALL_*`:
+/// 27 columns, backticked cells, refund rows with 应结订单金额 0.00 and the money in 退款金额,
+/// the 7-field summary. Written here, apart from the project's own writer.
+fn wechat_all_bill(rows: &[WxRow]) -> String {
+    let yuan = |c: i64| format!("{}.{:02}", c / 100, c % 100);
+    let mut text = String::from(
+        "交易时间,公众账号ID,商户号,特约商户号,设备号,微信订单号,商户订单号,用户标识,交易类型,交易状态,付款银行,货币种类,\
+         应结订单金额,代金券金额,微信退款单号,商户退款单号,退款金额,充值券退款金额,退款类型,退款状态,商品名称,商户数据包,\
+         手续费,费率,订单金额,申请退款金额,费率备注\r\n",
+    );
+    let (mut settle, mut refunded) = (0, 0);
+    for (i, WxRow(state, no, txn, cents, refund_no, refund_cents, refund_state)) in rows.iter().enumerate() {
+        settle += cents;
+        refunded += refund_cents;
+        let (refund_id, refund_no, kind) = if *state == "REFUND" {
+            (format!("5030000{i:08}"), refund_no.to_string(), "ORIGINAL")
+        } else {
+            ("0".into(), "0".into(), "")
+        };
+        text.push_str(&format!(
+            "`2026-12-01 10:00:{i:02},`wx81be3101902f7cb2,`1900000109,`0,`,`{txn},`{no},`ofyak5qR_1wYsC99CsWA6R9MJazA,`JSAPI,\
+             `{state},`OTHERS,`CNY,`{},`0.00,`{refund_id},`{refund_no},`{},`0.00,`{kind},`{refund_state},`课包,`,`0.00000,`0.60%,\
+             `{},`{},`\r\n",
+            yuan(*cents),
+            yuan(*refund_cents),
+            yuan(*cents),
+            yuan(*refund_cents)
+        ));
+    }
+    text.push_str(&format!(
+        "总交易单数,应结订单总金额,退款总金额,充值券退款总金额,手续费总金额,订单总金额,申请退款总金额\r\n\
+         `{},`{},`{},`0.00,`0.00000,`{},`{}\r\n",
+        rows.len(),
+        yuan(settle),
+        yuan(refunded),
+        yuan(settle),
+        yuan(refunded)
+    ));
+    text
+}
+
+impl Books {
+    /// Refunds `no` (all of it when `cents` is `None`) and returns our refund number.
+    async fn refund(&self, no: &str, cents: Option<i64>) -> String {
+        let r = self
+            .app
+            .admin(REFUND, json!({"orderNo": no, "reason": "r", "amountCents": cents}))
+            .await;
+        assert_eq!(r["refundOrder"]["status"], "REFUNDED", "{r}");
+        let id = self
+            .app
+            .sql_i64(&format!(
+                "SELECT r.id AS v FROM refunds r JOIN orders o ON o.id = r.order_id WHERE o.order_no = '{no}'"
+            ))
+            .await;
+        format!("RF{id}")
+    }
+}
+
+#[tokio::test]
+async fn bill_refunds_we_asked_for_match_whatever_their_status_and_others_are_findings() {
+    let b = books().await;
+    let processing = b.paid("4200000000000000000000004001").await;
+    let other_amount = b.paid("4200000000000000000000004002").await;
+    let never = b.paid("4200000000000000000000004003").await;
+    let rf1 = b.refund(&processing, None).await;
+    let rf2 = b.refund(&other_amount, Some(3_000)).await;
+    let bill = wechat_all_bill(&[
+        WxRow(
+            "SUCCESS",
+            &processing,
+            "4200000000000000000000004001",
+            10_000,
+            "",
+            0,
+            "",
+        ),
+        WxRow(
+            "SUCCESS",
+            &other_amount,
+            "4200000000000000000000004002",
+            10_000,
+            "",
+            0,
+            "",
+        ),
+        WxRow("SUCCESS", &never, "4200000000000000000000004003", 10_000, "", 0, ""),
+        // Ours, still PROCESSING in the bill (WeChat never updates it): not a finding.
+        WxRow(
+            "REFUND",
+            &processing,
+            "4200000000000000000000004001",
+            0,
+            &rf1,
+            10_000,
+            "PROCESSING",
+        ),
+        // Ours, for 40.00 where we asked for 30.00.
+        WxRow(
+            "REFUND",
+            &other_amount,
+            "4200000000000000000000004002",
+            0,
+            &rf2,
+            4_000,
+            "SUCCESS",
+        ),
+        // One we never asked for.
+        WxRow(
+            "REFUND",
+            &never,
+            "4200000000000000000000004003",
+            0,
+            "RF-NEVER",
+            1_000,
+            "SUCCESS",
+        ),
+    ]);
+    std::fs::write(b.dir.join(format!("wechatpay-{}.csv", today())), bill).unwrap();
+    let run = b.run("WECHAT_PAY").await;
+    assert_eq!(run["status"], "SUCCEEDED", "{run}");
+    assert_eq!(run["providerRows"], 6);
+    assert_eq!(run["matched"], 4, "three payments and the PROCESSING refund");
+    assert_eq!(run["ticketsOpened"], 2);
+    let tickets = b.tickets().await;
+    let mut found: Vec<(String, String)> = tickets
+        .iter()
+        .map(|t| {
+            (
+                t["kind"].as_str().unwrap().into(),
+                t["orderNo"].as_str().unwrap().into(),
+            )
+        })
+        .collect();
+    found.sort();
+    let mut expected = vec![
+        ("REFUND_MISMATCH".to_string(), other_amount.clone()),
+        ("REFUND_MISMATCH".to_string(), never.clone()),
+    ];
+    expected.sort();
+    assert_eq!(found, expected);
+    // The same day again opens nothing new.
+    assert_eq!(b.run("WECHAT_PAY").await["ticketsOpened"], 0);
+}
+
+#[tokio::test]
+async fn an_alipay_day_with_refund_rows_matches_them_by_request_number() {
+    let b = books().await;
+    let mut rows = vec![];
+    for (i, refund) in [Some(3_000), None, Some(1_000), Some(2_000)].into_iter().enumerate() {
+        let no = b.order("ALIPAY").await;
+        let txn = format!("202612012200140000000000{i:04}");
+        let form = providers::alipay().payment(&no, &txn, "TRADE_SUCCESS", "100.00");
+        assert_eq!(b.app.alipay_notify(&form).await.1, "success");
+        let refund_no = b.refund(&no, refund).await;
+        rows.push(row(BillKind::Payment, &no, &txn, 10_000, None));
+        // The third refund shows in the bill under a request number that is not ours.
+        let (billed_no, cents) = match i {
+            2 => ("RF-NOT-OURS".to_string(), 1_000),
+            3 => ("RF-NOT-OURS-EITHER".to_string(), 2_000),
+            _ => (refund_no, refund.unwrap_or(10_000)),
+        };
+        // The fourth one Alipay also notified: that callback opened the ticket already.
+        if i == 3 {
+            let n = crate::payments::alipay_refunded(&no, &txn, "TRADE_SUCCESS", "20.00", &billed_no);
+            assert_eq!(b.app.alipay_notify(&n).await.1, "success");
+        }
+        rows.push(row(BillKind::Refund, &no, &txn, cents, Some(&billed_no)));
+    }
+    std::fs::write(b.dir.join(format!("alipay-{}.csv", today())), alipay_bill_gbk(&rows)).unwrap();
+    let run = b.run("ALIPAY").await;
+    assert_eq!(run["status"], "SUCCEEDED", "{run}");
+    assert_eq!(run["providerRows"], 8);
+    assert_eq!(run["matched"], 6, "four payments and two refunds");
+    assert_eq!(
+        run["ticketsOpened"], 1,
+        "the unknown refund; the notified one has its ticket"
+    );
+    let tickets = b.tickets().await;
+    let kinds: Vec<&str> = tickets.iter().map(|t| t["kind"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["REFUND_MISMATCH", "REFUND_MISMATCH"]);
 }

@@ -18,6 +18,7 @@ pub mod expiry;
 pub mod fuzzing;
 pub mod graphql;
 pub mod http;
+pub mod logging;
 pub mod orders;
 pub mod payments;
 pub mod reconciliation;

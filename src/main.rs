@@ -29,13 +29,7 @@ fn main() -> ExitCode {
         print!("{USAGE}\n{ENV_HELP}");
         return ExitCode::SUCCESS;
     }
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "info,tower_http=warn,diesel_migrations=warn".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    fitorder::logging::init(fitorder::logging::LogFormat::from_env());
     match run(args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

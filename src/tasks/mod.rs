@@ -105,7 +105,10 @@ impl Scheduler {
 
     async fn execute(&self, task: &Task, run_id: i64) {
         let started = std::time::Instant::now();
-        let result = (task.run)(self.state.clone()).await;
+        // Every line the run logs carries one trace id (the JSON log's `trace_id`).
+        let span = tracing::info_span!("task", task = task.name, run = run_id,
+            trace_id = %crate::trace::TraceId::new());
+        let result = tracing::Instrument::instrument((task.run)(self.state.clone()), span).await;
         let (status, rows, detail) = match &result {
             Ok(n) => ("SUCCEEDED", *n, None),
             Err(e) => ("FAILED", 0, Some(e.message())),

@@ -3,6 +3,7 @@
 
 mod harness;
 
+mod alerts;
 mod catalog_wallet;
 mod chaos;
 mod check_in;

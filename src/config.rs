@@ -46,6 +46,8 @@ pub struct Config {
     pub alert_rate_per_minute: i64,
     /// The address people open, for the ops-page link in alerts (default `http://FITORDER_ADDR`).
     pub public_url: Option<String>,
+    /// `fitorder worker` serves `/metrics`, `/healthz` and `/readyz` here when set.
+    pub metrics_addr: Option<String>,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -95,6 +97,7 @@ Environment:
   FITORDER_ALERT_MAX_ATTEMPTS    alert attempts before DEAD (default 8)
   FITORDER_ALERT_RATE            requests per minute to one channel (default 20)
   FITORDER_PUBLIC_URL            address in alerts' ops-page link (default http://FITORDER_ADDR)
+  FITORDER_METRICS_ADDR          `fitorder worker`: serve /metrics, /healthz, /readyz here (default: none)
   FITORDER_LOG_FORMAT            json or text (default: json when standard output is not a terminal)
   WECHATPAY_MCH_ID, WECHATPAY_APIV3_KEY, WECHATPAY_PLATFORM_PUBLIC_KEY   (callbacks)
   WECHATPAY_API_BASE, WECHATPAY_MCH_PRIVATE_KEY, WECHATPAY_MCH_SERIAL      (refunds, queries)
@@ -174,6 +177,7 @@ impl Config {
             alert_max_attempts: number("FITORDER_ALERT_MAX_ATTEMPTS", 8)?.max(1),
             alert_rate_per_minute: number("FITORDER_ALERT_RATE", 20)?.max(1),
             public_url: var("FITORDER_PUBLIC_URL"),
+            metrics_addr: var("FITORDER_METRICS_ADDR"),
         })
     }
 
@@ -206,6 +210,7 @@ impl Config {
             alert_max_attempts: 8,
             alert_rate_per_minute: 20,
             public_url: None,
+            metrics_addr: None,
         }
     }
 

@@ -208,9 +208,13 @@ impl Worker {
         .bind::<Text, _>(&self.id)
         .execute(&mut conn)
         .await?;
+        let now = Utc::now();
         for (e, ..) in done {
             metrics::counter!("fitorder_compensation_attempts_total", "kind" => e.kind.clone(), "outcome" => "ok")
                 .increment(1);
+            // Outbox latency: from the change that wrote the event to its delivery.
+            metrics::histogram!("fitorder_outbox_delivery_seconds", "kind" => e.kind.clone())
+                .record((now - e.created_at).num_milliseconds().max(0) as f64 / 1000.0);
         }
         Ok(())
     }

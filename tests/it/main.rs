@@ -16,6 +16,7 @@ mod http_surface;
 mod limits_and_roles;
 mod orders_flow;
 mod payments;
+mod pgbouncer;
 mod place_order;
 mod playground;
 mod providers;

@@ -134,13 +134,17 @@ where
             Some(Value::String(t)) => Some(t),
             _ => None,
         };
-        if trace.is_none() {
-            if let Some(scope) = ctx.event_scope() {
-                for span in scope {
-                    if let Some(t) = span.extensions().get::<SpanTrace>() {
-                        trace = Some(t.0.clone());
-                        break;
-                    }
+        // The event's spans, innermost first (an explicit `parent:` counts as well).
+        let mut innermost = None;
+        if let Some(scope) = ctx.event_scope() {
+            for span in scope {
+                innermost.get_or_insert_with(|| span.name());
+                if trace.is_some() {
+                    break;
+                }
+                if let Some(t) = span.extensions().get::<SpanTrace>() {
+                    trace = Some(t.0.clone());
+                    break;
                 }
             }
         }
@@ -153,8 +157,8 @@ where
         line.insert("target".into(), Value::String(meta.target().to_string()));
         line.insert("message".into(), Value::String(v.message.unwrap_or_default()));
         line.insert("fields".into(), Value::Object(v.fields));
-        if let Some(span) = ctx.lookup_current() {
-            line.insert("span".into(), Value::String(span.name().to_string()));
+        if let Some(name) = innermost {
+            line.insert("span".into(), Value::String(name.to_string()));
         }
         if let Some(t) = trace {
             line.insert("trace_id".into(), Value::String(t));

@@ -139,7 +139,10 @@ impl Message {
             s.push('\n');
             s.push_str(l);
         }
-        s.push_str(&format!("\n追踪号(trace id):{}\n运维页面:{}", self.trace_id, self.ops_url));
+        s.push_str(&format!(
+            "\n追踪号(trace id):{}\n运维页面:{}",
+            self.trace_id, self.ops_url
+        ));
         s
     }
 
@@ -337,12 +340,26 @@ mod tests {
     #[test]
     fn robots_answering_200_with_an_error_code_are_failures() {
         assert!(check_answer(ChannelKind::WeCom, 200, r#"{"errcode":0,"errmsg":"ok"}"#).is_ok());
-        assert!(check_answer(ChannelKind::WeCom, 200, r#"{"errcode":45009,"errmsg":"api freq out of limit"}"#)
-            .unwrap_err()
-            .contains("45009"));
-        assert!(check_answer(ChannelKind::DingTalk, 200, r#"{"errcode":310000,"errmsg":"sign not match"}"#).is_err());
+        assert!(check_answer(
+            ChannelKind::WeCom,
+            200,
+            r#"{"errcode":45009,"errmsg":"api freq out of limit"}"#
+        )
+        .unwrap_err()
+        .contains("45009"));
+        assert!(check_answer(
+            ChannelKind::DingTalk,
+            200,
+            r#"{"errcode":310000,"errmsg":"sign not match"}"#
+        )
+        .is_err());
         assert!(check_answer(ChannelKind::Feishu, 200, r#"{"code":0,"msg":"success","data":{}}"#).is_ok());
-        assert!(check_answer(ChannelKind::Feishu, 200, r#"{"StatusCode":0,"StatusMessage":"success"}"#).is_ok());
+        assert!(check_answer(
+            ChannelKind::Feishu,
+            200,
+            r#"{"StatusCode":0,"StatusMessage":"success"}"#
+        )
+        .is_ok());
         assert!(check_answer(ChannelKind::Feishu, 200, r#"{"code":19021,"msg":"sign match fail"}"#).is_err());
         assert!(check_answer(ChannelKind::Feishu, 200, "<html>").is_err());
         assert!(check_answer(ChannelKind::Webhook, 204, "").is_ok());

@@ -82,7 +82,12 @@ impl Alert {
                 format!("已尝试:{} 次", e.attempts),
                 format!(
                     "最后错误:{}",
-                    e.last_error.as_deref().unwrap_or("—").chars().take(300).collect::<String>()
+                    e.last_error
+                        .as_deref()
+                        .unwrap_or("—")
+                        .chars()
+                        .take(300)
+                        .collect::<String>()
                 ),
                 format!("事件编号:{};处理后可在运维页面重放(Replay)", e.id),
             ],
@@ -246,7 +251,9 @@ impl Deliverer {
         // (requests in the last minute plus deliveries in flight) holds across all workers.
         let due: Vec<Due> = conn
             .transaction(async |conn| -> AppResult<Vec<Due>> {
-                diesel::sql_query("SELECT pg_advisory_xact_lock(7250600)").execute(conn).await?;
+                diesel::sql_query("SELECT pg_advisory_xact_lock(7250600)")
+                    .execute(conn)
+                    .await?;
                 Ok(diesel::sql_query(
                     "WITH c AS (
                         SELECT d.id, d.channel,
@@ -362,7 +369,9 @@ impl Deliverer {
                 tracing::error!(alert = d.alert_id, channel = %d.channel, attempts = attempt, error = ?error,
                     trace_id = %d.trace_id, "ALERT delivery is DEAD: a chat message was not delivered")
             }
-            _ => tracing::warn!(alert = d.alert_id, channel = %d.channel, attempt, error = ?error, "alert delivery failed; retrying"),
+            _ => {
+                tracing::warn!(alert = d.alert_id, channel = %d.channel, attempt, error = ?error, "alert delivery failed; retrying")
+            }
         }
         Ok(())
     }

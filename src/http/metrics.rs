@@ -84,7 +84,11 @@ pub const FAMILIES: &[(&str, &str, &[&str])] = &[
     ("fitorder_db_pool_waiting", "gauge", &[]),
     ("fitorder_duplicate_check_ins_total", "counter", &[]),
     ("fitorder_http_request_seconds", "summary", &["route"]),
-    ("fitorder_http_requests_total", "counter", &["route", "method", "status"]),
+    (
+        "fitorder_http_requests_total",
+        "counter",
+        &["route", "method", "status"],
+    ),
     ("fitorder_listen_reconnects_total", "counter", &[]),
     ("fitorder_orders_expired_total", "counter", &[]),
     ("fitorder_orders_placed_total", "counter", &["method"]),

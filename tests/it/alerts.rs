@@ -105,7 +105,10 @@ async fn settle(app: &TestApp, worker: &Worker, secs: u64) {
 
 async fn order_trace(app: &TestApp, no: &str) -> String {
     let o = app
-        .admin("query($no: String!) { order(orderNo: $no) { traceId } }", json!({"no": no}))
+        .admin(
+            "query($no: String!) { order(orderNo: $no) { traceId } }",
+            json!({"no": no}),
+        )
         .await;
     o["order"]["traceId"].as_str().unwrap().to_string()
 }
@@ -116,7 +119,8 @@ fn text_of(record: &Value) -> String {
 
 #[tokio::test]
 async fn a_dead_event_reaches_every_robot_signed_with_its_order_and_trace_id() {
-    let robots = Robots::start(json!({"secrets": {"dd": "SECdingtalk-secret", "fs": "feishu-secret", "dd-wrong": "SECtheirs"}}));
+    let robots =
+        Robots::start(json!({"secrets": {"dd": "SECdingtalk-secret", "fs": "feishu-secret", "dd-wrong": "SECtheirs"}}));
     let b = &robots.base;
     let fake = FakeDownstream::start(Mode::AlwaysFail).await;
     let app = dead_app(
@@ -156,12 +160,13 @@ async fn a_dead_event_reaches_every_robot_signed_with_its_order_and_trace_id() {
         .into_iter()
         .filter(|r| r["name"] == "dd-wrong")
         .collect();
-    assert!(!wrong.is_empty() && wrong.iter().all(|r| r["problem"] == "signature"), "{wrong:?}");
+    assert!(
+        !wrong.is_empty() && wrong.iter().all(|r| r["problem"] == "signature"),
+        "{wrong:?}"
+    );
     assert_eq!(
-        app.sql_i64(
-            "SELECT count(*) AS v FROM alert_deliveries WHERE channel LIKE 'dingtalk-%' AND status = 'DEAD'"
-        )
-        .await,
+        app.sql_i64("SELECT count(*) AS v FROM alert_deliveries WHERE channel LIKE 'dingtalk-%' AND status = 'DEAD'")
+            .await,
         2
     );
     let err = app
@@ -176,10 +181,8 @@ async fn a_dead_event_reaches_every_robot_signed_with_its_order_and_trace_id() {
     assert!(started.elapsed() < Duration::from_secs(60));
     // No token or secret in the database.
     assert_eq!(
-        app.sql_i64(
-            "SELECT count(*) AS v FROM alert_deliveries WHERE channel LIKE '%SEC%' OR channel LIKE '%http%'"
-        )
-        .await,
+        app.sql_i64("SELECT count(*) AS v FROM alert_deliveries WHERE channel LIKE '%SEC%' OR channel LIKE '%http%'")
+            .await,
         0
     );
 }
@@ -214,7 +217,10 @@ async fn a_dead_alert_is_delivered_after_the_robot_failed_twice_and_a_lost_one_i
               WHERE d.channel LIKE 'wecom-%' AND d.status = 'SUCCEEDED'",
         )
         .await;
-    assert_eq!(attempts, 3, "two refusals (errcode 45009 at HTTP 200), then the delivery");
+    assert_eq!(
+        attempts, 3,
+        "two refusals (errcode 45009 at HTTP 200), then the delivery"
+    );
     // The other robot failed three times: DEAD (visible), then replayed and delivered.
     assert_eq!(
         app.sql_i64("SELECT count(*) AS v FROM alert_deliveries WHERE status = 'DEAD'")
@@ -298,8 +304,14 @@ async fn one_alert_per_cause_under_three_instances() {
     }
     settle(&first, &Worker::new(first.state.clone()), 20).await;
     let n = |sql: &'static str| first.sql_i64(sql);
-    assert_eq!(n("SELECT count(*) AS v FROM alerts WHERE cause = 'COMPENSATION_DEAD'").await, 2);
-    assert_eq!(n("SELECT count(*) AS v FROM alerts WHERE cause = 'OUTBOX_OVERDUE'").await, 1);
+    assert_eq!(
+        n("SELECT count(*) AS v FROM alerts WHERE cause = 'COMPENSATION_DEAD'").await,
+        2
+    );
+    assert_eq!(
+        n("SELECT count(*) AS v FROM alerts WHERE cause = 'OUTBOX_OVERDUE'").await,
+        1
+    );
     assert_eq!(n("SELECT count(*) AS v FROM alerts").await, 3);
     assert!(n("SELECT count(*) AS v FROM task_runs WHERE task = 'alert:check'").await >= 10);
     for name in ["ops", "dev"] {
@@ -354,5 +366,8 @@ async fn a_payment_after_cancel_alerts_in_the_transaction_of_its_ticket() {
     let got = robots.accepted("fs").await;
     assert_eq!(got.len(), 1, "{got:?}");
     let t = text_of(&got[0]);
-    assert!(t.contains("订单已取消后收到付款") && t.contains(&no) && t.contains("100.00"), "{t}");
+    assert!(
+        t.contains("订单已取消后收到付款") && t.contains(&no) && t.contains("100.00"),
+        "{t}"
+    );
 }

@@ -188,7 +188,10 @@ async fn a_running_server_exports_the_families_with_the_listed_types() {
             .find(|l| l.starts_with(&format!("{name}{{")) || l.starts_with(&format!("{name} ")))
             .unwrap();
         for l in labels {
-            assert!(f.2.contains(&l) && sample.contains(&format!("{l}=\"")), "{name} lacks {l}: {sample}");
+            assert!(
+                f.2.contains(&l) && sample.contains(&format!("{l}=\"")),
+                "{name} lacks {l}: {sample}"
+            );
         }
     }
     assert!(text.contains("fitorder_ready 1"), "the database answered");

@@ -44,7 +44,12 @@ async fn json_log_lines_carry_the_trace_id_of_the_rows_of_the_same_request() {
     let base = format!("http://127.0.0.1:{port}");
     let mut ready = false;
     for _ in 0..200 {
-        if http.get(format!("{base}/readyz")).send().await.is_ok_and(|r| r.status() == 200) {
+        if http
+            .get(format!("{base}/readyz"))
+            .send()
+            .await
+            .is_ok_and(|r| r.status() == 200)
+        {
             ready = true;
             break;
         }
@@ -64,14 +69,13 @@ async fn json_log_lines_carry_the_trace_id_of_the_rows_of_the_same_request() {
         .json()
         .await
         .unwrap();
-    let no = r["data"]["placeOrder"]["order"]["orderNo"].as_str().unwrap().to_string();
+    let no = r["data"]["placeOrder"]["order"]["orderNo"]
+        .as_str()
+        .unwrap()
+        .to_string();
     // Wait for both events to go DEAD (and their alerts to be tried).
     for _ in 0..100 {
-        if app
-            .sql_i64("SELECT count(*) AS v FROM alert_attempts")
-            .await
-            >= 2
-        {
+        if app.sql_i64("SELECT count(*) AS v FROM alert_attempts").await >= 2 {
             break;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -105,9 +109,8 @@ async fn json_log_lines_carry_the_trace_id_of_the_rows_of_the_same_request() {
     );
     assert!(messages.iter().any(|m| m.starts_with("ALERT:")), "{messages:?}");
     assert!(
-        mine.iter().any(|l| l["message"] == "exception ticket opened" && l["fields"]["order_no"]
-            .as_str()
-            .is_some_and(|o| o.contains(&no))),
+        mine.iter().any(|l| l["message"] == "exception ticket opened"
+            && l["fields"]["order_no"].as_str().is_some_and(|o| o.contains(&no))),
         "{messages:?}"
     );
     // The same id finds the rows.

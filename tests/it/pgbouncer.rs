@@ -15,7 +15,12 @@ use crate::ws::WsClient;
 fn pgbouncer_bin() -> Option<String> {
     ["pgbouncer", "/usr/sbin/pgbouncer", "/usr/bin/pgbouncer"]
         .iter()
-        .find(|b| Command::new(b).arg("--version").output().is_ok_and(|o| o.status.success()))
+        .find(|b| {
+            Command::new(b)
+                .arg("--version")
+                .output()
+                .is_ok_and(|o| o.status.success())
+        })
         .map(|b| b.to_string())
 }
 
@@ -256,10 +261,16 @@ async fn place_pay_expire_deliver_and_subscribe_through_pgbouncer() {
     while !expected.iter().all(|e| heard.contains(e)) {
         let Some(p) = ws.next_payload(10).await else { break };
         let c = &p["data"]["orderStatusChanged"];
-        heard.insert((c["orderNo"].as_str().unwrap_or_default().to_string(), c["toStatus"].as_str().unwrap_or_default().to_string()));
+        heard.insert((
+            c["orderNo"].as_str().unwrap_or_default().to_string(),
+            c["toStatus"].as_str().unwrap_or_default().to_string(),
+        ));
     }
     for no in &paid {
-        assert!(heard.contains(&(no.clone(), "PAID".to_string())), "{no} PAID not heard: {heard:?}");
+        assert!(
+            heard.contains(&(no.clone(), "PAID".to_string())),
+            "{no} PAID not heard: {heard:?}"
+        );
     }
     assert!(heard.contains(&(online.clone(), "CANCELED".to_string())), "{heard:?}");
     // The pool really went through PgBouncer: its admin console counts the transactions.

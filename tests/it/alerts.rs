@@ -371,3 +371,119 @@ async fn a_payment_after_cancel_alerts_in_the_transaction_of_its_ticket() {
         "{t}"
     );
 }
+
+#[tokio::test]
+async fn a_failed_reconciliation_and_one_with_differences_alert_once_with_counts_by_kind() {
+    let robots = Robots::start(json!({}));
+    let b = robots.base.clone();
+    let app = TestApp::with_config(move |c| {
+        c.alert_channels = fitorder::alerts::channels::parse_list(&format!("wecom:{b}/wecom/fin")).unwrap();
+    })
+    .await;
+    // A real run whose bill is missing: FAILED, and alerted where its outcome is known.
+    let trace = fitorder::trace::TraceId::new();
+    let date = chrono::NaiveDate::from_ymd_opt(2026, 11, 20).unwrap();
+    let run = fitorder::reconciliation::run(
+        &app.state,
+        "WECHAT_PAY",
+        date,
+        Some("/nonexistent/bill.csv".into()),
+        &trace,
+    )
+    .await
+    .unwrap();
+    assert_eq!(run.status, "FAILED");
+    let mut conn = app.conn().await;
+    let id = fitorder::alerts::reconciliation_run(&mut conn, run.id).await.unwrap();
+    assert!(id.is_some());
+    assert!(
+        fitorder::alerts::reconciliation_run(&mut conn, run.id)
+            .await
+            .unwrap()
+            .is_none(),
+        "once"
+    );
+    drop(conn);
+    // A run that found differences (two tickets of one kind, one of another), swept up by alert:check.
+    app.sql_i64(
+        "WITH r AS (INSERT INTO reconciliation_runs (provider, bill_date, status, finished_at, tickets_opened, trace_id)
+                    VALUES ('ALIPAY', '2026-11-21', 'SUCCEEDED', now(), 3, 'recontrace0000001') RETURNING id),
+              t AS (INSERT INTO exception_tickets (kind, provider, detail, finding_key, trace_id)
+                    VALUES ('PROVIDER_PAID_LOCAL_UNPAID', 'ALIPAY', '{}', 'a', 'recontrace0000001'),
+                           ('PROVIDER_PAID_LOCAL_UNPAID', 'ALIPAY', '{}', 'b', 'recontrace0000001'),
+                           ('REFUND_MISMATCH', 'ALIPAY', '{}', 'c', 'recontrace0000001') RETURNING 1)
+         SELECT (SELECT count(*) FROM t) AS v",
+    )
+    .await;
+    let mut sched = fitorder::tasks::Scheduler::standard(app.state.clone());
+    sched.tasks.retain(|t| t.name == "alert:check");
+    let now = chrono::Utc::now();
+    for m in 0..3 {
+        sched.tick(now + chrono::Duration::minutes(m)).await;
+    }
+    settle(&app, &Worker::new(app.state.clone()), 20).await;
+    let got = robots.accepted("fin").await;
+    assert_eq!(got.len(), 2, "{got:?}");
+    let failed = got
+        .iter()
+        .map(text_of)
+        .find(|t| t.contains("对账失败"))
+        .expect("the failed run");
+    assert!(
+        failed.contains("2026-11-20") && failed.contains(trace.as_str()),
+        "{failed}"
+    );
+    let diff = got
+        .iter()
+        .map(text_of)
+        .find(|t| t.contains("对账发现差异"))
+        .expect("the differences");
+    assert!(
+        diff.contains("PROVIDER_PAID_LOCAL_UNPAID")
+            && diff.contains("× 2")
+            && diff.contains("REFUND_MISMATCH")
+            && diff.contains("recontrace0000001"),
+        "{diff}"
+    );
+}
+
+#[tokio::test]
+async fn each_channel_gets_at_most_its_rate_per_minute_across_workers() {
+    let robots = Robots::start(json!({}));
+    let b = robots.base.clone();
+    let app = TestApp::with_config(move |c| {
+        c.alert_channels = fitorder::alerts::channels::parse_list(&format!("wecom:{b}/wecom/busy")).unwrap();
+        c.alert_rate_per_minute = 2;
+    })
+    .await;
+    let mut conn = app.conn().await;
+    for i in 0..5 {
+        fitorder::alerts::raise(
+            &mut conn,
+            fitorder::alerts::Alert {
+                cause: "TASK_STUCK",
+                dedupe_key: format!("rate-test-{i}"),
+                title: format!("测试 {i}"),
+                lines: vec![],
+                order_no: None,
+                trace_id: "ratetest000000001".into(),
+                detail: json!({}),
+            },
+        )
+        .await
+        .unwrap();
+    }
+    drop(conn);
+    let workers: Vec<Worker> = (0..3).map(|_| Worker::new(app.state.clone())).collect();
+    for _ in 0..10 {
+        futures_util::future::join_all(workers.iter().map(|w| w.run_once())).await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(robots.log().await.len(), 2, "two requests in the minute");
+    assert_eq!(
+        app.sql_i64("SELECT count(*) AS v FROM alert_deliveries WHERE status = 'PENDING'")
+            .await,
+        3,
+        "the rest wait for the next minute"
+    );
+}

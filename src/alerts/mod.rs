@@ -274,6 +274,9 @@ impl Deliverer {
                            SET locked_until = now() + make_interval(secs => $2), locked_by = $1
                           FROM c JOIN used u ON u.channel = c.channel
                          WHERE d.id = c.id AND c.rn + u.n <= $4
+                           -- Checked again on the row itself, should it have moved meanwhile.
+                           AND d.status IN ('PENDING', 'RETRYING')
+                           AND (d.locked_until IS NULL OR d.locked_until < now())
                         RETURNING d.id, d.channel, d.attempts, d.max_attempts, d.alert_id)
                      SELECT claimed.*, a.cause, a.title, a.lines, a.order_no, a.trace_id, a.created_at
                        FROM claimed JOIN alerts a ON a.id = claimed.alert_id",

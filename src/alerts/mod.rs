@@ -440,6 +440,38 @@ pub async fn reconciliation_run(conn: &mut AsyncPgConnection, run_id: i64) -> Ap
     Ok(raised)
 }
 
+/// Raises the alerts of every recently finished run that FAILED or found differences and has
+/// none yet (what the scheduler calls right after a reconciliation task).
+pub async fn reconciliation_recent(conn: &mut AsyncPgConnection) -> AppResult<usize> {
+    let mut n = 0;
+    for r in reconciliation_rows(conn, None).await? {
+        n += raise(conn, reconciliation_alert(&r)).await?.is_some() as usize;
+    }
+    Ok(n)
+}
+
+/// One line per recent alert and its deliveries, for `fitorder alerts`.
+pub async fn recent(conn: &mut AsyncPgConnection, limit: i64) -> AppResult<Vec<String>> {
+    #[derive(QueryableByName)]
+    struct Line {
+        #[diesel(sql_type = Text)]
+        line: String,
+    }
+    let rows: Vec<Line> = diesel::sql_query(
+        "SELECT a.id || '  ' || to_char(a.created_at, 'YYYY-MM-DD HH24:MI:SS') || '  ' || a.cause || '  '
+                || COALESCE(a.order_no, '-') || '  trace ' || a.trace_id || '  '
+                || COALESCE((SELECT string_agg(d.channel || ' ' || d.status || ' x' || d.attempts
+                                               || COALESCE(' (' || left(d.last_error, 80) || ')', ''), ', ' ORDER BY d.id)
+                               FROM alert_deliveries d WHERE d.alert_id = a.id),
+                            CASE WHEN a.fanned_out_at IS NULL THEN 'not sent yet' ELSE 'no channel' END) AS line
+           FROM alerts a ORDER BY a.id DESC LIMIT $1",
+    )
+    .bind::<BigInt, _>(limit)
+    .load(conn)
+    .await?;
+    Ok(rows.into_iter().map(|r| r.line).collect())
+}
+
 async fn reconciliation_rows(conn: &mut AsyncPgConnection, run_id: Option<i64>) -> AppResult<Vec<RunRow>> {
     Ok(diesel::sql_query(
         "SELECT r.id, r.provider, r.bill_date, r.status, r.error, r.trace_id,
@@ -502,11 +534,8 @@ pub async fn sweep(
     stuck_runs: &[(i64, String, String)],
 ) -> AppResult<i64> {
     let trace = crate::trace::TraceId::new().0;
-    let mut raised = 0;
+    let mut raised = reconciliation_recent(conn).await? as i64;
     let mut count = |r: Option<i64>| raised += r.is_some() as i64;
-    for r in reconciliation_rows(conn, None).await? {
-        count(raise(conn, reconciliation_alert(&r)).await?);
-    }
     for (id, task, instance) in stuck_runs {
         count(
             raise(

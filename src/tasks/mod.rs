@@ -135,6 +135,18 @@ impl Scheduler {
         if let Err(e) = recorded {
             tracing::warn!(task = task.name, error = %e.message(), "task outcome not recorded");
         }
+        // A reconciliation that failed or found differences is told right away, not at the
+        // next `alert:check`.
+        if task.name.starts_with("reconcile:") {
+            let raised = async {
+                let mut conn = self.state.pool.get().await?;
+                crate::alerts::reconciliation_recent(&mut conn).await
+            }
+            .await;
+            if let Err(e) = raised {
+                tracing::warn!(task = task.name, error = %e.message(), "reconciliation alerts not raised; alert:check retries");
+            }
+        }
     }
 
     /// Ticks until `shutdown` flips, sleeping until the next tick of any task.

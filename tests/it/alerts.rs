@@ -486,4 +486,17 @@ async fn each_channel_gets_at_most_its_rate_per_minute_across_workers() {
         3,
         "the rest wait for the next minute"
     );
+    // What an operator sees: `fitorder alerts`.
+    let out = Command::new(env!("CARGO_BIN_EXE_fitorder"))
+        .args(["alerts", "--replay-dead"])
+        .env("DATABASE_URL", &app.db_url)
+        .env("FITORDER_LOG_FORMAT", "text")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.starts_with("0 DEAD deliveries sent again"), "{text}");
+    assert_eq!(text.matches("TASK_STUCK").count(), 5, "{text}");
+    assert_eq!(text.matches(" SUCCEEDED x1").count(), 2, "{text}");
+    assert_eq!(text.matches(" PENDING x0").count(), 3, "{text}");
 }

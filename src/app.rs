@@ -5,6 +5,7 @@ use std::sync::Arc;
 use crate::config::Config;
 use crate::db::DbPool;
 use crate::events::EventHub;
+use crate::payments::api::ProviderApi;
 use crate::payments::keys::ProviderKeys;
 
 #[derive(Clone)]
@@ -12,6 +13,8 @@ pub struct AppState {
     pub pool: DbPool,
     pub config: Arc<Config>,
     pub keys: Arc<ProviderKeys>,
+    /// The configured providers' APIs (one HTTP client for all).
+    pub providers: ProviderApi,
     pub events: EventHub,
     /// The database URL, for the few things a pool connection cannot do (COPY, LISTEN).
     pub db_url: Arc<String>,
@@ -36,10 +39,13 @@ impl AppState {
             crate::db::evidence_pool(&db_url, 4, config.statement_timeout)
         }
         .expect("a pool is built without connecting");
+        let config = Arc::new(config);
+        let keys = Arc::new(keys);
         AppState {
+            providers: ProviderApi::with_pool(config.clone(), keys.clone(), Some(pool.clone())),
             pool,
-            config: Arc::new(config),
-            keys: Arc::new(keys),
+            config,
+            keys,
             events,
             db_url: Arc::new(db_url),
             evidence,

@@ -11,6 +11,12 @@ pub struct Config {
     /// `None`: a private PostgreSQL cluster under `./.fitorder/pg`.
     pub database_url: Option<String>,
     pub addr: String,
+    /// The base URL providers reach this service at (their `notify_url`), without a trailing `/`.
+    pub public_url: String,
+    /// Local time (in `timezone`) of the daily reconciliation run.
+    pub reconcile_at: chrono::NaiveTime,
+    /// The `cargo run` development mode: private cluster, demo data, the provider sandbox.
+    pub dev_mode: bool,
     pub jwt_secret: String,
     /// True when the secret was made up at start (dev mode): tokens are printed then.
     pub jwt_secret_generated: bool,
@@ -44,32 +50,69 @@ pub struct Config {
     pub alert_max_attempts: i32,
     /// Requests per minute to one channel (the robots allow about 20).
     pub alert_rate_per_minute: i64,
-    /// The address people open, for the ops-page link in alerts (default `http://FITORDER_ADDR`).
-    pub public_url: Option<String>,
     /// `fitorder worker` serves `/metrics`, `/healthz` and `/readyz` here when set.
     pub metrics_addr: Option<String>,
 }
 
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct WechatPayConfig {
     pub mch_id: Option<String>,
+    /// The appid trades are made under (mini program, official account or app).
+    pub app_id: Option<String>,
     pub apiv3_key: Option<String>,
-    pub platform_public_key: Option<PathBuf>,
-    /// Base URL of the API (refunds, queries); unset: refunds are simulated.
-    pub api_base: Option<String>,
-    /// The merchant's API private key (PEM) and its certificate serial, to sign API calls.
+    /// The merchant's API private key (PEM) and its certificate serial: sign every call.
     pub merchant_private_key: Option<PathBuf>,
     pub merchant_serial: Option<String>,
+    /// The 微信支付公钥 (PEM) and its `PUB_KEY_ID_…`; unset: platform certificates are downloaded.
+    pub platform_public_key: Option<PathBuf>,
+    pub public_key_id: Option<String>,
+    pub api_base: String,
 }
 
-#[derive(Clone, Debug, Default)]
+pub const WECHATPAY_API_BASE: &str = "https://api.mch.weixin.qq.com";
+pub const ALIPAY_API_BASE: &str = "https://openapi.alipay.com/gateway.do";
+
+impl Default for WechatPayConfig {
+    fn default() -> Self {
+        WechatPayConfig {
+            mch_id: None,
+            app_id: None,
+            apiv3_key: None,
+            merchant_private_key: None,
+            merchant_serial: None,
+            platform_public_key: None,
+            public_key_id: None,
+            api_base: WECHATPAY_API_BASE.into(),
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
 pub struct AlipayConfig {
     pub app_id: Option<String>,
-    pub public_key: Option<PathBuf>,
-    /// The gateway URL (refunds, queries); unset: refunds are simulated.
-    pub api_base: Option<String>,
-    /// The app's private key (PEM) that signs gateway calls.
+    /// The app's private key (PEM): signs every gateway request and order string.
     pub app_private_key: Option<PathBuf>,
+    /// Public-key mode: the Alipay public key (PEM or bare base64).
+    pub public_key: Option<PathBuf>,
+    /// Certificate mode: the app certificate, the Alipay public-key certificate, the root certificate.
+    pub app_cert: Option<PathBuf>,
+    pub public_cert: Option<PathBuf>,
+    pub root_cert: Option<PathBuf>,
+    pub api_base: String,
+}
+
+impl Default for AlipayConfig {
+    fn default() -> Self {
+        AlipayConfig {
+            app_id: None,
+            app_private_key: None,
+            public_key: None,
+            app_cert: None,
+            public_cert: None,
+            root_cert: None,
+            api_base: ALIPAY_API_BASE.into(),
+        }
+    }
 }
 
 /// Lines printed by `fitorder --help`: every variable, its default and meaning.
@@ -96,13 +139,19 @@ Environment:
   FITORDER_ALERT_RETRY_BASE      first alert retry delay (default 5s)
   FITORDER_ALERT_MAX_ATTEMPTS    alert attempts before DEAD (default 8)
   FITORDER_ALERT_RATE            requests per minute to one channel (default 20)
-  FITORDER_PUBLIC_URL            address in alerts' ops-page link (default http://FITORDER_ADDR)
   FITORDER_METRICS_ADDR          `fitorder worker`: serve /metrics, /healthz, /readyz here (default: none)
   FITORDER_LOG_FORMAT            json or text (default: json when standard output is not a terminal)
-  WECHATPAY_MCH_ID, WECHATPAY_APIV3_KEY, WECHATPAY_PLATFORM_PUBLIC_KEY   (callbacks)
-  WECHATPAY_API_BASE, WECHATPAY_MCH_PRIVATE_KEY, WECHATPAY_MCH_SERIAL      (refunds, queries)
-  ALIPAY_APP_ID, ALIPAY_PUBLIC_KEY                                        (callbacks)
-  ALIPAY_API_BASE, ALIPAY_APP_PRIVATE_KEY                                 (refunds, queries)
+  FITORDER_PUBLIC_URL            base URL providers reach us at, and alerts link to (default http://$FITORDER_ADDR)
+  FITORDER_RECONCILE_AT          local time of the daily reconciliation (default 10:30)
+  WeChat Pay, configured whole or not at all:
+    WECHATPAY_MCH_ID, WECHATPAY_APP_ID, WECHATPAY_APIV3_KEY,
+    WECHATPAY_MCH_PRIVATE_KEY (path), WECHATPAY_MCH_SERIAL,
+    WECHATPAY_PLATFORM_PUBLIC_KEY (path) + WECHATPAY_PUBLIC_KEY_ID, or neither (certificates downloaded),
+    WECHATPAY_API_BASE (default https://api.mch.weixin.qq.com)
+  Alipay, configured whole or not at all:
+    ALIPAY_APP_ID, ALIPAY_APP_PRIVATE_KEY (path),
+    ALIPAY_PUBLIC_KEY (path) or ALIPAY_APP_CERT + ALIPAY_PUBLIC_CERT + ALIPAY_ROOT_CERT (paths),
+    ALIPAY_API_BASE (default https://openapi.alipay.com/gateway.do)
 ";
 
 fn var(name: &str) -> Option<String> {
@@ -134,10 +183,13 @@ impl Config {
             .parse::<chrono_tz::Tz>()
             .map_err(|_| anyhow::anyhow!("FITORDER_TIMEZONE={tz_name:?} is not an IANA time zone"))?;
         let max_attempts: i32 = number("FITORDER_MAX_ATTEMPTS", 5)?;
+        let addr = var("FITORDER_ADDR").unwrap_or_else(|| "127.0.0.1:8080".into());
+        let reconcile_raw = var("FITORDER_RECONCILE_AT").unwrap_or_else(|| "10:30".into());
+        let reconcile_at = chrono::NaiveTime::parse_from_str(&reconcile_raw, "%H:%M")
+            .map_err(|_| anyhow::anyhow!("FITORDER_RECONCILE_AT={reconcile_raw:?} is not a time like 10:30"))?;
         anyhow::ensure!(max_attempts >= 1, "FITORDER_MAX_ATTEMPTS must be at least 1");
         Ok(Config {
             database_url: var("DATABASE_URL"),
-            addr: var("FITORDER_ADDR").unwrap_or_else(|| "127.0.0.1:8080".into()),
             jwt_secret,
             jwt_secret_generated,
             order_timeout: duration("FITORDER_ORDER_TIMEOUT", "15m")?,
@@ -151,19 +203,31 @@ impl Config {
                 .unwrap_or_else(|| "./statements".into())
                 .into(),
             timezone,
+            public_url: var("FITORDER_PUBLIC_URL")
+                .unwrap_or_else(|| format!("http://{addr}"))
+                .trim_end_matches('/')
+                .to_string(),
+            addr,
+            reconcile_at,
+            dev_mode: false,
             wechatpay: WechatPayConfig {
                 mch_id: var("WECHATPAY_MCH_ID"),
+                app_id: var("WECHATPAY_APP_ID"),
                 apiv3_key: var("WECHATPAY_APIV3_KEY"),
-                platform_public_key: var("WECHATPAY_PLATFORM_PUBLIC_KEY").map(PathBuf::from),
-                api_base: var("WECHATPAY_API_BASE"),
                 merchant_private_key: var("WECHATPAY_MCH_PRIVATE_KEY").map(PathBuf::from),
                 merchant_serial: var("WECHATPAY_MCH_SERIAL"),
+                platform_public_key: var("WECHATPAY_PLATFORM_PUBLIC_KEY").map(PathBuf::from),
+                public_key_id: var("WECHATPAY_PUBLIC_KEY_ID"),
+                api_base: var("WECHATPAY_API_BASE").unwrap_or_else(|| WECHATPAY_API_BASE.into()),
             },
             alipay: AlipayConfig {
                 app_id: var("ALIPAY_APP_ID"),
-                public_key: var("ALIPAY_PUBLIC_KEY").map(PathBuf::from),
-                api_base: var("ALIPAY_API_BASE"),
                 app_private_key: var("ALIPAY_APP_PRIVATE_KEY").map(PathBuf::from),
+                public_key: var("ALIPAY_PUBLIC_KEY").map(PathBuf::from),
+                app_cert: var("ALIPAY_APP_CERT").map(PathBuf::from),
+                public_cert: var("ALIPAY_PUBLIC_CERT").map(PathBuf::from),
+                root_cert: var("ALIPAY_ROOT_CERT").map(PathBuf::from),
+                api_base: var("ALIPAY_API_BASE").unwrap_or_else(|| ALIPAY_API_BASE.into()),
             },
             max_complexity: number("FITORDER_MAX_COMPLEXITY", 20_000)?,
             max_depth: 12,
@@ -176,7 +240,6 @@ impl Config {
             alert_retry_base: duration("FITORDER_ALERT_RETRY_BASE", "5s")?,
             alert_max_attempts: number("FITORDER_ALERT_MAX_ATTEMPTS", 8)?.max(1),
             alert_rate_per_minute: number("FITORDER_ALERT_RATE", 20)?.max(1),
-            public_url: var("FITORDER_PUBLIC_URL"),
             metrics_addr: var("FITORDER_METRICS_ADDR"),
         })
     }
@@ -186,6 +249,9 @@ impl Config {
         Config {
             database_url: Some(database_url),
             addr: "127.0.0.1:0".into(),
+            public_url: "http://127.0.0.1:0".into(),
+            reconcile_at: chrono::NaiveTime::from_hms_opt(10, 30, 0).expect("a valid time"),
+            dev_mode: false,
             jwt_secret: "test-secret".into(),
             jwt_secret_generated: false,
             order_timeout: Duration::from_secs(15 * 60),
@@ -209,18 +275,13 @@ impl Config {
             alert_retry_base: Duration::from_secs(5),
             alert_max_attempts: 8,
             alert_rate_per_minute: 20,
-            public_url: None,
             metrics_addr: None,
         }
     }
 
     /// Where the ops page is, for links in alerts.
     pub fn ops_url(&self) -> String {
-        let base = self
-            .public_url
-            .clone()
-            .unwrap_or_else(|| format!("http://{}", self.addr));
-        format!("{}/ops", base.trim_end_matches('/'))
+        format!("{}/ops", self.public_url.trim_end_matches('/'))
     }
 }
 

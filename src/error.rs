@@ -29,7 +29,9 @@ pub enum AppError {
     /// look at what is there now.
     Conflict(String),
     /// The capability exists in the contract but is built by a later piece of work.
-    NotBuilt(&'static str),
+    /// A payment provider did not answer, or not with a signed answer: nothing was changed
+    /// and the caller may try again (`extensions.reason: PROVIDER_UNAVAILABLE`).
+    ProviderUnavailable(String),
     /// Anything else: a bug, the database down. Logged with the trace id; the client sees a
     /// generic message.
     Internal(std::sync::Arc<anyhow::Error>),
@@ -48,7 +50,7 @@ impl AppError {
             AppError::InsufficientFunds(_) => "INSUFFICIENT_FUNDS",
             AppError::SoldOut(_) => "SOLD_OUT",
             AppError::Conflict(_) => "CONFLICT",
-            AppError::NotBuilt(_) => "INTERNAL",
+            AppError::ProviderUnavailable(_) => "INTERNAL",
             AppError::Internal(_) => "INTERNAL",
         }
     }
@@ -83,7 +85,7 @@ impl AppError {
             AppError::IllegalTransition { from, to } => {
                 format!("illegal transition {from} -> {to}")
             }
-            AppError::NotBuilt(what) => format!("{what} is not available yet"),
+            AppError::ProviderUnavailable(m) => m.clone(),
             AppError::Internal(e) => format!("internal error: {e:#}"),
         }
     }
@@ -197,6 +199,9 @@ impl ErrorExtensions for AppError {
             if let AppError::IllegalTransition { from, to } = self {
                 ext.set("from", from.as_str());
                 ext.set("to", to.as_str());
+            }
+            if let AppError::ProviderUnavailable(_) = self {
+                ext.set("reason", "PROVIDER_UNAVAILABLE");
             }
         })
     }

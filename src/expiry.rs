@@ -95,12 +95,17 @@ pub async fn expire_due(state: &AppState, api: &ProviderApi) -> AppResult<i64> {
     let mut total = 0;
     loop {
         let mut conn = state.pool.get().await?;
-        let due: Vec<(i64, String, Option<String>)> = orders::table
+        let due: Vec<(i64, String, Option<String>, Option<chrono::DateTime<Utc>>)> = orders::table
             .filter(orders::status.eq("WAIT_PAY"))
             .filter(orders::expires_at.le(Utc::now()))
             .order(orders::expires_at)
             .limit(BATCH)
-            .select((orders::id, orders::order_no, orders::online_provider))
+            .select((
+                orders::id,
+                orders::order_no,
+                orders::online_provider,
+                orders::expires_at,
+            ))
             .load(&mut conn)
             .await?;
         if due.is_empty() {
@@ -108,21 +113,29 @@ pub async fn expire_due(state: &AppState, api: &ProviderApi) -> AppResult<i64> {
         }
         let asked = due
             .iter()
-            .any(|(_, _, p)| p.as_deref().is_some_and(|p| api.configured(p)));
+            .any(|(_, _, p, _)| p.as_deref().is_some_and(|p| api.configured(p)));
+        let mut waiting = 0;
         let to_cancel: Vec<i64> = if asked {
+            // No connection is held while the providers answer.
+            drop(conn);
             let mut cancel = vec![];
-            for (id, order_no, provider) in &due {
+            for (id, order_no, provider, expires_at) in &due {
                 let provider = provider.as_deref().unwrap_or_default();
-                if settle_with_provider(state, api, provider, order_no, &trace).await {
-                    total += 1;
-                } else {
-                    cancel.push(*id);
+                match settle_with_provider(state, api, provider, order_no, &trace).await {
+                    Settle::Paid => total += 1,
+                    Settle::Wait if expires_at.is_some_and(|t| Utc::now() - t < USERPAYING_GRACE) => waiting += 1,
+                    Settle::Wait | Settle::Cancel => cancel.push(*id),
                 }
             }
+            conn = state.pool.get().await?;
             cancel
         } else {
             due.iter().map(|(id, ..)| *id).collect()
         };
+        if waiting > 0 && to_cancel.is_empty() {
+            // Only members still paying are left: ask again on the next round.
+            return Ok(total);
+        }
         if !to_cancel.is_empty() {
             total += cancel_expired(&mut conn, Some(&to_cancel), BATCH, &trace).await?;
         }
@@ -132,16 +145,31 @@ pub async fn expire_due(state: &AppState, api: &ProviderApi) -> AppResult<i64> {
     }
 }
 
-/// Asks the provider about one expiring order. True when it turned out paid (and the payment
-/// was applied); false when it should be canceled (not paid, or the provider did not answer:
-/// expiry is never held up, a later payment is handled as paid-after-cancel).
+/// How long past its deadline an order whose member is still paying (WeChat `USERPAYING`)
+/// waits before it is canceled all the same.
+const USERPAYING_GRACE: chrono::TimeDelta = chrono::TimeDelta::minutes(5);
+
+/// What to do with one expiring order after asking its provider.
+#[derive(Debug, PartialEq, Eq)]
+enum Settle {
+    /// It was paid after all; the payment was applied.
+    Paid,
+    /// The member is paying right now: ask again before canceling.
+    Wait,
+    Cancel,
+}
+
+/// Asks the provider about one expiring order. Only a signed answer counts: an order the
+/// provider says is unpaid is closed there and canceled; with no (or no trustworthy) answer it
+/// is canceled without closing — the trade carries the same deadline, so the provider refuses
+/// payment after it, and a payment that still arrives is handled as paid-after-cancel.
 async fn settle_with_provider(
     state: &AppState,
     api: &ProviderApi,
     provider: &str,
     order_no: &str,
     trace: &TraceId,
-) -> bool {
+) -> Settle {
     match api.query(provider, order_no, trace.as_str()).await {
         Ok(TradeState::Paid { txn_id, amount_cents }) => {
             let body = json!({"source": "trade query at expiry", "out_trade_no": order_no,
@@ -166,7 +194,7 @@ async fn settle_with_provider(
             }
             .await;
             let Ok(callback_id) = recorded else {
-                return false;
+                return Settle::Cancel;
             };
             let notice = Notice::Paid {
                 out_trade_no: order_no.to_string(),
@@ -176,7 +204,7 @@ async fn settle_with_provider(
             match payments::apply(state, provider, callback_id, notice, trace).await {
                 Ok(payments::Outcome::Applied) => {
                     tracing::info!(order_no, "expiring order was paid: late payment applied");
-                    true
+                    Settle::Paid
                 }
                 Ok(other) => {
                     tracing::warn!(
@@ -184,11 +212,11 @@ async fn settle_with_provider(
                         outcome = other.as_str(),
                         "expiring order: provider payment not applied"
                     );
-                    false
+                    Settle::Cancel
                 }
                 Err(e) => {
                     tracing::warn!(order_no, error = %e.message(), "expiring order: applying the found payment failed");
-                    false
+                    Settle::Cancel
                 }
             }
         }
@@ -196,12 +224,12 @@ async fn settle_with_provider(
             if let Err(e) = api.close(provider, order_no, trace.as_str()).await {
                 tracing::warn!(order_no, error = %e, "closing the trade failed; canceling anyway");
             }
-            false
+            Settle::Cancel
         }
-        Ok(TradeState::Unknown) => false,
+        Ok(TradeState::Paying) => Settle::Wait,
         Err(e) => {
-            tracing::warn!(order_no, error = %e, "provider did not answer the trade query; canceling anyway");
-            false
+            tracing::warn!(order_no, error = %e, "no trustworthy answer to the trade query; canceling anyway");
+            Settle::Cancel
         }
     }
 }
@@ -217,11 +245,14 @@ pub async fn run_timer(state: AppState, mut shutdown: tokio::sync::watch::Receiv
         let notified = wake.notified();
         let wait = match next_deadline(&state).await {
             Ok(Some(t)) if t <= Utc::now() => {
-                if let Err(e) = expire_due(&state, &api).await {
-                    tracing::warn!(error = %e.message(), "expiry failed; retrying shortly");
-                    Duration::from_secs(1)
-                } else {
-                    Duration::ZERO
+                match expire_due(&state, &api).await {
+                    Err(e) => {
+                        tracing::warn!(error = %e.message(), "expiry failed; retrying shortly");
+                        Duration::from_secs(1)
+                    }
+                    // Only orders whose members are still paying are due: ask again shortly.
+                    Ok(0) => Duration::from_secs(5),
+                    Ok(_) => Duration::ZERO,
                 }
             }
             Ok(Some(t)) => (t - Utc::now())

@@ -523,8 +523,8 @@ fn reconciliation_alert(r: &RunRow) -> Alert {
     }
 }
 
-/// Hour after which yesterday's bill must have been reconciled (business time zone).
-pub const BILL_CUTOFF_HOUR: u32 = 10;
+/// How long after `FITORDER_RECONCILE_AT` yesterday's bill must have been reconciled.
+pub const BILL_GRACE: chrono::Duration = chrono::Duration::hours(1);
 
 /// `alert:check`'s part: raises what the rows say needs people. Returns alerts raised.
 pub async fn sweep(
@@ -599,7 +599,8 @@ pub async fn sweep(
     }
     // Yesterday's bill not reconciled by the cut-off.
     let now_local = Utc::now().with_timezone(&config.timezone);
-    if chrono::Timelike::hour(&now_local) >= BILL_CUTOFF_HOUR {
+    let cutoff = config.reconcile_at.overflowing_add_signed(BILL_GRACE).0;
+    if now_local.time() >= cutoff {
         let yesterday = now_local.date_naive() - chrono::Duration::days(1);
         for p in providers {
             #[derive(QueryableByName)]
@@ -626,7 +627,7 @@ pub async fn sweep(
                             lines: vec![
                                 format!("渠道:{}", provider_zh(p)),
                                 format!("账单日期:{yesterday}"),
-                                format!("截止:{BILL_CUTOFF_HOUR}:00({})", config.timezone),
+                                format!("截止:{}({})", cutoff.format("%H:%M"), config.timezone),
                                 format!("账单目录:{}", config.statement_dir.display()),
                             ],
                             order_no: None,

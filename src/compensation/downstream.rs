@@ -8,7 +8,7 @@ use serde_json::json;
 
 use crate::config::Config;
 use crate::db::models::CompensationEvent;
-use crate::payments::api::{self, Called, ProviderApi, RefundRequest};
+use crate::payments::api::{self, ProviderApi, RefundRequest};
 use crate::payments::keys::ProviderKeys;
 
 /// How an attempt ended.
@@ -41,8 +41,8 @@ impl Downstream {
             "AI_ACCESS_GRANT" | "AI_ACCESS_REVOKE" => self.access(self.config.ai_access_url.as_deref(), e).await,
             "PROVIDER_REFUND" => {
                 let p = &e.payload;
+                let provider = p["provider"].as_str().unwrap_or_default();
                 let req = RefundRequest {
-                    provider: p["provider"].as_str().unwrap_or_default(),
                     out_trade_no: p["orderNo"].as_str().unwrap_or_default(),
                     refund_no: p["refundNo"].as_str().unwrap_or_default(),
                     provider_txn_id: p["providerTxnId"].as_str(),
@@ -51,10 +51,12 @@ impl Downstream {
                     reason: p["reason"].as_str().unwrap_or("refund"),
                     trace_id: &e.trace_id,
                 };
-                match self.api.refund(&req).await? {
-                    Called::Done => Ok(Delivered::Ok),
-                    Called::Simulated => Ok(Delivered::Simulated),
-                }
+                // Done only on the provider's signed acceptance; nothing is simulated.
+                self.api
+                    .refund(provider, &req)
+                    .await
+                    .map(|_| Delivered::Ok)
+                    .map_err(|e| e.to_string())
             }
             other => Err(format!("unknown event kind {other}")),
         }

@@ -19,6 +19,7 @@ diesel::table! {
         balance_cents -> Int8,
         frozen_cents -> Int8,
         created_at -> Timestamptz,
+        wechat_open_id -> Nullable<Text>,
     }
 }
 
@@ -332,6 +333,39 @@ diesel::table! {
 }
 
 diesel::table! {
+    payment_trades (id) {
+        id -> Int8,
+        order_id -> Int8,
+        provider -> Text,
+        channel -> Text,
+        out_trade_no -> Text,
+        amount_cents -> Int8,
+        expires_at -> Timestamptz,
+        instruction -> Jsonb,
+        trace_id -> Text,
+        created_at -> Timestamptz,
+    }
+}
+
+diesel::table! {
+    wechat_platform_certs (serial_no) {
+        serial_no -> Text,
+        pem -> Text,
+        effective_at -> Nullable<Timestamptz>,
+        expire_at -> Nullable<Timestamptz>,
+        fetched_at -> Timestamptz,
+    }
+}
+
+diesel::table! {
+    wechat_platform_cert_refreshes (scope) {
+        scope -> Text,
+        last_attempt_at -> Nullable<Timestamptz>,
+        last_success_at -> Nullable<Timestamptz>,
+    }
+}
+
+diesel::table! {
     alerts (id) {
         id -> Int8,
         cause -> Text,
@@ -407,6 +441,9 @@ diesel::allow_tables_to_appear_in_same_query!(
     compensation_replays,
     task_runs,
     bill_rows,
+    payment_trades,
+    wechat_platform_certs,
+    wechat_platform_cert_refreshes,
     alerts,
     alert_deliveries,
     alert_attempts,

@@ -3,6 +3,7 @@
 
 pub mod money;
 pub mod order_status;
+pub mod payment;
 pub mod retry;
 pub mod schedule;
 

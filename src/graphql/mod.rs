@@ -28,6 +28,9 @@ pub type AppSchema = Schema<query::Query, mutation::Mutation, subscription::Subs
 pub struct RequestContext {
     pub viewer: Option<Viewer>,
     pub trace: TraceId,
+    /// The caller's address as the load balancer reports it (`X-Forwarded-For`, `X-Real-IP`):
+    /// WeChat H5 payments need the payer's IP.
+    pub client_ip: Option<String>,
 }
 
 pub fn build_schema(state: AppState) -> AppSchema {

@@ -8,13 +8,14 @@ use diesel::OptionalExtension;
 use diesel_async::RunQueryDsl;
 
 use super::types::*;
-use super::{actor_ctx, conn, int, parse_id, request, state, viewer};
+use super::{actor_ctx, conn, parse_id, request, state, viewer};
 use crate::auth::Role;
 use crate::catalog;
 use crate::db::schema::anomaly_events;
 use crate::db::DbConn;
 use crate::error::{AppError, AppResult};
 use crate::orders::{self, PlaceOrder, PlacedItem};
+use crate::payments::trades;
 
 pub struct Mutation;
 
@@ -38,8 +39,12 @@ pub struct PlaceOrderInput {
     pub wallet_amount_cents: Option<i32>,
     /// admins placing an order for a member
     pub member_id: Option<ID>,
-    /// MIXED only: who takes the online part (default WECHAT_PAY)
+    /// MIXED only: who takes the online part (default WECHAT_PAY; `channel` decides when given)
     pub online_provider: Option<PaymentProvider>,
+    /// online part: the cashier to open (it also picks the provider of a MIXED order)
+    pub channel: Option<PayChannel>,
+    /// WECHAT_JSAPI: the member's openid under WECHATPAY_APP_ID; remembered on the member once given
+    pub wechat_open_id: Option<String>,
 }
 
 #[derive(InputObject)]
@@ -92,17 +97,6 @@ pub struct CreateCoachSlotInput {
     pub price_cents: i32,
 }
 
-pub fn payment_instruction(o: &crate::db::models::Order) -> Option<PaymentInstruction> {
-    let online = o.online_cents();
-    let provider = o.online_provider.as_deref().and_then(PaymentProvider::parse)?;
-    (online > 0).then(|| PaymentInstruction {
-        provider,
-        out_trade_no: o.order_no.clone(),
-        amount_cents: int(online),
-        expires_at: o.expires_at,
-    })
-}
-
 /// A refused status change leaves no row in the failed transaction; count it separately so
 /// that anomalyStats shows how often callers try.
 async fn noted<T>(ctx: &Context<'_>, c: &mut DbConn, order_no: &str, r: AppResult<T>) -> AppResult<T> {
@@ -140,22 +134,73 @@ impl Mutation {
             OrderItemInput::ClassPackId(id) => PlacedItem::ClassPack(parse_id(id, "classPackId")?),
             OrderItemInput::CoachSlotId(id) => PlacedItem::CoachSlot(parse_id(id, "coachSlotId")?),
         };
+        let method = input.payment_method.as_str();
+        let channel = input.channel.map(crate::domain::payment::PayChannel::from);
+        let legacy = input
+            .online_provider
+            .and_then(|p| crate::domain::payment::Provider::parse(p.as_str()));
+        let provider = trades::online_provider(method, channel, legacy)?;
+        let openid = input.wechat_open_id.as_deref().map(trades::check_openid).transpose()?;
+        let member_id = input.member_id.as_ref().map(|m| parse_id(m, "memberId")).transpose()?;
         let req = PlaceOrder {
             idempotency_key: input.idempotency_key,
             store_id: parse_id(&input.store_id, "storeId")?,
             item,
-            payment_method: input.payment_method.as_str().to_string(),
+            payment_method: method.to_string(),
             wallet_amount_cents: input.wallet_amount_cents.map(i64::from),
-            member_id: input.member_id.as_ref().map(|m| parse_id(m, "memberId")).transpose()?,
-            online_provider: input.online_provider.map(|p| p.as_str().to_string()),
+            member_id,
+            online_provider: provider.map(|p| p.as_str().to_string()),
         };
         let st = state(ctx);
         let mut c = conn(ctx).await?;
+        if let (Some(p), Some(payer)) = (provider, member_id.or(v.member_id)) {
+            trades::check_payable(st, &mut c, p, channel.unwrap_or(p.default_channel()), payer, openid).await?;
+        }
         let order = orders::place_order(&mut c, &st.config, v, req, &actx).await?;
+        drop(c);
+        let payment = if order.status == "WAIT_PAY" && order.online_cents() > 0 {
+            let r = request(ctx);
+            trades::start_payment(st, &order, channel, openid, r.client_ip.as_deref(), &r.trace)
+                .await
+                .map(|p| Some(p.into()))
+        } else {
+            Ok(None)
+        };
         Ok(PlaceOrderPayload {
-            payment: payment_instruction(&order),
+            payment,
             order: OrderNode(order),
         })
+    }
+
+    /// fresh payment instructions for one's own WAIT_PAY order: another channel, or the first ones lapsed
+    async fn start_payment(
+        &self,
+        ctx: &Context<'_>,
+        order_no: String,
+        channel: PayChannel,
+        wechat_open_id: Option<String>,
+    ) -> AppResult<PaymentInstruction> {
+        let v = viewer(ctx)?;
+        v.require(&[Role::Member, Role::Admin])?;
+        let order = {
+            let mut c = conn(ctx).await?;
+            orders::find_order(&mut c, &order_no)
+                .await?
+                .filter(|o| orders::viewer_sees_order(v, o))
+                .ok_or_else(|| AppError::NotFound(format!("order {order_no}")))?
+        };
+        let openid = wechat_open_id.as_deref().map(trades::check_openid).transpose()?;
+        let r = request(ctx);
+        let started = trades::start_payment(
+            state(ctx),
+            &order,
+            Some(channel.into()),
+            openid,
+            r.client_ip.as_deref(),
+            &r.trace,
+        )
+        .await?;
+        Ok(started.into())
     }
 
     /// Cancels a waiting order: members their own, staff any of their stores'.

@@ -643,19 +643,128 @@ impl async_graphql::ScalarType for Date {
     }
 }
 
-#[derive(SimpleObject)]
+/// Which cashier the provider opens for the member. Without one: WECHAT_NATIVE for WECHAT_PAY, ALIPAY_QR for ALIPAY.
+#[derive(Enum, Copy, Clone, Debug, PartialEq, Eq)]
+#[graphql(remote = "crate::domain::payment::PayChannel")]
+pub enum PayChannel {
+    /// WeChat mini program or official account page: wx.requestPayment / WeixinJSBridge (JSAPI prepay)
+    #[graphql(name = "WECHAT_JSAPI")]
+    WechatJsapi,
+    /// a QR code the member scans, e.g. at the front desk (Native prepay, code_url)
+    #[graphql(name = "WECHAT_NATIVE")]
+    WechatNative,
+    /// the WeChat SDK inside a native app (APP prepay)
+    #[graphql(name = "WECHAT_APP")]
+    WechatApp,
+    /// a mobile browser outside WeChat (H5 prepay, h5_url)
+    #[graphql(name = "WECHAT_H5")]
+    WechatH5,
+    /// the Alipay SDK inside a native app (alipay.trade.app.pay order string)
+    #[graphql(name = "ALIPAY_APP")]
+    AlipayApp,
+    /// a mobile browser (alipay.trade.wap.pay page)
+    #[graphql(name = "ALIPAY_WAP")]
+    AlipayWap,
+    /// a QR code the member scans (alipay.trade.precreate qr_code)
+    #[graphql(name = "ALIPAY_QR")]
+    AlipayQr,
+}
+
+/// The arguments of wx.requestPayment, signed with the merchant key (RSA over appId, timeStamp, nonceStr, package)
+#[derive(SimpleObject, Clone, Debug)]
+pub struct WechatJsapiParams {
+    pub app_id: String,
+    pub time_stamp: String,
+    pub nonce_str: String,
+    pub package: String,
+    pub sign_type: String,
+    pub pay_sign: String,
+}
+
+/// The fields of the WeChat app SDK's PayReq, signed with the merchant key
+#[derive(SimpleObject, Clone, Debug)]
+pub struct WechatAppParams {
+    pub app_id: String,
+    pub partner_id: String,
+    pub prepay_id: String,
+    pub package_value: String,
+    pub nonce_str: String,
+    pub time_stamp: String,
+    pub sign: String,
+}
+
+/// What the member's client needs to pay the online part. The provider refuses payment after expiresAt.
+#[derive(SimpleObject, Clone, Debug)]
 pub struct PaymentInstruction {
     pub provider: PaymentProvider,
     pub out_trade_no: String,
     pub amount_cents: i32,
     pub expires_at: Option<DateTime<Utc>>,
+    pub channel: PayChannel,
+    /// WECHAT_JSAPI
+    pub wechat_jsapi: Option<WechatJsapiParams>,
+    /// WECHAT_APP
+    pub wechat_app: Option<WechatAppParams>,
+    /// WECHAT_NATIVE and ALIPAY_QR: the text to show as a QR code
+    pub qr_code: Option<String>,
+    /// WECHAT_H5 and ALIPAY_WAP: the page to open
+    pub pay_url: Option<String>,
+    /// ALIPAY_APP: the signed order string to hand to the Alipay SDK
+    pub alipay_order_string: Option<String>,
 }
 
-#[derive(SimpleObject)]
+impl From<crate::payments::trades::PaymentStarted> for PaymentInstruction {
+    fn from(p: crate::payments::trades::PaymentStarted) -> Self {
+        let i = p.instruction;
+        PaymentInstruction {
+            provider: match p.provider {
+                crate::domain::payment::Provider::WechatPay => PaymentProvider::WechatPay,
+                crate::domain::payment::Provider::Alipay => PaymentProvider::Alipay,
+            },
+            out_trade_no: p.out_trade_no,
+            amount_cents: super::int(p.amount_cents),
+            expires_at: p.expires_at,
+            channel: p.channel.into(),
+            wechat_jsapi: i.wechat_jsapi.map(|j| WechatJsapiParams {
+                app_id: j.app_id,
+                time_stamp: j.time_stamp,
+                nonce_str: j.nonce_str,
+                package: j.package,
+                sign_type: j.sign_type,
+                pay_sign: j.pay_sign,
+            }),
+            wechat_app: i.wechat_app.map(|a| WechatAppParams {
+                app_id: a.app_id,
+                partner_id: a.partner_id,
+                prepay_id: a.prepay_id,
+                package_value: a.package_value,
+                nonce_str: a.nonce_str,
+                time_stamp: a.time_stamp,
+                sign: a.sign,
+            }),
+            qr_code: i.qr_code,
+            pay_url: i.pay_url,
+            alipay_order_string: i.alipay_order_string,
+        }
+    }
+}
+
 pub struct PlaceOrderPayload {
     pub order: OrderNode,
+    /// None: nothing is paid online; an error: the provider could not start the payment.
+    pub payment: Result<Option<PaymentInstruction>, crate::error::AppError>,
+}
+
+#[Object]
+impl PlaceOrderPayload {
+    async fn order(&self) -> &OrderNode {
+        &self.order
+    }
+
     /// null unless part is paid online
-    pub payment: Option<PaymentInstruction>,
+    async fn payment(&self) -> crate::error::AppResult<Option<PaymentInstruction>> {
+        self.payment.clone()
+    }
 }
 
 #[derive(SimpleObject)]

@@ -46,7 +46,7 @@ pub async fn wechat_notify(
         .and_then(|_| wechat::parse_envelope(&body))
         .and_then(|env| {
             let plain = wechat::decrypt(&keys.apiv3_key, &env.resource)?;
-            let notice = wechat::notice(keys, &env.event_type, &plain);
+            let notice = wechat::notice(&keys.mch_id, &env.event_type, &plain);
             Ok((env, plain, notice))
         });
     let (env, plain, notice) = match checked {

@@ -55,7 +55,11 @@ pub async fn graphql(
     };
     let request = req
         .into_inner()
-        .data(RequestContext { viewer, trace })
+        .data(RequestContext {
+            viewer,
+            trace,
+            client_ip: client_ip(&headers),
+        })
         .data(DbLoader::new(s.app.pool.clone()));
     GraphQLResponse::from(s.schema.execute(request).await).into_response()
 }
@@ -116,6 +120,7 @@ async fn serve_ws(s: HttpState, socket: WebSocket, trace: TraceId) {
                 data.insert(RequestContext {
                     viewer: Some(viewer),
                     trace,
+                    client_ip: None,
                 });
                 data.insert(DbLoader::new(pool));
                 Ok(data)
@@ -157,4 +162,18 @@ async fn serve_ws(s: HttpState, socket: WebSocket, trace: TraceId) {
             })))
             .await;
     }
+}
+
+/// The caller's IP as a load balancer in front reports it (the first `X-Forwarded-For` hop,
+/// or `X-Real-IP`); only a well-formed address is taken.
+fn client_ip(headers: &axum::http::HeaderMap) -> Option<String> {
+    let forwarded = headers
+        .get("x-forwarded-for")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(',').next());
+    let real = headers.get("x-real-ip").and_then(|v| v.to_str().ok());
+    forwarded
+        .or(real)
+        .and_then(|ip| ip.trim().parse::<std::net::IpAddr>().ok())
+        .map(|ip| ip.to_string())
 }

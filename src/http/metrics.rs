@@ -93,6 +93,7 @@ pub const FAMILIES: &[(&str, &str, &[&str])] = &[
     ("fitorder_orders_expired_total", "counter", &[]),
     ("fitorder_orders_placed_total", "counter", &["method"]),
     ("fitorder_outbox_delivery_seconds", "summary", &["kind"]),
+    ("fitorder_provider_failures_total", "counter", &["provider", "call"]),
     ("fitorder_ready", "gauge", &[]),
     ("fitorder_reconciliation_findings_total", "counter", &["provider"]),
     ("fitorder_subscriber_lagged_total", "counter", &[]),
@@ -101,5 +102,6 @@ pub const FAMILIES: &[(&str, &str, &[&str])] = &[
     ("fitorder_task_runs_total", "counter", &["task", "status"]),
     ("fitorder_task_seconds", "summary", &["task"]),
     ("fitorder_tickets_opened_total", "counter", &["kind"]),
+    ("fitorder_trades_started_total", "counter", &["channel"]),
     ("fitorder_transitions_total", "counter", &["from", "to"]),
 ];

@@ -6,6 +6,9 @@ use rsa::pkcs1v15::{Signature, VerifyingKey};
 use rsa::signature::Verifier;
 use sha2::Sha256;
 
+pub mod client;
+pub mod gateway;
+
 use super::keys::AlipayKeys;
 use super::Notice;
 use crate::domain::money::parse_yuan;
@@ -104,4 +107,22 @@ pub fn notice(fields: &[(String, String)]) -> Result<Notice, AlipayError> {
             what: status,
         }),
     }
+}
+
+/// Certificate mode: the Alipay public key from its public-key certificate, and the SNs
+/// requests carry (`app_cert_sn`, `alipay_root_cert_sn`) and answers must name.
+pub fn cert_mode(
+    app_cert: &str,
+    public_cert: &str,
+    root_cert: &str,
+) -> anyhow::Result<(rsa::RsaPublicKey, super::keys::AlipayCertSns)> {
+    use super::certs;
+    use anyhow::Context;
+    let sns = super::keys::AlipayCertSns {
+        app_cert_sn: certs::alipay_cert_sn(app_cert).context("ALIPAY_APP_CERT")?,
+        alipay_root_cert_sn: certs::alipay_root_cert_sn(root_cert).context("ALIPAY_ROOT_CERT")?,
+        alipay_cert_sn: certs::alipay_cert_sn(public_cert).context("ALIPAY_PUBLIC_CERT")?,
+    };
+    let key = certs::alipay_public_key_from_cert(public_cert).context("ALIPAY_PUBLIC_CERT")?;
+    Ok((key, sns))
 }

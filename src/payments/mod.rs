@@ -7,9 +7,14 @@
 
 pub mod alipay;
 pub mod api;
+pub mod certs;
+pub mod crypto;
 pub mod devkeys;
 pub mod keys;
+pub mod platform_keys;
+pub mod provider;
 pub mod sandbox;
+pub mod trades;
 pub mod wechat;
 
 use diesel::prelude::*;

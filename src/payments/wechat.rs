@@ -4,10 +4,10 @@
 use aes_gcm::aead::{Aead, Payload};
 use aes_gcm::{Aes256Gcm, KeyInit, Nonce};
 use base64::Engine;
-use rsa::pkcs1v15::{Signature, VerifyingKey};
-use rsa::signature::Verifier;
 use serde::Deserialize;
-use sha2::Sha256;
+
+pub mod client;
+pub mod signing;
 
 use super::keys::WechatKeys;
 use super::Notice;
@@ -93,25 +93,18 @@ pub fn verify(keys: &WechatKeys, h: &Headers<'_>, body: &[u8], now: i64) -> Resu
     let ts = h.timestamp.ok_or(WechatError::MissingHeader("Wechatpay-Timestamp"))?;
     let nonce = h.nonce.ok_or(WechatError::MissingHeader("Wechatpay-Nonce"))?;
     let sig = h.signature.ok_or(WechatError::MissingHeader("Wechatpay-Signature"))?;
-    h.serial.ok_or(WechatError::MissingHeader("Wechatpay-Serial"))?;
+    let serial = h.serial.ok_or(WechatError::MissingHeader("Wechatpay-Serial"))?;
     let ts_num: i64 = ts.trim().parse().map_err(|_| WechatError::StaleTimestamp)?;
     if (now - ts_num).abs() > MAX_SKEW_SECONDS {
         return Err(WechatError::StaleTimestamp);
     }
-    let sig = base64::engine::general_purpose::STANDARD
-        .decode(sig.trim())
-        .map_err(|_| WechatError::BadSignature)?;
-    let sig = Signature::try_from(sig.as_slice()).map_err(|_| WechatError::BadSignature)?;
-    let mut message = Vec::with_capacity(ts.len() + nonce.len() + body.len() + 3);
-    message.extend_from_slice(ts.as_bytes());
-    message.push(b'\n');
-    message.extend_from_slice(nonce.as_bytes());
-    message.push(b'\n');
-    message.extend_from_slice(body);
-    message.push(b'\n');
-    VerifyingKey::<Sha256>::new(keys.platform_public_key.clone())
-        .verify(&message, &sig)
-        .map_err(|_| WechatError::BadSignature)
+    // The key is the one the serial names: the 微信支付公钥 or a platform certificate.
+    let key = keys.platform.key_for(serial.trim()).ok_or(WechatError::BadSignature)?;
+    if crate::payments::crypto::verify(&key, &signing::answer_message(ts, nonce, body), sig) {
+        Ok(())
+    } else {
+        Err(WechatError::BadSignature)
+    }
 }
 
 pub fn parse_envelope(body: &[u8]) -> Result<Envelope, WechatError> {
@@ -144,11 +137,11 @@ pub fn decrypt(apiv3_key: &[u8; 32], r: &Resource) -> Result<String, WechatError
 }
 
 /// Reads the decrypted resource of `event_type` into a notice.
-pub fn notice(keys: &WechatKeys, event_type: &str, plain: &str) -> Result<Notice, WechatError> {
+pub fn notice(mch_id: &str, event_type: &str, plain: &str) -> Result<Notice, WechatError> {
     let bad = |e: serde_json::Error| WechatError::BadResource(e.to_string());
     if event_type.starts_with("TRANSACTION.") {
         let t: Transaction = serde_json::from_str(plain).map_err(bad)?;
-        if t.mchid.as_deref().is_some_and(|m| m != keys.mch_id) {
+        if t.mchid.as_deref().is_some_and(|m| m != mch_id) {
             return Err(WechatError::WrongMerchant);
         }
         if t.trade_state == "SUCCESS" {
@@ -165,7 +158,7 @@ pub fn notice(keys: &WechatKeys, event_type: &str, plain: &str) -> Result<Notice
         }
     } else if event_type.starts_with("REFUND.") {
         let r: Refund = serde_json::from_str(plain).map_err(bad)?;
-        if r.mchid.as_deref().is_some_and(|m| m != keys.mch_id) {
+        if r.mchid.as_deref().is_some_and(|m| m != mch_id) {
             return Err(WechatError::WrongMerchant);
         }
         Ok(Notice::Refund {

@@ -73,7 +73,7 @@ async fn dead_app(fake: &FakeDownstream, webhooks: String) -> TestApp {
         c.alert_channels = fitorder::alerts::channels::parse_list(&webhooks).unwrap();
         c.alert_retry_base = Duration::from_millis(100);
         c.alert_max_attempts = 3;
-        c.public_url = Some("https://fit.example".into());
+        c.public_url = "https://fit.example".into();
     })
     .await
 }

@@ -92,10 +92,10 @@ pub fn wechat_private_pem() -> String {
 pub fn configure_refunds(c: &mut Config, wechat_base: &str, alipay_gateway: &str) {
     configure(c);
     let k = keys();
-    c.wechatpay.api_base = Some(wechat_base.into());
+    c.wechatpay.api_base = wechat_base.into();
     c.wechatpay.merchant_private_key = Some(k.dir.join("merchant.pem"));
     c.wechatpay.merchant_serial = Some("MERCHANT-SERIAL-1".into());
-    c.alipay.api_base = Some(alipay_gateway.into());
+    c.alipay.api_base = alipay_gateway.into();
     c.alipay.app_private_key = Some(k.dir.join("merchant.pem"));
 }
 

@@ -1,0 +1,2 @@
+ALTER TABLE members DROP COLUMN wechat_open_id;
+DROP TABLE payment_trades;

@@ -1,0 +1,307 @@
+//! Alipay's open gateway as a [`Gateway`]: `alipay.trade.precreate` (QR), the locally signed
+//! `alipay.trade.app.pay` order string and `alipay.trade.wap.pay` page, query, close and
+//! refund. Requests are signed RSA2 with the app key over every non-empty parameter but `sign`;
+//! an answer counts only when its `sign` verifies over the exact `<method>_response` text (and,
+//! in certificate mode, it names the configured Alipay certificate).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::future::BoxFuture;
+use futures_util::FutureExt;
+use serde_json::{json, Value};
+
+use super::gateway;
+use crate::domain::money::{format_yuan, parse_yuan};
+use crate::domain::payment::{PayChannel, Provider};
+use crate::payments::keys::AlipayKeys;
+use crate::payments::provider::*;
+
+pub struct Alipay {
+    http: reqwest::Client,
+    keys: Arc<AlipayKeys>,
+    notify_url: String,
+    timeout: Duration,
+}
+
+impl Alipay {
+    pub fn new(http: reqwest::Client, keys: Arc<AlipayKeys>, public_url: &str, timeout: Duration) -> Alipay {
+        Alipay {
+            http,
+            keys,
+            notify_url: format!("{public_url}/pay/alipay/notify"),
+            timeout,
+        }
+    }
+
+    /// The common parameters of a request for `method`, signed, with `biz` as `biz_content`.
+    pub fn signed_params(&self, method: &str, biz: &Value, notify: bool) -> Vec<(String, String)> {
+        let k = &self.keys;
+        let mut params: Vec<(String, String)> = vec![
+            ("app_id".into(), k.app_id.clone()),
+            ("method".into(), method.into()),
+            ("format".into(), "JSON".into()),
+            ("charset".into(), "utf-8".into()),
+            ("sign_type".into(), "RSA2".into()),
+            ("timestamp".into(), alipay_time(chrono::Utc::now())),
+            ("version".into(), "1.0".into()),
+        ];
+        if notify {
+            params.push(("notify_url".into(), self.notify_url.clone()));
+        }
+        if let Some(sns) = &k.cert {
+            params.push(("app_cert_sn".into(), sns.app_cert_sn.clone()));
+            params.push(("alipay_root_cert_sn".into(), sns.alipay_root_cert_sn.clone()));
+        }
+        params.push(("biz_content".into(), biz.to_string()));
+        gateway::sign_params(&k.app_private_key, &mut params);
+        params
+    }
+
+    /// One gateway call; returns the verified `<method>_response` object.
+    async fn call(&self, method: &str, biz: Value, notify: bool, trace: &str) -> Result<Value, ProviderError> {
+        let params = self.signed_params(method, &biz, notify);
+        let resp = self
+            .http
+            .post(&self.keys.api_base)
+            .header("X-Trace-Id", trace)
+            .header("Content-Type", "application/x-www-form-urlencoded;charset=utf-8")
+            .body(gateway::encode(&params))
+            .send()
+            .await
+            .map_err(|e| unreachable(&e, self.timeout))?;
+        let status = resp.status();
+        let text = resp.text().await.map_err(|e| unreachable(&e, self.timeout))?;
+        if !status.is_success() {
+            return Err(ProviderError::Refused(format!("HTTP {}", status.as_u16())));
+        }
+        let sn = self.keys.cert.as_ref().map(|c| c.alipay_cert_sn.as_str());
+        gateway::verify_answer(&self.keys.public_key, sn, method, &text)
+            .map_err(|e| ProviderError::Unsigned(e.to_string()))
+    }
+
+    fn order_biz(&self, t: &TradeRequest<'_>, product_code: Option<&str>) -> Value {
+        let mut biz = json!({
+            "out_trade_no": t.out_trade_no,
+            "total_amount": format_yuan(t.amount_cents),
+            "subject": t.description.chars().take(128).collect::<String>(),
+            "time_expire": alipay_time(t.expires_at),
+        });
+        if let Some(code) = product_code {
+            biz["product_code"] = json!(code);
+        }
+        biz
+    }
+
+    async fn start(&self, t: &TradeRequest<'_>) -> Result<Instruction, ProviderError> {
+        match t.channel {
+            PayChannel::AlipayQr => {
+                let v = self
+                    .call("alipay.trade.precreate", self.order_biz(t, None), true, t.trace_id)
+                    .await?;
+                match (v["code"].as_str(), v["qr_code"].as_str()) {
+                    (Some("10000"), Some(qr)) if !qr.is_empty() => Ok(Instruction {
+                        qr_code: Some(qr.to_string()),
+                        ..Default::default()
+                    }),
+                    _ => Err(refused(&v)),
+                }
+            }
+            PayChannel::AlipayApp => {
+                let params = self.signed_params(
+                    "alipay.trade.app.pay",
+                    &self.order_biz(t, Some("QUICK_MSECURITY_PAY")),
+                    true,
+                );
+                Ok(Instruction {
+                    alipay_order_string: Some(gateway::encode(&params)),
+                    ..Default::default()
+                })
+            }
+            PayChannel::AlipayWap => {
+                let params =
+                    self.signed_params("alipay.trade.wap.pay", &self.order_biz(t, Some("QUICK_WAP_WAY")), true);
+                let sep = if self.keys.api_base.contains('?') { '&' } else { '?' };
+                Ok(Instruction {
+                    pay_url: Some(format!("{}{sep}{}", self.keys.api_base, gateway::encode(&params))),
+                    ..Default::default()
+                })
+            }
+            other => Err(ProviderError::Unsupported(format!("Alipay has no channel {other}"))),
+        }
+    }
+
+    async fn query_trade(&self, out_trade_no: &str, trace: &str) -> Result<TradeState, ProviderError> {
+        let v = self
+            .call(
+                "alipay.trade.query",
+                json!({"out_trade_no": out_trade_no}),
+                false,
+                trace,
+            )
+            .await?;
+        if v["sub_code"] == "ACQ.TRADE_NOT_EXIST" {
+            return Ok(TradeState::NotPaid);
+        }
+        if v["code"] != "10000" {
+            return Err(refused(&v));
+        }
+        if v["out_trade_no"].as_str() != Some(out_trade_no) {
+            return Err(ProviderError::Refused("the answer is about another trade".into()));
+        }
+        let paid = || TradeState::Paid {
+            txn_id: v["trade_no"].as_str().unwrap_or_default().to_string(),
+            amount_cents: v["total_amount"].as_str().and_then(parse_yuan).unwrap_or(-1),
+        };
+        let refunded = v["refund_fee"].as_str().and_then(parse_yuan).is_some_and(|c| c > 0)
+            || v["send_pay_date"].as_str().is_some_and(|d| !d.is_empty());
+        Ok(match v["trade_status"].as_str().unwrap_or_default() {
+            "TRADE_SUCCESS" | "TRADE_FINISHED" => paid(),
+            // Closed after a full refund: it was paid. Closed unpaid (timeout): not paid.
+            "TRADE_CLOSED" if refunded => paid(),
+            "TRADE_CLOSED" | "WAIT_BUYER_PAY" => TradeState::NotPaid,
+            other => return Err(ProviderError::Refused(format!("unknown trade_status {other:?}"))),
+        })
+    }
+
+    async fn close_trade(&self, out_trade_no: &str, trace: &str) -> Result<(), ProviderError> {
+        let v = self
+            .call(
+                "alipay.trade.close",
+                json!({"out_trade_no": out_trade_no}),
+                false,
+                trace,
+            )
+            .await?;
+        if v["code"] == "10000" || v["sub_code"] == "ACQ.TRADE_NOT_EXIST" {
+            Ok(())
+        } else {
+            Err(refused(&v))
+        }
+    }
+
+    async fn refund_trade(&self, r: &RefundRequest<'_>) -> Result<RefundAccepted, ProviderError> {
+        let biz = json!({
+            "out_trade_no": r.out_trade_no,
+            "refund_amount": format_yuan(r.amount_cents),
+            "out_request_no": r.refund_no,
+            "refund_reason": r.reason,
+        });
+        let v = self.call("alipay.trade.refund", biz, false, r.trace_id).await?;
+        if v["code"] != "10000" {
+            return Err(refused(&v));
+        }
+        Ok(RefundAccepted {
+            status: "SUCCESS".into(),
+            provider_refund_id: v["trade_no"].as_str().map(str::to_string),
+        })
+    }
+}
+
+/// Downloads (a bill) may take minutes; gateway calls have the downstream timeout.
+const DOWNLOAD_TIMEOUT: Duration = Duration::from_secs(600);
+
+impl Alipay {
+    /// `alipay.data.dataservice.bill.downloadurl.query` (signed answer with a URL that lives
+    /// about 30 s), then the zip from that URL.
+    async fn trade_bill(
+        &self,
+        date: chrono::NaiveDate,
+        dir: &std::path::Path,
+        trace: &str,
+    ) -> Result<BillDownload, ProviderError> {
+        for _ in 0..3 {
+            let biz = json!({"bill_type": "trade", "bill_date": date.format("%Y-%m-%d").to_string()});
+            let v = self
+                .call("alipay.data.dataservice.bill.downloadurl.query", biz, false, trace)
+                .await?;
+            if v["code"] != "10000" {
+                return match v["sub_code"].as_str() {
+                    Some("isp.bill_not_exist") => Ok(BillDownload::NotReady(format!(
+                        "isp.bill_not_exist {}",
+                        v["sub_msg"].as_str().unwrap_or_default()
+                    ))),
+                    _ => Err(refused(&v)),
+                };
+            }
+            let url = v["bill_download_url"]
+                .as_str()
+                .filter(|u| !u.is_empty())
+                .ok_or_else(|| ProviderError::Refused("the answer has no bill_download_url".into()))?;
+            let resp = self
+                .http
+                .get(url)
+                .timeout(DOWNLOAD_TIMEOUT)
+                .send()
+                .await
+                .map_err(|e| unreachable(&e, DOWNLOAD_TIMEOUT))?;
+            if !resp.status().is_success() {
+                // The URL lapsed: ask for a new one.
+                continue;
+            }
+            let archive = dir.join(format!(".alipay-{date}.{}.zip.part", crate::payments::crypto::nonce(8)));
+            stream_to_file(resp, &archive, DOWNLOAD_TIMEOUT).await?;
+            // An expired link answers an error page, not a zip.
+            let mut magic = [0u8; 2];
+            let is_zip = std::fs::File::open(&archive)
+                .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut magic))
+                .is_ok()
+                && &magic == b"PK";
+            if !is_zip {
+                let _ = std::fs::remove_file(&archive);
+                continue;
+            }
+            return Ok(BillDownload::Downloaded {
+                archive,
+                format: BillArchive::AlipayZip,
+            });
+        }
+        Err(ProviderError::Refused(
+            "the bill's download URL lapsed three times in a row".into(),
+        ))
+    }
+}
+
+fn refused(v: &Value) -> ProviderError {
+    ProviderError::Refused(format!(
+        "{} {} {}",
+        v["code"].as_str().unwrap_or_default(),
+        v["sub_code"].as_str().unwrap_or_default(),
+        v["sub_msg"].as_str().or(v["msg"].as_str()).unwrap_or_default()
+    ))
+}
+
+impl Gateway for Alipay {
+    fn provider(&self) -> Provider {
+        Provider::Alipay
+    }
+
+    fn start_trade<'a>(&'a self, t: &'a TradeRequest<'a>) -> BoxFuture<'a, Result<Instruction, ProviderError>> {
+        self.start(t).boxed()
+    }
+
+    fn query<'a>(
+        &'a self,
+        out_trade_no: &'a str,
+        trace_id: &'a str,
+    ) -> BoxFuture<'a, Result<TradeState, ProviderError>> {
+        self.query_trade(out_trade_no, trace_id).boxed()
+    }
+
+    fn close<'a>(&'a self, out_trade_no: &'a str, trace_id: &'a str) -> BoxFuture<'a, Result<(), ProviderError>> {
+        self.close_trade(out_trade_no, trace_id).boxed()
+    }
+
+    fn refund<'a>(&'a self, r: &'a RefundRequest<'a>) -> BoxFuture<'a, Result<RefundAccepted, ProviderError>> {
+        self.refund_trade(r).boxed()
+    }
+
+    fn fetch_bill<'a>(
+        &'a self,
+        date: chrono::NaiveDate,
+        dir: &'a std::path::Path,
+        trace_id: &'a str,
+    ) -> BoxFuture<'a, Result<BillDownload, ProviderError>> {
+        self.trade_bill(date, dir, trace_id).boxed()
+    }
+}

@@ -1,0 +1,282 @@
+//! WeChat Pay platform certificates kept in the database, so every instance verifies with the
+//! same set, and the in-process [`SharedKeyring`] filled from it. The HTTP call to
+//! `GET /v3/certificates` is the caller's: hand its answer body to
+//! [`SharedKeyring::refresh_from_answer`].
+//!
+//! Refresh policy: at least every [`REFRESH_EVERY_SECS`] (WeChat: "间隔应小于12小时"), and at
+//! once when a notification or answer names an unknown `Wechatpay-Serial`, at most once per
+//! [`FORCE_MIN_INTERVAL_SECS`] per process and across instances ([`SharedKeyring::may_force_refresh`]).
+//! An instance that is refused the forced fetch should [`SharedKeyring::reload`] a little later:
+//! the instance that won stores what it fetched.
+
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use anyhow::{Context, Result};
+use chrono::{DateTime, TimeDelta, Utc};
+use diesel::prelude::*;
+use diesel::upsert::excluded;
+use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
+use rsa::RsaPublicKey;
+
+use super::certs::{decrypt_certificates, parse_certificate, Keyring, PlatformCert, VerifyError};
+use crate::db::schema::{wechat_platform_cert_refreshes as refreshes, wechat_platform_certs as certs};
+
+/// The longest time between two fetches of the platform certificates (12 h).
+pub const REFRESH_EVERY_SECS: i64 = 12 * 3600;
+/// The shortest time between two forced fetches, per process and across instances (60 s).
+pub const FORCE_MIN_INTERVAL_SECS: i64 = 60;
+/// The `wechat_platform_cert_refreshes` row this store uses.
+pub const REFRESH_SCOPE: &str = "wechat";
+
+/// Upserts platform certificates by serial (`fetched_at` becomes now); returns how many.
+pub async fn store(conn: &mut AsyncPgConnection, platform_certs: &[PlatformCert]) -> Result<usize> {
+    if platform_certs.is_empty() {
+        return Ok(0);
+    }
+    let rows: Vec<_> = platform_certs
+        .iter()
+        .map(|c| {
+            (
+                certs::serial_no.eq(c.serial_no.to_ascii_uppercase()),
+                certs::pem.eq(&c.pem),
+                certs::effective_at.eq(Some(c.effective_time)),
+                certs::expire_at.eq(Some(c.expire_time)),
+            )
+        })
+        .collect();
+    let n = diesel::insert_into(certs::table)
+        .values(rows)
+        .on_conflict(certs::serial_no)
+        .do_update()
+        .set((
+            certs::pem.eq(excluded(certs::pem)),
+            certs::effective_at.eq(excluded(certs::effective_at)),
+            certs::expire_at.eq(excluded(certs::expire_at)),
+            certs::fetched_at.eq(diesel::dsl::now),
+        ))
+        .execute(conn)
+        .await
+        .context("storing the platform certificates")?;
+    Ok(n)
+}
+
+/// The stored platform certificates that have not expired (unreadable rows are skipped, logged).
+pub async fn load(conn: &mut AsyncPgConnection) -> Result<Vec<PlatformCert>> {
+    type Row = (String, String, Option<DateTime<Utc>>, Option<DateTime<Utc>>);
+    let rows: Vec<Row> = certs::table
+        .filter(certs::expire_at.is_null().or(certs::expire_at.gt(diesel::dsl::now)))
+        .select((certs::serial_no, certs::pem, certs::effective_at, certs::expire_at))
+        .order(certs::serial_no)
+        .load(conn)
+        .await
+        .context("loading the platform certificates")?;
+    let now = Utc::now();
+    let mut out = Vec::with_capacity(rows.len());
+    for (serial_no, pem, effective_at, expire_at) in rows {
+        let parsed = parse_certificate(pem.as_bytes()).and_then(|info| Ok((info.rsa_public_key()?, info)));
+        let (public_key, info) = match parsed {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::warn!(serial_no, error = %e, "skipping an unreadable stored platform certificate");
+                continue;
+            }
+        };
+        let expire_time = expire_at.unwrap_or(info.not_after);
+        if expire_time <= now {
+            continue;
+        }
+        out.push(PlatformCert {
+            serial_no,
+            effective_time: effective_at.unwrap_or(info.not_before),
+            expire_time,
+            pem,
+            public_key,
+        });
+    }
+    Ok(out)
+}
+
+/// When the certificates were last fetched successfully, by any instance.
+pub async fn last_success(conn: &mut AsyncPgConnection) -> Result<Option<DateTime<Utc>>> {
+    let t: Option<Option<DateTime<Utc>>> = refreshes::table
+        .find(REFRESH_SCOPE)
+        .select(refreshes::last_success_at)
+        .first(conn)
+        .await
+        .optional()
+        .context("reading the last certificate refresh")?;
+    Ok(t.flatten())
+}
+
+struct Inner {
+    ring: Keyring,
+    last_success: Option<DateTime<Utc>>,
+    last_forced: Option<DateTime<Utc>>,
+}
+
+/// The process's WeChat Pay keyring (public key + platform certificates), shared by handlers
+/// and refreshed from the database.
+#[derive(Clone)]
+pub struct SharedKeyring {
+    inner: Arc<RwLock<Inner>>,
+}
+
+impl SharedKeyring {
+    /// A keyring with the configured 微信支付公钥 (if any) and no certificates yet.
+    pub fn new(public_key: Option<(String, RsaPublicKey)>) -> SharedKeyring {
+        let mut ring = Keyring::new();
+        ring.set_public_key(public_key);
+        SharedKeyring {
+            inner: Arc::new(RwLock::new(Inner {
+                ring,
+                last_success: None,
+                last_forced: None,
+            })),
+        }
+    }
+
+    /// [`SharedKeyring::new`], then [`SharedKeyring::reload`].
+    pub async fn from_db(
+        conn: &mut AsyncPgConnection,
+        public_key: Option<(String, RsaPublicKey)>,
+    ) -> Result<SharedKeyring> {
+        let k = SharedKeyring::new(public_key);
+        k.reload(conn).await?;
+        Ok(k)
+    }
+
+    fn read(&self) -> RwLockReadGuard<'_, Inner> {
+        self.inner.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn write(&self) -> RwLockWriteGuard<'_, Inner> {
+        self.inner.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Replaces the certificates with the stored, unexpired ones; returns how many.
+    pub async fn reload(&self, conn: &mut AsyncPgConnection) -> Result<usize> {
+        let loaded = load(conn).await?;
+        let last = last_success(conn).await?;
+        let n = loaded.len();
+        let mut inner = self.write();
+        inner.ring.replace_certs(loaded);
+        inner.last_success = last;
+        Ok(n)
+    }
+
+    /// A copy of the current keyring.
+    pub fn snapshot(&self) -> Keyring {
+        self.read().ring.clone()
+    }
+
+    /// The key a `Wechatpay-Serial` names (see [`Keyring::key_for`]).
+    pub fn key_for(&self, serial: &str) -> Option<RsaPublicKey> {
+        self.read().ring.key_for(serial).cloned()
+    }
+
+    /// Verifies with the key the `Wechatpay-Serial` names (see [`Keyring::verify`]).
+    pub fn verify(
+        &self,
+        serial: &str,
+        timestamp: &str,
+        nonce: &str,
+        body: &[u8],
+        signature_b64: &str,
+    ) -> Result<(), VerifyError> {
+        self.read().ring.verify(serial, timestamp, nonce, body, signature_b64)
+    }
+
+    /// When the certificates were last fetched (by any instance, as of the last reload).
+    pub fn last_refresh(&self) -> Option<DateTime<Utc>> {
+        self.read().last_success
+    }
+
+    /// True when the last fetch is [`REFRESH_EVERY_SECS`] old or there was none.
+    pub fn needs_refresh(&self, now: DateTime<Utc>) -> bool {
+        self.last_refresh()
+            .is_none_or(|t| now - t >= TimeDelta::seconds(REFRESH_EVERY_SECS))
+    }
+
+    /// Claims a forced fetch (unknown serial): false when this process tried in the last
+    /// [`FORCE_MIN_INTERVAL_SECS`], or another instance claimed one in that time.
+    pub async fn may_force_refresh(&self, conn: &mut AsyncPgConnection, now: DateTime<Utc>) -> Result<bool> {
+        let gap = TimeDelta::seconds(FORCE_MIN_INTERVAL_SECS);
+        {
+            let mut inner = self.write();
+            if inner.last_forced.is_some_and(|t| now - t < gap && now >= t) {
+                return Ok(false);
+            }
+            inner.last_forced = Some(now);
+        }
+        // One statement: the row lock of ON CONFLICT DO UPDATE serializes racing instances, and
+        // the WHERE is evaluated on the latest row, so exactly one of them gets a row back.
+        #[derive(QueryableByName)]
+        struct Claimed {
+            #[diesel(sql_type = diesel::sql_types::Text)]
+            #[allow(dead_code)]
+            scope: String,
+        }
+        use diesel::sql_types::{Text, Timestamptz};
+        let claimed: Vec<Claimed> = diesel::sql_query(
+            "INSERT INTO wechat_platform_cert_refreshes AS r (scope, last_attempt_at) VALUES ($1, $2)
+             ON CONFLICT (scope) DO UPDATE SET last_attempt_at = EXCLUDED.last_attempt_at
+              WHERE r.last_attempt_at IS NULL OR r.last_attempt_at <= $3 OR r.last_attempt_at > $2
+             RETURNING r.scope",
+        )
+        .bind::<Text, _>(REFRESH_SCOPE)
+        .bind::<Timestamptz, _>(now)
+        .bind::<Timestamptz, _>(now - gap)
+        .load(conn)
+        .await
+        .context("claiming a platform certificate refresh")?;
+        Ok(!claimed.is_empty())
+    }
+
+    /// Takes a fetched `/v3/certificates` answer: decrypts and checks it, stores the
+    /// certificates, records the fetch and reloads; returns how many certificates it held.
+    pub async fn refresh_from_answer(
+        &self,
+        conn: &mut AsyncPgConnection,
+        apiv3_key: &[u8],
+        body: &[u8],
+    ) -> Result<usize> {
+        let fetched = decrypt_certificates(apiv3_key, body).context("reading the /v3/certificates answer")?;
+        conn.transaction(async |conn| -> Result<()> {
+            store(conn, &fetched).await?;
+            diesel::insert_into(refreshes::table)
+                .values((
+                    refreshes::scope.eq(REFRESH_SCOPE),
+                    refreshes::last_success_at.eq(diesel::dsl::now),
+                ))
+                .on_conflict(refreshes::scope)
+                .do_update()
+                .set(refreshes::last_success_at.eq(diesel::dsl::now))
+                .execute(conn)
+                .await
+                .context("recording the certificate refresh")?;
+            Ok(())
+        })
+        .await?;
+        self.reload(conn).await?;
+        Ok(fetched.len())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Handlers run on tokio's multi-threaded runtime: the keyring's futures must be Send
+    /// (no lock guard held across an await). A compile-time check.
+    #[allow(dead_code)]
+    fn futures_are_send(k: &SharedKeyring, c: &mut AsyncPgConnection) {
+        fn send<T: Send>(_: T) {}
+        send(k.reload(c));
+        send(k.may_force_refresh(c, Utc::now()));
+        send(k.refresh_from_answer(c, b"", b""));
+        send(store(c, &[]));
+        send(load(c));
+        fn shared<T: Send + Sync + Clone>() {}
+        shared::<SharedKeyring>();
+    }
+}

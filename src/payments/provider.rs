@@ -1,0 +1,200 @@
+//! The provider seam: what fitorder asks of a payment provider, as one trait. WeChat Pay
+//! (`wechat::client`) and Alipay (`alipay::client`) implement it; a new provider is one more
+//! module implementing [`Gateway`] and one line in [`super::api::ProviderApi::new`].
+//!
+//! Every answer a gateway acts on is verified first: an answer that is not properly signed is
+//! [`ProviderError::Unsigned`], which callers treat as no answer at all.
+
+use chrono::{DateTime, Utc};
+use futures_util::future::BoxFuture;
+use serde::{Deserialize, Serialize};
+
+use crate::domain::payment::{PayChannel, Provider};
+
+/// A trade to open at the provider for the online part of an order.
+#[derive(Debug, Clone)]
+pub struct TradeRequest<'a> {
+    pub channel: PayChannel,
+    /// Our order number (`out_trade_no`).
+    pub out_trade_no: &'a str,
+    pub amount_cents: i64,
+    /// What the member sees on the cashier.
+    pub description: &'a str,
+    /// The provider refuses payment after this (`time_expire`).
+    pub expires_at: DateTime<Utc>,
+    /// WECHAT_JSAPI: the payer.
+    pub openid: Option<&'a str>,
+    /// WECHAT_H5: the payer's IP, as WeChat requires.
+    pub client_ip: Option<&'a str>,
+    pub trace_id: &'a str,
+}
+
+/// What the member's client needs, by channel (the contract's `PaymentInstruction`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct Instruction {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub wechat_jsapi: Option<super::wechat::signing::JsapiParams>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub wechat_app: Option<super::wechat::signing::AppParams>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub qr_code: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pay_url: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub alipay_order_string: Option<String>,
+}
+
+/// What the provider says about a trade, in a signed answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TradeState {
+    /// Money was collected (also when it has been refunded since: it was paid).
+    Paid { txn_id: String, amount_cents: i64 },
+    /// The member is entering a password or the bank is deciding: ask again before canceling.
+    Paying,
+    /// Not paid (never, or closed unpaid).
+    NotPaid,
+}
+
+/// A refund to send back to the payer.
+#[derive(Debug, Clone)]
+pub struct RefundRequest<'a> {
+    pub out_trade_no: &'a str,
+    pub refund_no: &'a str,
+    pub provider_txn_id: Option<&'a str>,
+    pub amount_cents: i64,
+    pub total_cents: i64,
+    pub reason: &'a str,
+    pub trace_id: &'a str,
+}
+
+/// The provider accepted the refund (its final state arrives by notification or query).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RefundAccepted {
+    /// SUCCESS, PROCESSING, … as the provider says.
+    pub status: String,
+    pub provider_refund_id: Option<String>,
+}
+
+/// What a bill request got.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BillDownload {
+    /// The provider has not made the day's bill yet (both are T+1, after about 09:00–10:00).
+    NotReady(String),
+    /// The raw download, streamed to `archive`.
+    Downloaded {
+        archive: std::path::PathBuf,
+        format: BillArchive,
+    },
+}
+
+/// How a downloaded bill is packed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BillArchive {
+    /// WeChat Pay: gzip; `sha1` (from the signed bill answer) is of the unpacked bill.
+    WechatGzip { sha1: String },
+    /// Alipay: a zip whose `…_业务明细.csv` (GBK) is the bill.
+    AlipayZip,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProviderError {
+    /// No answer: connection refused, timeout, TLS.
+    #[error("{0}")]
+    Unreachable(String),
+    /// An answer whose signature is missing or does not verify: no answer at all.
+    #[error("unsigned or forged answer: {0}")]
+    Unsigned(String),
+    /// A signed answer refusing the request.
+    #[error("refused by the provider: {0}")]
+    Refused(String),
+    /// This provider cannot do that (a channel of another provider).
+    #[error("{0}")]
+    Unsupported(String),
+}
+
+/// A payment provider, as fitorder uses it.
+pub trait Gateway: Send + Sync {
+    fn provider(&self) -> Provider;
+
+    /// Opens the trade for `t.channel` and answers what the client needs.
+    fn start_trade<'a>(&'a self, t: &'a TradeRequest<'a>) -> BoxFuture<'a, Result<Instruction, ProviderError>>;
+
+    /// Asks whether `out_trade_no` was paid (a callback may be late or lost).
+    fn query<'a>(
+        &'a self,
+        out_trade_no: &'a str,
+        trace_id: &'a str,
+    ) -> BoxFuture<'a, Result<TradeState, ProviderError>>;
+
+    /// Closes the trade so that it cannot be paid any more. A trade the provider never saw is closed.
+    fn close<'a>(&'a self, out_trade_no: &'a str, trace_id: &'a str) -> BoxFuture<'a, Result<(), ProviderError>>;
+
+    /// Sends money back; the provider deduplicates by the refund number.
+    fn refund<'a>(&'a self, r: &'a RefundRequest<'a>) -> BoxFuture<'a, Result<RefundAccepted, ProviderError>>;
+
+    /// Downloads the trade bill of business day `date` into `dir` (a short-lived download URL
+    /// that lapsed is asked for again).
+    fn fetch_bill<'a>(
+        &'a self,
+        date: chrono::NaiveDate,
+        dir: &'a std::path::Path,
+        trace_id: &'a str,
+    ) -> BoxFuture<'a, Result<BillDownload, ProviderError>>;
+}
+
+/// Streams `resp`'s body into a new file `path` (a bill of a million rows never sits in memory).
+pub async fn stream_to_file(
+    mut resp: reqwest::Response,
+    path: &std::path::Path,
+    timeout: std::time::Duration,
+) -> Result<u64, ProviderError> {
+    use tokio::io::AsyncWriteExt;
+    let failed = |e: std::io::Error| ProviderError::Unreachable(format!("writing the download: {}", e.kind()));
+    let mut file = tokio::fs::File::create(path).await.map_err(failed)?;
+    let mut written = 0u64;
+    while let Some(chunk) = resp.chunk().await.map_err(|e| unreachable(&e, timeout))? {
+        file.write_all(&chunk).await.map_err(failed)?;
+        written += chunk.len() as u64;
+    }
+    file.flush().await.map_err(failed)?;
+    Ok(written)
+}
+
+/// WeChat Pay's `time_expire`: RFC 3339 in Beijing time, whole seconds.
+pub fn wechat_time(t: DateTime<Utc>) -> String {
+    t.with_timezone(&chrono_tz::Asia::Shanghai)
+        .format("%Y-%m-%dT%H:%M:%S%:z")
+        .to_string()
+}
+
+/// Alipay's times: `yyyy-MM-dd HH:mm:ss` in Asia/Shanghai.
+pub fn alipay_time(t: DateTime<Utc>) -> String {
+    t.with_timezone(&chrono_tz::Asia::Shanghai)
+        .format("%Y-%m-%d %H:%M:%S")
+        .to_string()
+}
+
+/// Describes a transport failure without internals.
+pub fn unreachable(err: &reqwest::Error, timeout: std::time::Duration) -> ProviderError {
+    ProviderError::Unreachable(if err.is_timeout() {
+        format!("no answer within {}", humantime::format_duration(timeout))
+    } else if err.is_connect() {
+        "connection refused".into()
+    } else {
+        "request failed".into()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::TimeZone;
+
+    #[test]
+    fn deadlines_are_written_in_beijing_time() {
+        let t = Utc.with_ymd_and_hms(2026, 11, 30, 16, 5, 9).unwrap();
+        assert_eq!(wechat_time(t), "2026-12-01T00:05:09+08:00");
+        assert_eq!(alipay_time(t), "2026-12-01 00:05:09");
+    }
+}

@@ -1,0 +1,538 @@
+//! WeChat Pay API v3 as a [`Gateway`]: prepay for JSAPI / Native / APP / H5, query, close and
+//! refund. Every call is signed with the merchant key; every answer — errors included — is
+//! verified with the platform key its `Wechatpay-Serial` names before anything is read from it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::future::BoxFuture;
+use futures_util::FutureExt;
+use reqwest::Method;
+use serde_json::{json, Value};
+
+use super::signing::{self, Merchant};
+use crate::domain::payment::{PayChannel, Provider};
+use crate::payments::crypto;
+use crate::payments::keys::WechatKeys;
+use crate::payments::provider::*;
+
+/// Answers older or newer than this are refused, as the official SDKs do.
+const MAX_ANSWER_SKEW_SECONDS: i64 = 300;
+
+pub struct WechatPay {
+    http: reqwest::Client,
+    keys: Arc<WechatKeys>,
+    notify_url: String,
+    timeout: Duration,
+    /// Where the platform certificates are kept (certificate mode); None: no refresh here.
+    pool: Option<crate::db::DbPool>,
+}
+
+/// An answer as received, before its signature is checked.
+struct Raw {
+    status: u16,
+    timestamp: Option<String>,
+    nonce: Option<String>,
+    signature: Option<String>,
+    serial: Option<String>,
+    body: bytes::Bytes,
+}
+
+/// A verified answer: its status and JSON body (`Null` when empty).
+struct Answer {
+    status: u16,
+    body: Value,
+}
+
+impl Answer {
+    fn code(&self) -> &str {
+        self.body["code"].as_str().unwrap_or_default()
+    }
+
+    fn refused(&self) -> ProviderError {
+        ProviderError::Refused(format!(
+            "HTTP {} {} {}",
+            self.status,
+            self.code(),
+            self.body["message"].as_str().unwrap_or_default()
+        ))
+    }
+}
+
+impl WechatPay {
+    pub fn new(
+        http: reqwest::Client,
+        keys: Arc<WechatKeys>,
+        public_url: &str,
+        timeout: Duration,
+        pool: Option<crate::db::DbPool>,
+    ) -> WechatPay {
+        WechatPay {
+            http,
+            keys,
+            notify_url: format!("{public_url}/pay/wechat/notify"),
+            timeout,
+            pool,
+        }
+    }
+
+    pub fn keys(&self) -> &WechatKeys {
+        &self.keys
+    }
+
+    fn merchant(&self) -> Merchant<'_> {
+        Merchant {
+            mch_id: &self.keys.mch_id,
+            serial: &self.keys.merchant_serial,
+            key: &self.keys.merchant_key,
+        }
+    }
+
+    /// One signed call, its answer as received.
+    async fn send(&self, method: Method, path: &str, body: Option<Value>, trace: &str) -> Result<Raw, ProviderError> {
+        let payload = body.map(|b| b.to_string()).unwrap_or_default();
+        let ts = chrono::Utc::now().timestamp();
+        let nonce = crypto::nonce(32);
+        let auth = signing::authorization(&self.merchant(), method.as_str(), path, ts, &nonce, &payload);
+        let mut req = self
+            .http
+            .request(method.clone(), format!("{}{path}", self.keys.api_base))
+            .header("Authorization", auth)
+            .header("Accept", "application/json")
+            .header("User-Agent", concat!("fitorder/", env!("CARGO_PKG_VERSION")))
+            .header("X-Trace-Id", trace);
+        if method != Method::GET {
+            req = req.header("Content-Type", "application/json").body(payload);
+        }
+        let resp = req.send().await.map_err(|e| unreachable(&e, self.timeout))?;
+        let header = |name: &str| {
+            resp.headers()
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string)
+        };
+        let raw = Raw {
+            status: resp.status().as_u16(),
+            timestamp: header("Wechatpay-Timestamp"),
+            nonce: header("Wechatpay-Nonce"),
+            signature: header("Wechatpay-Signature"),
+            serial: header("Wechatpay-Serial"),
+            body: bytes::Bytes::new(),
+        };
+        let body = resp.bytes().await.map_err(|e| unreachable(&e, self.timeout))?;
+        Ok(Raw { body, ..raw })
+    }
+
+    /// One signed call; the answer is returned only when its signature verifies. An unknown
+    /// serial (a new platform certificate) triggers one rate-limited certificate refresh.
+    async fn call(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Value>,
+        trace: &str,
+    ) -> Result<Answer, ProviderError> {
+        let raw = self.send(method, path, body, trace).await?;
+        let serial = raw.serial.as_deref().unwrap_or_default();
+        if self.keys.platform.key_for(serial).is_none() && !serial.is_empty() {
+            self.unknown_serial(trace).await;
+        }
+        self.verify_answer(
+            raw.timestamp.as_deref(),
+            raw.nonce.as_deref(),
+            raw.signature.as_deref(),
+            raw.serial.as_deref(),
+            &raw.body,
+        )?;
+        let status = raw.status;
+        let body = if raw.body.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_slice(&raw.body).map_err(|_| ProviderError::Refused(format!("HTTP {status}: not JSON")))?
+        };
+        Ok(Answer { status, body })
+    }
+
+    /// A serial we do not know: fetch the certificates at once, at most once a minute across
+    /// all instances (the others reload what the winner stored).
+    pub async fn unknown_serial(&self, trace: &str) {
+        if !self.keys.downloads_certificates() {
+            return;
+        }
+        if let Err(e) = self.refresh_certificates(true, trace).await {
+            tracing::warn!(error = %e, "refreshing the WeChat Pay platform certificates failed");
+        }
+    }
+
+    /// `GET /v3/certificates`: the certificates are decrypted with the APIv3 key (which only
+    /// WeChat Pay and we hold), the answer is checked against the certificate its serial names
+    /// (known before, or among those just decrypted, as the official SDKs bootstrap), and they
+    /// are stored for every instance. `forced`: claim the cross-instance rate limit first.
+    pub async fn refresh_certificates(&self, forced: bool, trace: &str) -> Result<usize, ProviderError> {
+        let Some(pool) = &self.pool else {
+            return Ok(0);
+        };
+        let db = |e: &dyn std::fmt::Display| ProviderError::Unreachable(format!("database: {e}"));
+        let mut conn = pool.get().await.map_err(|e| db(&e))?;
+        if forced
+            && !self
+                .keys
+                .platform
+                .may_force_refresh(&mut conn, chrono::Utc::now())
+                .await
+                .map_err(|e| db(&e))?
+        {
+            // Another instance (or this one, a moment ago) is fetching: take what it stored.
+            let _ = self.keys.platform.reload(&mut conn).await;
+            return Ok(0);
+        }
+        drop(conn);
+        let raw = self.send(Method::GET, "/v3/certificates", None, trace).await?;
+        if raw.status != 200 {
+            return Err(ProviderError::Refused(format!("/v3/certificates: HTTP {}", raw.status)));
+        }
+        let fetched = crate::payments::certs::decrypt_certificates(&self.keys.apiv3_key, &raw.body)
+            .map_err(|e| ProviderError::Unsigned(format!("/v3/certificates: {e}")))?;
+        let mut ring = self.keys.platform.snapshot();
+        for c in &fetched {
+            ring.insert_cert(c.clone());
+        }
+        let (Some(ts), Some(nonce), Some(sig), Some(serial)) =
+            (&raw.timestamp, &raw.nonce, &raw.signature, &raw.serial)
+        else {
+            return Err(ProviderError::Unsigned(
+                "/v3/certificates: no Wechatpay-Signature".into(),
+            ));
+        };
+        ring.verify(serial, ts, nonce, &raw.body, sig)
+            .map_err(|e| ProviderError::Unsigned(format!("/v3/certificates: {e}")))?;
+        let mut conn = pool.get().await.map_err(|e| db(&e))?;
+        let n = self
+            .keys
+            .platform
+            .refresh_from_answer(&mut conn, &self.keys.apiv3_key, &raw.body)
+            .await
+            .map_err(|e| db(&format!("{e:#}")))?;
+        tracing::info!(certificates = n, "WeChat Pay platform certificates refreshed");
+        Ok(n)
+    }
+
+    fn verify_answer(
+        &self,
+        ts: Option<&str>,
+        nonce: Option<&str>,
+        sig: Option<&str>,
+        serial: Option<&str>,
+        body: &[u8],
+    ) -> Result<(), ProviderError> {
+        let (Some(ts), Some(nonce), Some(sig), Some(serial)) = (ts, nonce, sig, serial) else {
+            return Err(ProviderError::Unsigned(
+                "the answer carries no Wechatpay-Signature".into(),
+            ));
+        };
+        let key = self
+            .keys
+            .platform
+            .key_for(serial)
+            .ok_or_else(|| ProviderError::Unsigned(format!("unknown Wechatpay-Serial {serial}")))?;
+        let at: i64 = ts
+            .trim()
+            .parse()
+            .map_err(|_| ProviderError::Unsigned("bad Wechatpay-Timestamp".into()))?;
+        if (chrono::Utc::now().timestamp() - at).abs() > MAX_ANSWER_SKEW_SECONDS {
+            return Err(ProviderError::Unsigned(
+                "Wechatpay-Timestamp more than 5 minutes off".into(),
+            ));
+        }
+        if !crypto::verify(&key, &signing::answer_message(ts, nonce, body), sig) {
+            return Err(ProviderError::Unsigned("Wechatpay-Signature does not verify".into()));
+        }
+        Ok(())
+    }
+
+    async fn prepay(&self, t: &TradeRequest<'_>) -> Result<Instruction, ProviderError> {
+        let kind = match t.channel {
+            PayChannel::WechatJsapi => "jsapi",
+            PayChannel::WechatNative => "native",
+            PayChannel::WechatApp => "app",
+            PayChannel::WechatH5 => "h5",
+            other => return Err(ProviderError::Unsupported(format!("WeChat Pay has no channel {other}"))),
+        };
+        let mut body = json!({
+            "appid": self.keys.app_id,
+            "mchid": self.keys.mch_id,
+            "description": truncate_bytes(t.description, 127),
+            "out_trade_no": t.out_trade_no,
+            "time_expire": wechat_time(t.expires_at),
+            "notify_url": self.notify_url,
+            "amount": {"total": t.amount_cents, "currency": "CNY"},
+        });
+        match t.channel {
+            PayChannel::WechatJsapi => {
+                let openid = t
+                    .openid
+                    .ok_or_else(|| ProviderError::Unsupported("JSAPI needs the payer's openid".into()))?;
+                body["payer"] = json!({ "openid": openid });
+            }
+            PayChannel::WechatH5 => {
+                body["scene_info"] = json!({
+                    "payer_client_ip": t.client_ip.unwrap_or("127.0.0.1"),
+                    "h5_info": {"type": "Wap"},
+                });
+            }
+            _ => {}
+        }
+        let answer = self
+            .call(
+                Method::POST,
+                &format!("/v3/pay/transactions/{kind}"),
+                Some(body),
+                t.trace_id,
+            )
+            .await?;
+        if answer.status != 200 {
+            return Err(answer.refused());
+        }
+        let field = |name: &str| {
+            answer.body[name]
+                .as_str()
+                .filter(|v| !v.is_empty())
+                .map(str::to_string)
+                .ok_or_else(|| ProviderError::Refused(format!("the prepay answer has no {name}")))
+        };
+        let now = chrono::Utc::now().timestamp();
+        let k = &self.keys;
+        Ok(match t.channel {
+            PayChannel::WechatJsapi => Instruction {
+                wechat_jsapi: Some(signing::jsapi_params(
+                    &k.merchant_key,
+                    &k.app_id,
+                    &field("prepay_id")?,
+                    now,
+                    &crypto::nonce(32),
+                )),
+                ..Default::default()
+            },
+            PayChannel::WechatApp => Instruction {
+                wechat_app: Some(signing::app_params(
+                    &k.merchant_key,
+                    &k.app_id,
+                    &k.mch_id,
+                    &field("prepay_id")?,
+                    now,
+                    &crypto::nonce(32),
+                )),
+                ..Default::default()
+            },
+            PayChannel::WechatNative => Instruction {
+                qr_code: Some(field("code_url")?),
+                ..Default::default()
+            },
+            _ => Instruction {
+                pay_url: Some(field("h5_url")?),
+                ..Default::default()
+            },
+        })
+    }
+
+    async fn query_trade(&self, out_trade_no: &str, trace: &str) -> Result<TradeState, ProviderError> {
+        let path = format!(
+            "/v3/pay/transactions/out-trade-no/{out_trade_no}?mchid={}",
+            self.keys.mch_id
+        );
+        let answer = self.call(Method::GET, &path, None, trace).await?;
+        if answer.status == 404 && answer.code() == "ORDER_NOT_EXIST" {
+            return Ok(TradeState::NotPaid);
+        }
+        if answer.status != 200 {
+            return Err(answer.refused());
+        }
+        let b = &answer.body;
+        if b["out_trade_no"].as_str() != Some(out_trade_no) {
+            return Err(ProviderError::Refused("the answer is about another trade".into()));
+        }
+        Ok(match b["trade_state"].as_str().unwrap_or_default() {
+            // REFUND: paid, and refunded since.
+            "SUCCESS" | "REFUND" => TradeState::Paid {
+                txn_id: b["transaction_id"].as_str().unwrap_or_default().to_string(),
+                amount_cents: b["amount"]["total"].as_i64().unwrap_or(-1),
+            },
+            "USERPAYING" | "ACCEPT" => TradeState::Paying,
+            "NOTPAY" | "CLOSED" | "REVOKED" | "PAYERROR" => TradeState::NotPaid,
+            other => return Err(ProviderError::Refused(format!("unknown trade_state {other:?}"))),
+        })
+    }
+
+    async fn close_trade(&self, out_trade_no: &str, trace: &str) -> Result<(), ProviderError> {
+        let path = format!("/v3/pay/transactions/out-trade-no/{out_trade_no}/close");
+        let answer = self
+            .call(Method::POST, &path, Some(json!({"mchid": self.keys.mch_id})), trace)
+            .await?;
+        match (answer.status, answer.code()) {
+            (200..=299, _) | (_, "ORDER_NOT_EXIST") | (_, "ORDER_CLOSED") => Ok(()),
+            _ => Err(answer.refused()),
+        }
+    }
+
+    async fn refund_trade(&self, r: &RefundRequest<'_>) -> Result<RefundAccepted, ProviderError> {
+        let mut body = json!({
+            "out_trade_no": r.out_trade_no,
+            "out_refund_no": r.refund_no,
+            "reason": truncate_bytes(r.reason, 80),
+            "notify_url": self.notify_url,
+            "amount": {"refund": r.amount_cents, "total": r.total_cents, "currency": "CNY"},
+        });
+        if let Some(txn) = r.provider_txn_id {
+            body["transaction_id"] = json!(txn);
+        }
+        let answer = self
+            .call(Method::POST, "/v3/refund/domestic/refunds", Some(body), r.trace_id)
+            .await?;
+        if answer.status != 200 {
+            return Err(answer.refused());
+        }
+        match answer.body["status"].as_str() {
+            Some(s @ ("SUCCESS" | "PROCESSING")) => Ok(RefundAccepted {
+                status: s.to_string(),
+                provider_refund_id: answer.body["refund_id"].as_str().map(str::to_string),
+            }),
+            other => Err(ProviderError::Refused(format!("refund status {other:?}"))),
+        }
+    }
+}
+
+/// Downloads (a bill) may take minutes; API calls have the downstream timeout.
+const DOWNLOAD_TIMEOUT: Duration = Duration::from_secs(600);
+
+impl WechatPay {
+    /// `GET /v3/bill/tradebill` (signed answer: the SHA1 and a short-lived `download_url`),
+    /// then the download itself: a signed request whose answer WeChat does not sign — the SHA1
+    /// of the unpacked bill is checked instead, by the reader.
+    async fn trade_bill(
+        &self,
+        date: chrono::NaiveDate,
+        dir: &std::path::Path,
+        trace: &str,
+    ) -> Result<BillDownload, ProviderError> {
+        for _ in 0..3 {
+            let path = format!(
+                "/v3/bill/tradebill?bill_date={}&bill_type=ALL&tar_type=GZIP",
+                date.format("%Y-%m-%d")
+            );
+            let answer = self.call(Method::GET, &path, None, trace).await?;
+            if answer.status != 200 {
+                return match answer.code() {
+                    "NO_STATEMENT_EXIST" | "STATEMENT_CREATING" => Ok(BillDownload::NotReady(format!(
+                        "{} {}",
+                        answer.code(),
+                        answer.body["message"].as_str().unwrap_or_default()
+                    ))),
+                    _ => Err(answer.refused()),
+                };
+            }
+            let (Some(url), Some("SHA1"), Some(sha1)) = (
+                answer.body["download_url"].as_str(),
+                answer.body["hash_type"].as_str(),
+                answer.body["hash_value"].as_str(),
+            ) else {
+                return Err(ProviderError::Refused(
+                    "the bill answer lacks download_url or its SHA1".into(),
+                ));
+            };
+            // The signature covers the URL's path and query as the API sees them.
+            let signed_path = url
+                .strip_prefix(&self.keys.api_base)
+                .map(str::to_string)
+                .or_else(|| {
+                    reqwest::Url::parse(url)
+                        .ok()
+                        .map(|u| format!("{}{}", u.path(), u.query().map(|q| format!("?{q}")).unwrap_or_default()))
+                })
+                .ok_or_else(|| ProviderError::Refused("the download_url is not a URL".into()))?;
+            let ts = chrono::Utc::now().timestamp();
+            let auth = signing::authorization(&self.merchant(), "GET", &signed_path, ts, &crypto::nonce(32), "");
+            let resp = self
+                .http
+                .get(url)
+                .header("Authorization", auth)
+                .header("User-Agent", concat!("fitorder/", env!("CARGO_PKG_VERSION")))
+                .timeout(DOWNLOAD_TIMEOUT)
+                .send()
+                .await
+                .map_err(|e| unreachable(&e, DOWNLOAD_TIMEOUT))?;
+            match resp.status().as_u16() {
+                200 => {}
+                // The download URL lapsed (it lives seconds to minutes): ask for a new one.
+                400 | 403 | 404 => continue,
+                other => return Err(ProviderError::Refused(format!("bill download: HTTP {other}"))),
+            }
+            let archive = dir.join(format!(".wechatpay-{date}.{}.gz.part", crypto::nonce(8)));
+            stream_to_file(resp, &archive, DOWNLOAD_TIMEOUT).await?;
+            return Ok(BillDownload::Downloaded {
+                archive,
+                format: BillArchive::WechatGzip {
+                    sha1: sha1.to_ascii_lowercase(),
+                },
+            });
+        }
+        Err(ProviderError::Refused(
+            "the bill's download URL lapsed three times in a row".into(),
+        ))
+    }
+}
+
+/// At most `max` bytes of `s`, cut at a character boundary (WeChat counts bytes).
+fn truncate_bytes(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+impl Gateway for WechatPay {
+    fn provider(&self) -> Provider {
+        Provider::WechatPay
+    }
+
+    fn start_trade<'a>(&'a self, t: &'a TradeRequest<'a>) -> BoxFuture<'a, Result<Instruction, ProviderError>> {
+        self.prepay(t).boxed()
+    }
+
+    fn query<'a>(
+        &'a self,
+        out_trade_no: &'a str,
+        trace_id: &'a str,
+    ) -> BoxFuture<'a, Result<TradeState, ProviderError>> {
+        self.query_trade(out_trade_no, trace_id).boxed()
+    }
+
+    fn close<'a>(&'a self, out_trade_no: &'a str, trace_id: &'a str) -> BoxFuture<'a, Result<(), ProviderError>> {
+        self.close_trade(out_trade_no, trace_id).boxed()
+    }
+
+    fn refund<'a>(&'a self, r: &'a RefundRequest<'a>) -> BoxFuture<'a, Result<RefundAccepted, ProviderError>> {
+        self.refund_trade(r).boxed()
+    }
+
+    fn fetch_bill<'a>(
+        &'a self,
+        date: chrono::NaiveDate,
+        dir: &'a std::path::Path,
+        trace_id: &'a str,
+    ) -> BoxFuture<'a, Result<BillDownload, ProviderError>> {
+        self.trade_bill(date, dir, trace_id).boxed()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn descriptions_are_cut_at_a_character_boundary() {
+        assert_eq!(super::truncate_bytes("私教课", 7), "私教");
+        assert_eq!(super::truncate_bytes("abc", 7), "abc");
+    }
+}

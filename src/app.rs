@@ -30,8 +30,15 @@ impl AppState {
     }
 
     pub fn with_keys(pool: DbPool, config: Config, keys: ProviderKeys, events: EventHub, db_url: String) -> AppState {
-        let evidence =
-            crate::db::evidence_pool(&db_url, 4, config.statement_timeout).expect("a pool is built without connecting");
+        // Behind a transaction pooler (a separate LISTEN URL says so) a session setting would
+        // leak to other clients' transactions on the same server connection: evidence then
+        // commits synchronously like everything else.
+        let evidence = if config.listen_database_url.is_some() {
+            crate::db::pool_with(&db_url, 4, config.statement_timeout)
+        } else {
+            crate::db::evidence_pool(&db_url, 4, config.statement_timeout)
+        }
+        .expect("a pool is built without connecting");
         let config = Arc::new(config);
         let keys = Arc::new(keys);
         AppState {

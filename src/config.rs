@@ -39,6 +39,19 @@ pub struct Config {
     pub db_pool_size: usize,
     /// Longest a single SQL statement may run.
     pub statement_timeout: Duration,
+    /// A direct (session) connection for LISTEN when `database_url` goes through PgBouncer in
+    /// transaction pooling; `None`: `database_url`.
+    pub listen_database_url: Option<String>,
+    /// Chat groups and webhooks that alerts are sent to (`FITORDER_ALERT_WEBHOOKS`).
+    pub alert_channels: Vec<crate::alerts::channels::Channel>,
+    /// First retry delay of an alert delivery (doubling, ±20 %).
+    pub alert_retry_base: Duration,
+    /// Attempts of one alert delivery before it is DEAD.
+    pub alert_max_attempts: i32,
+    /// Requests per minute to one channel (the robots allow about 20).
+    pub alert_rate_per_minute: i64,
+    /// `fitorder worker` serves `/metrics`, `/healthz` and `/readyz` here when set.
+    pub metrics_addr: Option<String>,
 }
 
 #[derive(Clone, Debug)]
@@ -121,7 +134,14 @@ Environment:
   FITORDER_MAX_BODY_BYTES        request body limit (default 1048576)
   FITORDER_DB_POOL_SIZE          connections per process (default 16)
   FITORDER_STATEMENT_TIMEOUT     longest SQL statement (default 60s)
-  FITORDER_PUBLIC_URL            base URL providers reach us at (default http://$FITORDER_ADDR)
+  FITORDER_LISTEN_DATABASE_URL   direct PostgreSQL for LISTEN behind PgBouncer (default DATABASE_URL)
+  FITORDER_ALERT_WEBHOOKS        alert channels: [wecom:|dingtalk:|feishu:|webhook:]URL[#SECRET], comma-separated
+  FITORDER_ALERT_RETRY_BASE      first alert retry delay (default 5s)
+  FITORDER_ALERT_MAX_ATTEMPTS    alert attempts before DEAD (default 8)
+  FITORDER_ALERT_RATE            requests per minute to one channel (default 20)
+  FITORDER_METRICS_ADDR          `fitorder worker`: serve /metrics, /healthz, /readyz here (default: none)
+  FITORDER_LOG_FORMAT            json or text (default: json when standard output is not a terminal)
+  FITORDER_PUBLIC_URL            base URL providers reach us at, and alerts link to (default http://$FITORDER_ADDR)
   FITORDER_RECONCILE_AT          local time of the daily reconciliation (default 10:30)
   WeChat Pay, configured whole or not at all:
     WECHATPAY_MCH_ID, WECHATPAY_APP_ID, WECHATPAY_APIV3_KEY,
@@ -214,6 +234,13 @@ impl Config {
             max_body_bytes: number("FITORDER_MAX_BODY_BYTES", 1 << 20)?,
             db_pool_size: number("FITORDER_DB_POOL_SIZE", 16)?,
             statement_timeout: duration("FITORDER_STATEMENT_TIMEOUT", "60s")?,
+            listen_database_url: var("FITORDER_LISTEN_DATABASE_URL"),
+            alert_channels: crate::alerts::channels::parse_list(&var("FITORDER_ALERT_WEBHOOKS").unwrap_or_default())
+                .map_err(|e| anyhow::anyhow!("FITORDER_ALERT_WEBHOOKS: {e}"))?,
+            alert_retry_base: duration("FITORDER_ALERT_RETRY_BASE", "5s")?,
+            alert_max_attempts: number("FITORDER_ALERT_MAX_ATTEMPTS", 8)?.max(1),
+            alert_rate_per_minute: number("FITORDER_ALERT_RATE", 20)?.max(1),
+            metrics_addr: var("FITORDER_METRICS_ADDR"),
         })
     }
 
@@ -243,7 +270,18 @@ impl Config {
             max_body_bytes: 1 << 20,
             db_pool_size: 8,
             statement_timeout: Duration::from_secs(60),
+            listen_database_url: None,
+            alert_channels: vec![],
+            alert_retry_base: Duration::from_secs(5),
+            alert_max_attempts: 8,
+            alert_rate_per_minute: 20,
+            metrics_addr: None,
         }
+    }
+
+    /// Where the ops page is, for links in alerts.
+    pub fn ops_url(&self) -> String {
+        format!("{}/ops", self.public_url.trim_end_matches('/'))
     }
 }
 

@@ -3,6 +3,7 @@
 //! `domain` holds the pure rules (the state machine, money); `orders`, `catalog` and
 //! `compensation` the capabilities; `graphql` and `http` the API; `db` the database.
 
+pub mod alerts;
 pub mod anomalies;
 pub mod app;
 pub mod auth;
@@ -17,6 +18,7 @@ pub mod expiry;
 pub mod fuzzing;
 pub mod graphql;
 pub mod http;
+pub mod logging;
 pub mod orders;
 pub mod payments;
 pub mod reconciliation;

@@ -18,6 +18,7 @@ Usage:
                                     print a JWT (role: member, admin, ops)
   fitorder seed                     demo stores, members, catalog
   fitorder reconcile --provider wechatpay|alipay --date YYYY-MM-DD [--file F]
+  fitorder alerts [--replay-dead]   recent alerts and their deliveries; send DEAD ones again
   fitorder schema                   print the GraphQL schema (SDL)
   fitorder simulate-payment --order NO [--provider wechatpay|alipay] [--amount CENTS] [--txn ID] [--url URL]
                                     sign a payment notification with the dev keys and send it
@@ -29,13 +30,7 @@ fn main() -> ExitCode {
         print!("{USAGE}\n{ENV_HELP}");
         return ExitCode::SUCCESS;
     }
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "info,tower_http=warn,diesel_migrations=warn".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    fitorder::logging::init(fitorder::logging::LogFormat::from_env());
     match run(args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -88,7 +83,7 @@ fn run(args: Vec<String>) -> Result<()> {
             println!("{}", issue_token(&config.jwt_secret, role, &sub, stores, ttl));
             Ok(())
         }
-        "serve" | "worker" | "migrate" | "seed" | "reconcile" => {
+        "serve" | "worker" | "migrate" | "seed" | "reconcile" | "alerts" => {
             let config = Config::from_env()?;
             let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
             rt.block_on(async move {
@@ -138,12 +133,41 @@ fn run(args: Vec<String>) -> Result<()> {
                         }
                         r
                     }
+                    "alerts" => alerts(config, rest).await,
                     _ => reconcile(config, rest).await,
                 }
             })
         }
         other => bail!("unknown command {other:?}\n\n{USAGE}"),
     }
+}
+
+/// `fitorder alerts [--replay-dead]`: the last 30 alerts with their deliveries; DEAD deliveries
+/// sent again (a running worker picks them up).
+async fn alerts(config: Config, rest: &[String]) -> Result<()> {
+    let (url, dev) = server::resolve_database(&config).await?;
+    let result = async {
+        let pool = fitorder::db::pool(&url, 1)?;
+        let mut conn = pool.get().await?;
+        if rest.iter().any(|a| a == "--replay-dead") {
+            let n = fitorder::alerts::replay_dead(&mut conn, None, config.alert_max_attempts)
+                .await
+                .map_err(|e| anyhow::anyhow!("{}", e.message()))?;
+            println!("{n} DEAD deliveries sent again");
+        }
+        for line in fitorder::alerts::recent(&mut conn, 30)
+            .await
+            .map_err(|e| anyhow::anyhow!("{}", e.message()))?
+        {
+            println!("{line}");
+        }
+        Ok::<_, anyhow::Error>(())
+    }
+    .await;
+    if let Some(dev) = dev {
+        tokio::task::spawn_blocking(move || dev.stop()).await.ok();
+    }
+    result
 }
 
 /// `fitorder reconcile --provider wechatpay|alipay --date YYYY-MM-DD [--file F]`: prints what it
@@ -179,6 +203,10 @@ async fn reconcile(config: Config, rest: &[String]) -> Result<()> {
             .await
             .map_err(|e| anyhow::anyhow!("{}", e.message()))?;
         eprintln!("{} in {:.1}s", run.status, started.elapsed().as_secs_f64());
+        // A failed run or one with differences is told to the chat groups (the workers send it).
+        if let Ok(mut conn) = state.pool.get().await {
+            let _ = fitorder::alerts::reconciliation_run(&mut conn, run.id).await;
+        }
         println!(
             "run {}: {} provider rows, {} local rows, {} matched, {} tickets opened{}",
             run.id,

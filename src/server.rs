@@ -71,7 +71,9 @@ pub async fn run(config: Config, opts: ServeOptions) -> Result<()> {
 }
 
 async fn run_with_database(config: Config, opts: ServeOptions, url: &str, dev_mode: bool) -> Result<()> {
-    db::migrate(url).await?;
+    // Migrations hold a session-level advisory lock: on the direct connection too.
+    let direct = config.listen_database_url.clone().unwrap_or_else(|| url.to_string());
+    db::migrate(&direct).await?;
     let mut config = config;
     let dev_keys = dev_mode && config.wechatpay.mch_id.is_none() && config.alipay.app_id.is_none();
     if dev_keys {
@@ -82,7 +84,9 @@ async fn run_with_database(config: Config, opts: ServeOptions, url: &str, dev_mo
     }
     let keys = crate::payments::keys::ProviderKeys::load(&config)?;
     let pool = db::pool_with(url, config.db_pool_size, config.statement_timeout)?;
-    let events = crate::events::EventHub::start(url.to_string(), pool.clone());
+    // LISTEN needs a session of its own: behind PgBouncer in transaction pooling it goes to the
+    // database directly (FITORDER_LISTEN_DATABASE_URL).
+    let events = crate::events::EventHub::start(direct, pool.clone());
     let state = AppState::with_keys(pool, config.clone(), keys, events, url.to_string());
     if dev_mode || config.jwt_secret_generated {
         let mut conn = state.pool.get().await?;
@@ -107,8 +111,21 @@ async fn run_with_database(config: Config, opts: ServeOptions, url: &str, dev_mo
         let _ = stop_tx.send(true);
     };
     if !opts.http {
-        tracing::info!("worker running (no HTTP)");
-        shutdown.await;
+        match &config.metrics_addr {
+            Some(addr) => {
+                let listener = tokio::net::TcpListener::bind(addr)
+                    .await
+                    .with_context(|| format!("binding {addr}"))?;
+                tracing::info!(addr = %listener.local_addr()?, "worker running (metrics and health only)");
+                axum::serve(listener, crate::http::ops_router(state))
+                    .with_graceful_shutdown(shutdown)
+                    .await?;
+            }
+            None => {
+                tracing::info!("worker running (no HTTP)");
+                shutdown.await;
+            }
+        }
         for task in background {
             let _ = task.await;
         }

@@ -54,6 +54,10 @@ pub async fn open(
         crate::events::notify_sql(&format!("ticket:{}", ticket.id))
             .execute(conn)
             .await?;
+        // Money that needs a person now: told in the same transaction as the ticket.
+        if let Some(alert) = crate::alerts::Alert::ticket(ticket) {
+            crate::alerts::raise(conn, alert).await?;
+        }
     }
     Ok(opened)
 }

@@ -25,6 +25,7 @@ use crate::trace::TraceId;
 pub struct Worker {
     state: AppState,
     downstream: Downstream,
+    alerts: crate::alerts::Deliverer,
     pub id: String,
     pub batch: i64,
 }
@@ -33,9 +34,11 @@ impl Worker {
     pub fn new(state: AppState) -> Worker {
         let downstream = Downstream::new(state.config.clone(), state.keys.clone());
         let id = format!("{}-{}", hostname(), &TraceId::new().0[..8]);
+        let alerts = crate::alerts::Deliverer::new(state.config.clone(), id.clone());
         Worker {
             state,
             downstream,
+            alerts,
             id,
             batch: 64,
         }
@@ -95,15 +98,33 @@ impl Worker {
 
     /// Claims one batch of due events and delivers them; returns how many were attempted.
     pub async fn run_once(&self) -> AppResult<usize> {
+        let alerts = match self.alerts.run_once(&self.state.pool).await {
+            Ok(n) => n,
+            Err(e) => {
+                tracing::warn!(error = %e.message(), "alert batch failed");
+                0
+            }
+        };
+        Ok(alerts + self.run_events().await?)
+    }
+
+    /// Claims one batch of due outbox events and delivers them.
+    async fn run_events(&self) -> AppResult<usize> {
         let claimed = self.claim().await?;
         let n = claimed.len();
         if n == 0 {
             return Ok(0);
         }
-        let outcomes = futures_util::future::join_all(claimed.into_iter().map(|e| async move {
-            let started = Instant::now();
-            let result = self.downstream.deliver(&e).await;
-            (e, result, started.elapsed())
+        let outcomes = futures_util::future::join_all(claimed.into_iter().map(|e| {
+            let span = tracing::info_span!("compensation", trace_id = %e.trace_id, event = e.id);
+            tracing::Instrument::instrument(
+                async move {
+                    let started = Instant::now();
+                    let result = self.downstream.deliver(&e).await;
+                    (e, result, started.elapsed())
+                },
+                span,
+            )
         }))
         .await;
         let (delivered, failed): (Vec<_>, Vec<_>) = outcomes.into_iter().partition(|(_, r, _)| r.is_ok());
@@ -111,7 +132,9 @@ impl Worker {
             tracing::warn!(events = delivered.len(), error = %err.message(), "deliveries not recorded; the lease will expire and they are tried again");
         }
         for (event, result, took) in failed {
-            if let Err(err) = self.complete(&event, result, took).await {
+            let span = tracing::info_span!("compensation", trace_id = %event.trace_id, event = event.id);
+            let recorded = tracing::Instrument::instrument(self.complete(&event, result, took), span).await;
+            if let Err(err) = recorded {
                 tracing::warn!(event = event.id, error = %err.message(), "attempt not recorded; the lease will expire and it is tried again");
             }
         }
@@ -185,9 +208,13 @@ impl Worker {
         .bind::<Text, _>(&self.id)
         .execute(&mut conn)
         .await?;
+        let now = Utc::now();
         for (e, ..) in done {
             metrics::counter!("fitorder_compensation_attempts_total", "kind" => e.kind.clone(), "outcome" => "ok")
                 .increment(1);
+            // Outbox latency: from the change that wrote the event to its delivery.
+            metrics::histogram!("fitorder_outbox_delivery_seconds", "kind" => e.kind.clone())
+                .record((now - e.created_at).num_milliseconds().max(0) as f64 / 1000.0);
         }
         Ok(())
     }
@@ -278,7 +305,7 @@ impl Worker {
             .get_result(conn)
             .await?;
         tracing::error!(event = e.id, kind = %e.kind, order_no = %order.order_no, attempts = e.attempts,
-            last_error = ?e.last_error, "ALERT: compensation event is DEAD");
+            last_error = ?e.last_error, "compensation event is DEAD");
         metrics::counter!("fitorder_compensation_dead_total", "kind" => e.kind.clone()).increment(1);
         tickets::open(
             conn,
@@ -297,6 +324,7 @@ impl Worker {
             &TraceId(e.trace_id.clone()),
         )
         .await?;
+        crate::alerts::raise(conn, crate::alerts::Alert::compensation_dead(e, &order)).await?;
         Ok(())
     }
 }

@@ -38,18 +38,70 @@ pub async fn render(State(s): State<HttpState>) -> impl IntoResponse {
         }
         let mut conn = s.app.pool.get().await.ok()?;
         diesel::sql_query(
-            "SELECT status, count(*) AS n FROM compensation_events WHERE status IN ('PENDING', 'RETRYING', 'DEAD') GROUP BY status",
+            "SELECT status, count(*) AS n FROM compensation_events WHERE status IN ('PENDING', 'RETRYING', 'DEAD') GROUP BY status
+             UNION ALL
+             SELECT 'OVERDUE', count(*) FROM compensation_events
+              WHERE status IN ('PENDING', 'RETRYING') AND next_attempt_at < now() - interval '5 minutes'
+             UNION ALL
+             SELECT 'ALERT_DEAD', count(*) FROM alert_deliveries WHERE status = 'DEAD'",
         )
         .load::<B>(&mut conn)
         .await
         .ok()
     };
-    if let Ok(Some(rows)) = tokio::time::timeout(std::time::Duration::from_secs(2), backlog).await {
+    let answered = tokio::time::timeout(std::time::Duration::from_secs(2), backlog).await;
+    // Readiness as a metric (what /readyz answers): the database answered within 2 s.
+    ::metrics::gauge!("fitorder_ready").set(if matches!(answered, Ok(Some(_))) { 1.0 } else { 0.0 });
+    if let Ok(Some(rows)) = answered {
+        let n = |st: &str| rows.iter().find(|r| r.status == st).map(|r| r.n).unwrap_or(0) as f64;
         for st in ["PENDING", "RETRYING", "DEAD"] {
-            let n = rows.iter().find(|r| r.status == st).map(|r| r.n).unwrap_or(0);
-            ::metrics::gauge!("fitorder_compensation_backlog", "status" => st).set(n as f64);
+            ::metrics::gauge!("fitorder_compensation_backlog", "status" => st).set(n(st));
         }
+        // Read at scrape time too, so that every instance reports the same truth.
+        ::metrics::gauge!("fitorder_compensation_overdue").set(n("OVERDUE"));
+        ::metrics::gauge!("fitorder_alert_deliveries_dead").set(n("ALERT_DEAD"));
     }
     ::metrics::gauge!("fitorder_subscribers_hub").set(s.app.events.subscriber_count() as f64);
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], handle.render())
 }
+
+/// Every metric family fitorder exports (name, Prometheus type, labels): what the dashboard and
+/// the alerting rules in `deploy/` may use. A test keeps it equal to the call sites in `src/`.
+pub const FAMILIES: &[(&str, &str, &[&str])] = &[
+    ("fitorder_alert_attempts_total", "counter", &["channel", "outcome"]),
+    ("fitorder_alert_deliveries_dead", "gauge", &[]),
+    ("fitorder_alert_deliveries_dead_total", "counter", &["channel"]),
+    ("fitorder_alerts_raised_total", "counter", &["cause"]),
+    ("fitorder_callbacks_total", "counter", &["provider", "outcome"]),
+    ("fitorder_check_ins_total", "counter", &[]),
+    ("fitorder_compensation_attempts_total", "counter", &["kind", "outcome"]),
+    ("fitorder_compensation_backlog", "gauge", &["status"]),
+    ("fitorder_compensation_dead", "gauge", &[]),
+    ("fitorder_compensation_dead_total", "counter", &["kind"]),
+    ("fitorder_compensation_overdue", "gauge", &[]),
+    ("fitorder_db_pool_available", "gauge", &[]),
+    ("fitorder_db_pool_size", "gauge", &[]),
+    ("fitorder_db_pool_waiting", "gauge", &[]),
+    ("fitorder_duplicate_check_ins_total", "counter", &[]),
+    ("fitorder_http_request_seconds", "summary", &["route"]),
+    (
+        "fitorder_http_requests_total",
+        "counter",
+        &["route", "method", "status"],
+    ),
+    ("fitorder_listen_reconnects_total", "counter", &[]),
+    ("fitorder_orders_expired_total", "counter", &[]),
+    ("fitorder_orders_placed_total", "counter", &["method"]),
+    ("fitorder_outbox_delivery_seconds", "summary", &["kind"]),
+    ("fitorder_provider_failures_total", "counter", &["provider", "call"]),
+    ("fitorder_ready", "gauge", &[]),
+    ("fitorder_reconciliation_findings_total", "counter", &["provider"]),
+    ("fitorder_subscriber_lagged_total", "counter", &[]),
+    ("fitorder_subscribers", "gauge", &[]),
+    ("fitorder_subscribers_hub", "gauge", &[]),
+    ("fitorder_task_runs_total", "counter", &["task", "status"]),
+    ("fitorder_task_seconds", "summary", &["task"]),
+    ("fitorder_tickets_opened_total", "counter", &["kind"]),
+    ("fitorder_trades_started_total", "counter", &["channel"]),
+    ("fitorder_transitions_total", "counter", &["from", "to"]),
+];

@@ -48,6 +48,21 @@ pub fn router(app: AppState) -> Router {
         .layer(middleware::from_fn(trace_requests))
 }
 
+/// What a `fitorder worker` serves (no API): metrics and health, for Prometheus and the
+/// orchestrator.
+pub fn ops_router(app: AppState) -> Router {
+    metrics::install();
+    let schema = build_schema(app.clone());
+    let keys = app.keys.clone();
+    let state = HttpState { app, schema, keys };
+    Router::new()
+        .route("/healthz", get(health::healthz))
+        .route("/readyz", get(health::readyz))
+        .route("/metrics", get(metrics::render))
+        .with_state(state)
+        .layer(middleware::from_fn(trace_requests))
+}
+
 /// The ops watch page: one self-contained file (no build step, no CDN), compiled into the binary.
 async fn ops_page() -> axum::response::Html<&'static str> {
     axum::response::Html(include_str!("../../playground/ops/index.html"))

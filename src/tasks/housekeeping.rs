@@ -2,10 +2,34 @@
 
 use diesel::sql_types::BigInt;
 use diesel::QueryableByName;
-use diesel_async::RunQueryDsl;
+use diesel_async::{AsyncConnection, RunQueryDsl};
 
 use crate::app::AppState;
 use crate::error::AppResult;
+
+#[derive(QueryableByName)]
+struct Stuck {
+    #[diesel(sql_type = BigInt)]
+    id: i64,
+    #[diesel(sql_type = diesel::sql_types::Text)]
+    task: String,
+    #[diesel(sql_type = diesel::sql_types::Text)]
+    instance: String,
+    #[diesel(sql_type = diesel::sql_types::Bool)]
+    task_run: bool,
+}
+
+/// The providers whose bills are reconciled (those with keys), as the runs name them.
+fn providers(state: &AppState) -> Vec<&'static str> {
+    let mut v = vec![];
+    if state.keys.wechat.is_some() {
+        v.push("WECHAT_PAY");
+    }
+    if state.keys.alipay.is_some() {
+        v.push("ALIPAY");
+    }
+    v
+}
 
 #[derive(QueryableByName)]
 struct N {
@@ -25,19 +49,35 @@ const TASK_RUN_RETENTION_DAYS: i64 = 30;
 /// are closed as FAILED (so the next tick can run); every finding is logged as an alert.
 pub async fn alert_check(state: AppState) -> AppResult<i64> {
     let mut conn = state.pool.get().await?;
-    let stuck: N = diesel::sql_query(format!(
-        "WITH s AS (UPDATE task_runs SET status = 'FAILED', finished_at = now(),
-                        detail = 'stuck: no outcome after {STUCK_MINUTES} minutes (instance died?)'
-                     WHERE status = 'RUNNING' AND started_at < now() - interval '{STUCK_MINUTES} minutes' RETURNING 1),
-              r AS (UPDATE reconciliation_runs SET status = 'FAILED', finished_at = now(),
-                        error = 'stuck: no outcome after an hour (instance died?)'
-                     WHERE status = 'RUNNING' AND started_at < now() - interval '1 hour' RETURNING 1)
-         SELECT (SELECT count(*) FROM s) + (SELECT count(*) FROM r) AS n"
-    ))
-    .get_result(&mut conn)
-    .await?;
-    if stuck.n > 0 {
-        tracing::error!(runs = stuck.n, "ALERT: stuck runs closed as FAILED");
+    // Stuck runs are closed and alerted in one transaction (a stuck reconciliation becomes a
+    // FAILED run, which the sweep alerts as such).
+    let (stuck, raised) = conn
+        .transaction(async |conn| -> AppResult<(i64, i64)> {
+            let stuck: Vec<Stuck> = diesel::sql_query(format!(
+                "WITH s AS (UPDATE task_runs SET status = 'FAILED', finished_at = now(),
+                                detail = 'stuck: no outcome after {STUCK_MINUTES} minutes (instance died?)'
+                             WHERE status = 'RUNNING' AND started_at < now() - interval '{STUCK_MINUTES} minutes'
+                            RETURNING id, task, instance),
+                      r AS (UPDATE reconciliation_runs SET status = 'FAILED', finished_at = now(),
+                                error = 'stuck: no outcome after an hour (instance died?)'
+                             WHERE status = 'RUNNING' AND started_at < now() - interval '1 hour'
+                            RETURNING id, 'reconcile:' || provider AS task, '' AS instance)
+                 SELECT id, task, instance, true AS task_run FROM s
+                 UNION ALL SELECT id, task, instance, false FROM r"
+            ))
+            .load(conn)
+            .await?;
+            let task_runs: Vec<(i64, String, String)> = stuck
+                .iter()
+                .filter(|s| s.task_run)
+                .map(|s| (s.id, s.task.clone(), s.instance.clone()))
+                .collect();
+            let raised = crate::alerts::sweep(conn, &state.config, &providers(&state), &task_runs).await?;
+            Ok((stuck.len() as i64, raised))
+        })
+        .await?;
+    if stuck > 0 {
+        tracing::error!(runs = stuck, "stuck runs closed as FAILED");
     }
     let dead: N = diesel::sql_query("SELECT count(*) AS n FROM compensation_events WHERE status = 'DEAD'")
         .get_result(&mut conn)
@@ -50,15 +90,15 @@ pub async fn alert_check(state: AppState) -> AppResult<i64> {
     .await?;
     metrics::gauge!("fitorder_compensation_overdue").set(backlog.n as f64);
     if dead.n > 0 {
-        tracing::error!(dead = dead.n, "ALERT: DEAD compensation events wait for a replay");
+        tracing::warn!(dead = dead.n, "DEAD compensation events wait for a replay");
     }
     if backlog.n > 0 {
-        tracing::error!(
+        tracing::warn!(
             overdue = backlog.n,
-            "ALERT: compensation events overdue by more than 5 minutes (no worker running?)"
+            "compensation events overdue by more than 5 minutes (no worker running?)"
         );
     }
-    Ok(stuck.n + dead.n + backlog.n)
+    Ok(stuck + raised + dead.n + backlog.n)
 }
 
 /// Prunes what is safe to prune: old idempotency keys, old successful attempt logs, old task

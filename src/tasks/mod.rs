@@ -105,7 +105,10 @@ impl Scheduler {
 
     async fn execute(&self, task: &Task, run_id: i64) {
         let started = std::time::Instant::now();
-        let result = (task.run)(self.state.clone()).await;
+        // Every line the run logs carries one trace id (the JSON log's `trace_id`).
+        let span = tracing::info_span!("task", task = task.name, run = run_id,
+            trace_id = %crate::trace::TraceId::new());
+        let result = tracing::Instrument::instrument((task.run)(self.state.clone()), span).await;
         let (status, rows, detail) = match &result {
             Ok(n) => ("SUCCEEDED", *n, None),
             Err(e) => ("FAILED", 0, Some(e.message())),
@@ -131,6 +134,18 @@ impl Scheduler {
         .await;
         if let Err(e) = recorded {
             tracing::warn!(task = task.name, error = %e.message(), "task outcome not recorded");
+        }
+        // A reconciliation that failed or found differences is told right away, not at the
+        // next `alert:check`.
+        if task.name.starts_with("reconcile:") {
+            let raised = async {
+                let mut conn = self.state.pool.get().await?;
+                crate::alerts::reconciliation_recent(&mut conn).await
+            }
+            .await;
+            if let Err(e) = raised {
+                tracing::warn!(task = task.name, error = %e.message(), "reconciliation alerts not raised; alert:check retries");
+            }
         }
     }
 

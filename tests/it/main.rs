@@ -3,18 +3,22 @@
 
 mod harness;
 
+mod alerts;
 mod catalog_wallet;
 mod chaos;
 mod check_in;
 mod compensation;
+mod deploy;
 mod expiry;
 mod fakes;
 mod faults;
 mod fuzz_corpus;
 mod http_surface;
 mod limits_and_roles;
+mod logs;
 mod orders_flow;
 mod payments;
+mod pgbouncer;
 mod place_order;
 mod platform_keys;
 mod playground;

@@ -1,0 +1,3 @@
+DROP TABLE alert_attempts;
+DROP TABLE alert_deliveries;
+DROP TABLE alerts;

@@ -1,0 +1,708 @@
+//! Alerts that reach people: a row written in the transaction of what caused it (once per
+//! cause: `dedupe_key` is unique, so a scheduler that finds the same DEAD event every minute
+//! raises one alert), then fanned out to every configured channel and delivered by the outbox
+//! workers like any other effect: claimed under a lease, retried with backoff, DEAD at the
+//! limit (logged and counted: a lost chat message is visible), replayable. A per-channel rate
+//! limit, counted in the database, holds for the whole cluster.
+
+pub mod channels;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use chrono::Utc;
+use diesel::sql_types::{Array, BigInt, Double, Integer, Jsonb, Nullable, Text, Timestamptz};
+use diesel::QueryableByName;
+use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
+use serde_json::{json, Value};
+
+use crate::config::Config;
+use crate::db::models::{CompensationEvent, ExceptionTicket, Order};
+use crate::db::DbPool;
+use crate::domain::money::format_yuan;
+use crate::domain::retry::backoff;
+use crate::error::AppResult;
+use channels::{Channel, Message};
+
+/// One alert, before it is written.
+#[derive(Debug, Clone)]
+pub struct Alert {
+    /// What kind of thing happened (`COMPENSATION_DEAD`, `PAID_AFTER_CANCEL`, …).
+    pub cause: &'static str,
+    /// The same cause found again raises nothing new.
+    pub dedupe_key: String,
+    pub title: String,
+    pub lines: Vec<String>,
+    pub order_no: Option<String>,
+    pub trace_id: String,
+    pub detail: Value,
+}
+
+fn action_zh(kind: &str) -> &'static str {
+    match kind {
+        "DOOR_ACCESS_GRANT" => "开通门禁",
+        "DOOR_ACCESS_REVOKE" => "关闭门禁",
+        "AI_ACCESS_GRANT" => "开通 AI 设备",
+        "AI_ACCESS_REVOKE" => "关闭 AI 设备",
+        "PROVIDER_REFUND" => "原路退款",
+        _ => "下游动作",
+    }
+}
+
+fn provider_zh(p: &str) -> &'static str {
+    match p {
+        "WECHAT_PAY" | "wechatpay" => "微信支付",
+        "ALIPAY" | "alipay" => "支付宝",
+        _ => "支付渠道",
+    }
+}
+
+fn ticket_kind_zh(kind: &str) -> &'static str {
+    match kind {
+        "PAID_AFTER_CANCEL" => "取消后付款",
+        "AMOUNT_MISMATCH" => "金额不符",
+        "PROVIDER_PAID_LOCAL_UNPAID" => "渠道已付、本地未付",
+        "LOCAL_PAID_PROVIDER_MISSING" => "本地已付、渠道无记录",
+        "REFUND_MISMATCH" => "退款不符",
+        "COMPENSATION_DEAD" => "补偿失败",
+        _ => "其他",
+    }
+}
+
+impl Alert {
+    /// A compensation event that ran out of attempts.
+    pub fn compensation_dead(e: &CompensationEvent, order: &Order) -> Alert {
+        Alert {
+            cause: "COMPENSATION_DEAD",
+            dedupe_key: format!("COMPENSATION_DEAD:{}:{}", e.id, e.attempts),
+            title: "补偿事件已放弃(DEAD),需要人工处理".into(),
+            lines: vec![
+                format!("订单:{}", order.order_no),
+                format!("动作:{}({})", action_zh(&e.kind), e.kind),
+                format!("已尝试:{} 次", e.attempts),
+                format!(
+                    "最后错误:{}",
+                    e.last_error
+                        .as_deref()
+                        .unwrap_or("—")
+                        .chars()
+                        .take(300)
+                        .collect::<String>()
+                ),
+                format!("事件编号:{};处理后可在运维页面重放(Replay)", e.id),
+            ],
+            order_no: Some(order.order_no.clone()),
+            trace_id: e.trace_id.clone(),
+            detail: json!({"eventId": e.id.to_string(), "kind": e.kind, "attempts": e.attempts}),
+        }
+    }
+
+    /// A ticket people must act on now: a payment for a canceled order, or an amount that
+    /// differs from the order's. `None` for the other kinds.
+    pub fn ticket(t: &ExceptionTicket) -> Option<Alert> {
+        let title = match t.kind.as_str() {
+            "PAID_AFTER_CANCEL" => "订单已取消后收到付款",
+            "AMOUNT_MISMATCH" => "实付金额与订单金额不符",
+            _ => return None,
+        };
+        let mut lines = vec![format!("订单:{}", t.order_no.as_deref().unwrap_or("(未知订单)"))];
+        if let Some(p) = &t.provider {
+            lines.push(format!("支付渠道:{}", provider_zh(p)));
+        }
+        if let Some(c) = t.local_amount_cents {
+            lines.push(format!("订单金额:¥{}", format_yuan(c)));
+        }
+        if let Some(c) = t.provider_amount_cents {
+            lines.push(format!("实付金额:¥{}", format_yuan(c)));
+        }
+        if let Some(txn) = &t.provider_txn_id {
+            lines.push(format!("渠道流水号:{txn}"));
+        }
+        if t.kind == "PAID_AFTER_CANCEL" {
+            lines.push("订单不会恢复;已自动发起原路退款".into());
+        }
+        lines.push(format!("工单:#{}({})", t.id, ticket_kind_zh(&t.kind)));
+        Some(Alert {
+            cause: if t.kind == "PAID_AFTER_CANCEL" {
+                "PAID_AFTER_CANCEL"
+            } else {
+                "AMOUNT_MISMATCH"
+            },
+            dedupe_key: format!("TICKET:{}", t.id),
+            title: title.into(),
+            lines,
+            order_no: t.order_no.clone(),
+            trace_id: t.trace_id.clone(),
+            detail: json!({"ticketId": t.id.to_string(), "kind": t.kind}),
+        })
+    }
+}
+
+/// Writes an alert in the caller's transaction unless the same cause raised one already, and
+/// wakes the workers (on commit). Returns the new alert's id.
+pub async fn raise(conn: &mut AsyncPgConnection, a: Alert) -> AppResult<Option<i64>> {
+    #[derive(QueryableByName)]
+    struct Id {
+        #[diesel(sql_type = BigInt)]
+        id: i64,
+    }
+    let id: Option<Id> = diesel::sql_query(
+        "WITH a AS (
+            INSERT INTO alerts (cause, dedupe_key, title, lines, order_no, trace_id, detail)
+            VALUES ($1, $2, $3, $4, $5, $6, $7)
+            ON CONFLICT (dedupe_key) DO NOTHING RETURNING id)
+         SELECT id FROM a, LATERAL (SELECT pg_notify('fitorder_outbox', '')) n",
+    )
+    .bind::<Text, _>(a.cause)
+    .bind::<Text, _>(&a.dedupe_key)
+    .bind::<Text, _>(&a.title)
+    .bind::<Jsonb, _>(json!(a.lines))
+    .bind::<Nullable<Text>, _>(a.order_no.as_deref())
+    .bind::<Text, _>(&a.trace_id)
+    .bind::<Jsonb, _>(&a.detail)
+    .get_result(conn)
+    .await
+    .optional()?;
+    if let Some(Id { id }) = id {
+        tracing::error!(alert = id, cause = a.cause, order_no = ?a.order_no, trace_id = %a.trace_id,
+            "ALERT: {}", a.title);
+        metrics::counter!("fitorder_alerts_raised_total", "cause" => a.cause).increment(1);
+        return Ok(Some(id));
+    }
+    Ok(None)
+}
+
+use diesel::OptionalExtension;
+
+#[derive(QueryableByName, Debug, Clone)]
+struct Due {
+    #[diesel(sql_type = BigInt)]
+    id: i64,
+    #[diesel(sql_type = Text)]
+    channel: String,
+    #[diesel(sql_type = Integer)]
+    attempts: i32,
+    #[diesel(sql_type = Integer)]
+    max_attempts: i32,
+    #[diesel(sql_type = BigInt)]
+    alert_id: i64,
+    #[diesel(sql_type = Text)]
+    cause: String,
+    #[diesel(sql_type = Text)]
+    title: String,
+    #[diesel(sql_type = Jsonb)]
+    lines: Value,
+    #[diesel(sql_type = Nullable<Text>)]
+    order_no: Option<String>,
+    #[diesel(sql_type = Text)]
+    trace_id: String,
+    #[diesel(sql_type = Timestamptz)]
+    created_at: chrono::DateTime<Utc>,
+}
+
+/// Delivers alerts for one outbox worker.
+#[derive(Clone)]
+pub struct Deliverer {
+    config: Arc<Config>,
+    http: reqwest::Client,
+    worker: String,
+}
+
+impl Deliverer {
+    pub fn new(config: Arc<Config>, worker: String) -> Deliverer {
+        let http = reqwest::Client::builder()
+            .timeout(config.downstream_timeout)
+            .build()
+            .expect("an HTTP client without TLS settings builds");
+        Deliverer { config, http, worker }
+    }
+
+    fn lease(&self) -> Duration {
+        self.config.downstream_timeout * 2 + Duration::from_secs(5)
+    }
+
+    /// Fans new alerts out to the channels, claims what is due within each channel's rate,
+    /// delivers and records it. Returns how many deliveries were attempted.
+    pub async fn run_once(&self, pool: &DbPool) -> AppResult<usize> {
+        let channels = &self.config.alert_channels;
+        if channels.is_empty() {
+            return Ok(0);
+        }
+        let ids: Vec<String> = channels.iter().map(|c| c.id.clone()).collect();
+        let mut conn = pool.get().await?;
+        diesel::sql_query(
+            "WITH a AS (
+                UPDATE alerts SET fanned_out_at = now()
+                 WHERE id IN (SELECT id FROM alerts WHERE fanned_out_at IS NULL ORDER BY id LIMIT 200
+                              FOR UPDATE SKIP LOCKED)
+                RETURNING id)
+             INSERT INTO alert_deliveries (alert_id, channel, max_attempts)
+             SELECT a.id, c.channel, $2 FROM a CROSS JOIN unnest($1::text[]) AS c(channel)
+             ON CONFLICT DO NOTHING",
+        )
+        .bind::<Array<Text>, _>(&ids)
+        .bind::<Integer, _>(self.config.alert_max_attempts)
+        .execute(&mut conn)
+        .await?;
+        let lease = self.lease().as_secs_f64();
+        let rate = self.config.alert_rate_per_minute;
+        let worker = self.worker.clone();
+        // Claims are serialized by a transaction-scoped advisory lock so that the rate counted
+        // (requests in the last minute plus deliveries in flight) holds across all workers.
+        let due: Vec<Due> = conn
+            .transaction(async |conn| -> AppResult<Vec<Due>> {
+                diesel::sql_query("SELECT pg_advisory_xact_lock(7250600)")
+                    .execute(conn)
+                    .await?;
+                Ok(diesel::sql_query(
+                    "WITH c AS (
+                        SELECT d.id, d.channel,
+                               row_number() OVER (PARTITION BY d.channel ORDER BY d.next_attempt_at, d.id) AS rn
+                          FROM alert_deliveries d
+                         WHERE d.status IN ('PENDING', 'RETRYING') AND d.next_attempt_at <= now()
+                           AND (d.locked_until IS NULL OR d.locked_until < now())
+                           AND d.channel = ANY($3)
+                     ), used AS (
+                        SELECT ch.channel,
+                               (SELECT count(*) FROM alert_attempts x WHERE x.channel = ch.channel
+                                   AND x.at > now() - interval '1 minute')
+                             + (SELECT count(*) FROM alert_deliveries y WHERE y.channel = ch.channel
+                                   AND y.locked_until > now()) AS n
+                          FROM unnest($3::text[]) AS ch(channel)
+                     ), claimed AS (
+                        UPDATE alert_deliveries d
+                           SET locked_until = now() + make_interval(secs => $2), locked_by = $1
+                          FROM c JOIN used u ON u.channel = c.channel
+                         WHERE d.id = c.id AND c.rn + u.n <= $4
+                           -- Checked again on the row itself, should it have moved meanwhile.
+                           AND d.status IN ('PENDING', 'RETRYING')
+                           AND (d.locked_until IS NULL OR d.locked_until < now())
+                        RETURNING d.id, d.channel, d.attempts, d.max_attempts, d.alert_id)
+                     SELECT claimed.*, a.cause, a.title, a.lines, a.order_no, a.trace_id, a.created_at
+                       FROM claimed JOIN alerts a ON a.id = claimed.alert_id",
+                )
+                .bind::<Text, _>(&worker)
+                .bind::<Double, _>(lease)
+                .bind::<Array<Text>, _>(&ids)
+                .bind::<BigInt, _>(rate)
+                .load(conn)
+                .await?)
+            })
+            .await?;
+        drop(conn);
+        let n = due.len();
+        let ops_url = self.config.ops_url();
+        let outcomes = futures_util::future::join_all(due.into_iter().map(|d| {
+            let ops_url = ops_url.clone();
+            async move {
+                let channel = channels.iter().find(|c| c.id == d.channel);
+                let started = Instant::now();
+                let result = match channel {
+                    Some(channel) => channels::send(&self.http, channel, &message(&d, ops_url)).await,
+                    None => Err("channel not configured on this instance".to_string()),
+                };
+                (d, channel.cloned(), result, started.elapsed())
+            }
+        }))
+        .await;
+        for (d, channel, result, took) in outcomes {
+            if let Err(e) = self.complete(pool, &d, channel.as_ref(), &result, took).await {
+                tracing::warn!(delivery = d.id, error = %e.message(), "alert attempt not recorded; the lease will expire");
+            }
+        }
+        Ok(n)
+    }
+
+    async fn complete(
+        &self,
+        pool: &DbPool,
+        d: &Due,
+        channel: Option<&Channel>,
+        result: &Result<(), String>,
+        took: Duration,
+    ) -> AppResult<()> {
+        let attempt = d.attempts + 1;
+        let (status, error, next) = match result {
+            Ok(()) => ("SUCCEEDED", None, None),
+            Err(e) if attempt >= d.max_attempts => ("DEAD", Some(e.clone()), None),
+            Err(e) => {
+                let jitter: f64 = {
+                    use rand::Rng;
+                    rand::rng().random_range(-1.0..=1.0)
+                };
+                let delay = chrono::Duration::from_std(backoff(self.config.alert_retry_base, attempt, jitter))
+                    .unwrap_or_default();
+                ("RETRYING", Some(e.clone()), Some(Utc::now() + delay))
+            }
+        };
+        let mut conn = pool.get().await?;
+        let recorded = diesel::sql_query(
+            "WITH u AS (
+                UPDATE alert_deliveries
+                   SET status = $3, attempts = attempts + 1, last_error = $4, next_attempt_at = $5,
+                       locked_until = NULL, locked_by = NULL, updated_at = now(),
+                       delivered_at = CASE WHEN $3 = 'SUCCEEDED' THEN now() END
+                 WHERE id = $1 AND locked_by = $2 AND attempts = $6
+                RETURNING id, channel)
+             INSERT INTO alert_attempts (delivery_id, channel, ok, error, duration_ms, worker)
+             SELECT id, channel, $3 = 'SUCCEEDED', $4, $7, $2 FROM u",
+        )
+        .bind::<BigInt, _>(d.id)
+        .bind::<Text, _>(&self.worker)
+        .bind::<Text, _>(status)
+        .bind::<Nullable<Text>, _>(error.as_deref())
+        .bind::<Nullable<Timestamptz>, _>(next)
+        .bind::<Integer, _>(d.attempts)
+        .bind::<Integer, _>(took.as_millis().min(i32::MAX as u128) as i32)
+        .execute(&mut conn)
+        .await?;
+        if recorded == 0 {
+            tracing::warn!(delivery = d.id, "alert lease lost before the attempt was recorded");
+            return Ok(());
+        }
+        let kind = channel.map(|c| c.kind.as_str()).unwrap_or("unknown");
+        let outcome = if result.is_ok() { "ok" } else { "failed" };
+        metrics::counter!("fitorder_alert_attempts_total", "channel" => kind, "outcome" => outcome).increment(1);
+        match status {
+            "SUCCEEDED" => {
+                tracing::info!(alert = d.alert_id, channel = %d.channel, trace_id = %d.trace_id, "alert delivered")
+            }
+            "DEAD" => {
+                metrics::counter!("fitorder_alert_deliveries_dead_total", "channel" => kind).increment(1);
+                tracing::error!(alert = d.alert_id, channel = %d.channel, attempts = attempt, error = ?error,
+                    trace_id = %d.trace_id, "ALERT delivery is DEAD: a chat message was not delivered")
+            }
+            _ => {
+                tracing::warn!(alert = d.alert_id, channel = %d.channel, attempt, error = ?error, "alert delivery failed; retrying")
+            }
+        }
+        Ok(())
+    }
+}
+
+fn message(d: &Due, ops_url: String) -> Message {
+    Message {
+        alert_id: d.alert_id,
+        cause: d.cause.clone(),
+        title: d.title.clone(),
+        lines: d
+            .lines
+            .as_array()
+            .map(|a| a.iter().filter_map(|l| l.as_str().map(str::to_string)).collect())
+            .unwrap_or_default(),
+        order_no: d.order_no.clone(),
+        trace_id: d.trace_id.clone(),
+        ops_url,
+        created_at: d.created_at,
+    }
+}
+
+/// DEAD deliveries (of one alert, or all) go back to PENDING with a fresh allowance.
+pub async fn replay_dead(conn: &mut AsyncPgConnection, alert_id: Option<i64>, more_attempts: i32) -> AppResult<usize> {
+    Ok(diesel::sql_query(
+        "UPDATE alert_deliveries SET status = 'PENDING', next_attempt_at = now(), max_attempts = attempts + $2,
+                locked_until = NULL, locked_by = NULL, updated_at = now()
+          WHERE status = 'DEAD' AND ($1::bigint IS NULL OR alert_id = $1)",
+    )
+    .bind::<Nullable<BigInt>, _>(alert_id)
+    .bind::<Integer, _>(more_attempts)
+    .execute(conn)
+    .await?)
+}
+
+#[derive(QueryableByName)]
+struct RunRow {
+    #[diesel(sql_type = BigInt)]
+    id: i64,
+    #[diesel(sql_type = Text)]
+    provider: String,
+    #[diesel(sql_type = diesel::sql_types::Date)]
+    bill_date: chrono::NaiveDate,
+    #[diesel(sql_type = Text)]
+    status: String,
+    #[diesel(sql_type = Nullable<Text>)]
+    error: Option<String>,
+    #[diesel(sql_type = Text)]
+    trace_id: String,
+    #[diesel(sql_type = Jsonb)]
+    kinds: Value,
+}
+
+/// Raises the alert of a finished reconciliation run that FAILED or opened tickets (counts by
+/// kind); nothing for a clean run. Call it where the run's outcome is written (it is also
+/// swept up by `alert:check` every minute, and raises once either way).
+pub async fn reconciliation_run(conn: &mut AsyncPgConnection, run_id: i64) -> AppResult<Option<i64>> {
+    let rows = reconciliation_rows(conn, Some(run_id)).await?;
+    let mut raised = None;
+    for r in rows {
+        raised = raise(conn, reconciliation_alert(&r)).await?.or(raised);
+    }
+    Ok(raised)
+}
+
+/// Raises the alerts of every recently finished run that FAILED or found differences and has
+/// none yet (what the scheduler calls right after a reconciliation task).
+pub async fn reconciliation_recent(conn: &mut AsyncPgConnection) -> AppResult<usize> {
+    let mut n = 0;
+    for r in reconciliation_rows(conn, None).await? {
+        n += raise(conn, reconciliation_alert(&r)).await?.is_some() as usize;
+    }
+    Ok(n)
+}
+
+/// One line per recent alert and its deliveries, for `fitorder alerts`.
+pub async fn recent(conn: &mut AsyncPgConnection, limit: i64) -> AppResult<Vec<String>> {
+    #[derive(QueryableByName)]
+    struct Line {
+        #[diesel(sql_type = Text)]
+        line: String,
+    }
+    let rows: Vec<Line> = diesel::sql_query(
+        "SELECT a.id || '  ' || to_char(a.created_at, 'YYYY-MM-DD HH24:MI:SS') || '  ' || a.cause || '  '
+                || COALESCE(a.order_no, '-') || '  trace ' || a.trace_id || '  '
+                || COALESCE((SELECT string_agg(d.channel || ' ' || d.status || ' x' || d.attempts
+                                               || COALESCE(' (' || left(d.last_error, 80) || ')', ''), ', ' ORDER BY d.id)
+                               FROM alert_deliveries d WHERE d.alert_id = a.id),
+                            CASE WHEN a.fanned_out_at IS NULL THEN 'not sent yet' ELSE 'no channel' END) AS line
+           FROM alerts a ORDER BY a.id DESC LIMIT $1",
+    )
+    .bind::<BigInt, _>(limit)
+    .load(conn)
+    .await?;
+    Ok(rows.into_iter().map(|r| r.line).collect())
+}
+
+async fn reconciliation_rows(conn: &mut AsyncPgConnection, run_id: Option<i64>) -> AppResult<Vec<RunRow>> {
+    Ok(diesel::sql_query(
+        "SELECT r.id, r.provider, r.bill_date, r.status, r.error, r.trace_id,
+                COALESCE((SELECT jsonb_object_agg(kind, n) FROM (
+                    SELECT t.kind, count(*) AS n FROM exception_tickets t WHERE t.trace_id = r.trace_id GROUP BY t.kind) k),
+                  '{}'::jsonb) AS kinds
+           FROM reconciliation_runs r
+          WHERE (($1::bigint IS NULL AND r.finished_at > now() - interval '2 days') OR r.id = $1)
+            AND (r.status = 'FAILED' OR (r.status = 'SUCCEEDED' AND r.tickets_opened > 0))
+            AND NOT EXISTS (SELECT 1 FROM alerts a WHERE a.dedupe_key = 'RECONCILIATION:' || r.id)",
+    )
+    .bind::<Nullable<BigInt>, _>(run_id)
+    .load(conn)
+    .await?)
+}
+
+fn reconciliation_alert(r: &RunRow) -> Alert {
+    let mut lines = vec![
+        format!("渠道:{}", provider_zh(&r.provider)),
+        format!("账单日期:{}", r.bill_date),
+    ];
+    let title = if r.status == "FAILED" {
+        lines.push(format!(
+            "原因:{}",
+            r.error.as_deref().unwrap_or("—").chars().take(300).collect::<String>()
+        ));
+        "对账失败"
+    } else {
+        if let Some(kinds) = r.kinds.as_object() {
+            for (k, n) in kinds {
+                lines.push(format!("差异:{}({k})× {}", ticket_kind_zh(k), n));
+            }
+        }
+        lines.push("请在运维页面处理对应工单".into());
+        "对账发现差异"
+    };
+    Alert {
+        cause: if r.status == "FAILED" {
+            "RECONCILIATION_FAILED"
+        } else {
+            "RECONCILIATION_DIFFERENCES"
+        },
+        dedupe_key: format!("RECONCILIATION:{}", r.id),
+        title: title.into(),
+        lines,
+        order_no: None,
+        trace_id: r.trace_id.clone(),
+        detail: json!({"runId": r.id.to_string(), "kinds": r.kinds}),
+    }
+}
+
+/// How long after `FITORDER_RECONCILE_AT` yesterday's bill must have been reconciled.
+pub const BILL_GRACE: chrono::Duration = chrono::Duration::hours(1);
+
+/// `alert:check`'s part: raises what the rows say needs people. Returns alerts raised.
+pub async fn sweep(
+    conn: &mut AsyncPgConnection,
+    config: &Config,
+    providers: &[&str],
+    stuck_runs: &[(i64, String, String)],
+) -> AppResult<i64> {
+    let trace = crate::trace::TraceId::new().0;
+    let mut raised = reconciliation_recent(conn).await? as i64;
+    let mut count = |r: Option<i64>| raised += r.is_some() as i64;
+    for (id, task, instance) in stuck_runs {
+        count(
+            raise(
+                conn,
+                Alert {
+                    cause: "TASK_STUCK",
+                    dedupe_key: format!("TASK_STUCK:{id}"),
+                    title: "定时任务卡住,已标记为失败".into(),
+                    lines: vec![
+                        format!("任务:{task}"),
+                        format!("实例:{instance}(可能已退出)"),
+                        "下一个周期会重新运行".into(),
+                    ],
+                    order_no: None,
+                    trace_id: trace.clone(),
+                    detail: json!({"runId": id.to_string(), "task": task}),
+                },
+            )
+            .await?,
+        );
+    }
+    // The outbox overdue by more than five minutes: one alert per episode (named by the oldest
+    // overdue event), not one per minute.
+    #[derive(QueryableByName)]
+    struct Overdue {
+        #[diesel(sql_type = Nullable<BigInt>)]
+        oldest: Option<i64>,
+        #[diesel(sql_type = BigInt)]
+        n: i64,
+        #[diesel(sql_type = Nullable<Integer>)]
+        minutes: Option<i32>,
+    }
+    let o: Overdue = diesel::sql_query(
+        "SELECT (array_agg(id ORDER BY next_attempt_at, id))[1] AS oldest, count(*) AS n,
+                (extract(epoch FROM now() - min(next_attempt_at)) / 60)::int AS minutes
+           FROM compensation_events
+          WHERE status IN ('PENDING', 'RETRYING') AND next_attempt_at < now() - interval '5 minutes'",
+    )
+    .get_result(conn)
+    .await?;
+    if let Some(oldest) = o.oldest {
+        count(
+            raise(
+                conn,
+                Alert {
+                    cause: "OUTBOX_OVERDUE",
+                    dedupe_key: format!("OUTBOX_OVERDUE:{oldest}"),
+                    title: "补偿队列积压超过 5 分钟".into(),
+                    lines: vec![
+                        format!("逾期事件:{} 个", o.n),
+                        format!("最久逾期:{} 分钟", o.minutes.unwrap_or(0)),
+                        "是否没有 worker 在运行,或下游不可达?".into(),
+                    ],
+                    order_no: None,
+                    trace_id: trace.clone(),
+                    detail: json!({"overdue": o.n, "oldestEventId": oldest.to_string()}),
+                },
+            )
+            .await?,
+        );
+    }
+    // Yesterday's bill not reconciled by the cut-off.
+    let now_local = Utc::now().with_timezone(&config.timezone);
+    let cutoff = config.reconcile_at.overflowing_add_signed(BILL_GRACE).0;
+    if now_local.time() >= cutoff {
+        let yesterday = now_local.date_naive() - chrono::Duration::days(1);
+        for p in providers {
+            #[derive(QueryableByName)]
+            struct Done {
+                #[diesel(sql_type = diesel::sql_types::Bool)]
+                done: bool,
+            }
+            let d: Done = diesel::sql_query(
+                "SELECT EXISTS (SELECT 1 FROM reconciliation_runs WHERE provider = $1 AND bill_date = $2
+                                  AND status = 'SUCCEEDED') AS done",
+            )
+            .bind::<Text, _>(*p)
+            .bind::<diesel::sql_types::Date, _>(yesterday)
+            .get_result(conn)
+            .await?;
+            if !d.done {
+                count(
+                    raise(
+                        conn,
+                        Alert {
+                            cause: "BILL_NOT_RECONCILED",
+                            dedupe_key: format!("BILL_NOT_RECONCILED:{p}:{yesterday}"),
+                            title: "截止时间已过,昨日账单仍未对账".into(),
+                            lines: vec![
+                                format!("渠道:{}", provider_zh(p)),
+                                format!("账单日期:{yesterday}"),
+                                format!("截止:{}({})", cutoff.format("%H:%M"), config.timezone),
+                                format!("账单目录:{}", config.statement_dir.display()),
+                            ],
+                            order_no: None,
+                            trace_id: trace.clone(),
+                            detail: json!({"provider": p, "billDate": yesterday.to_string()}),
+                        },
+                    )
+                    .await?,
+                );
+            }
+        }
+    }
+    // A provider answering with bad signatures, or its API failing, repeatedly: at most one
+    // alert per provider, finding and hour.
+    #[derive(QueryableByName)]
+    struct Failing {
+        #[diesel(sql_type = Text)]
+        what: String,
+        #[diesel(sql_type = Text)]
+        provider: String,
+        #[diesel(sql_type = BigInt)]
+        n: i64,
+        #[diesel(sql_type = Text)]
+        hour: String,
+    }
+    let failing: Vec<Failing> = diesel::sql_query(
+        "SELECT 'BAD_SIGNATURE' AS what, provider, count(*) AS n, to_char(now(), 'YYYY-MM-DD\"T\"HH24') AS hour
+           FROM payment_callbacks WHERE outcome = 'BAD_SIGNATURE' AND received_at > now() - interval '10 minutes'
+          GROUP BY provider HAVING count(*) >= 3
+         UNION ALL
+         SELECT 'API_FAILING', e.payload->>'provider', count(*), to_char(now(), 'YYYY-MM-DD\"T\"HH24')
+           FROM compensation_attempts a JOIN compensation_events e ON e.id = a.event_id
+          WHERE NOT a.ok AND e.kind = 'PROVIDER_REFUND' AND a.at > now() - interval '10 minutes'
+          GROUP BY e.payload->>'provider' HAVING count(*) >= 3",
+    )
+    .load(conn)
+    .await?;
+    for f in failing {
+        let (cause, title, line) = if f.what == "BAD_SIGNATURE" {
+            (
+                "PROVIDER_BAD_SIGNATURE",
+                "支付回调验签失败多次",
+                format!("10 分钟内 {} 次未通过签名校验(密钥或证书是否过期?是否有人伪造?)", f.n),
+            )
+        } else {
+            (
+                "PROVIDER_FAILING",
+                "支付渠道接口连续失败",
+                format!("10 分钟内退款调用失败 {} 次", f.n),
+            )
+        };
+        count(
+            raise(
+                conn,
+                Alert {
+                    cause,
+                    dedupe_key: format!("{cause}:{}:{}", f.provider, f.hour),
+                    title: title.into(),
+                    lines: vec![format!("渠道:{}", provider_zh(&f.provider)), line],
+                    order_no: None,
+                    trace_id: trace.clone(),
+                    detail: json!({"provider": f.provider, "count": f.n}),
+                },
+            )
+            .await?,
+        );
+    }
+    #[derive(QueryableByName)]
+    struct N {
+        #[diesel(sql_type = BigInt)]
+        n: i64,
+    }
+    let dead: N = diesel::sql_query("SELECT count(*) AS n FROM alert_deliveries WHERE status = 'DEAD'")
+        .get_result(conn)
+        .await?;
+    metrics::gauge!("fitorder_alert_deliveries_dead").set(dead.n as f64);
+    Ok(raised)
+}

@@ -33,6 +33,21 @@ pub struct Config {
     pub db_pool_size: usize,
     /// Longest a single SQL statement may run.
     pub statement_timeout: Duration,
+    /// GraphQL document bounds (before parsing ends): text size, selections and fragment spreads
+    /// with fragments expanded.
+    pub max_document_bytes: usize,
+    pub max_selections: u64,
+    pub max_fragment_spreads: u64,
+    /// WebSocket: how long a connection may wait before `connection_init`, and how many
+    /// subscriptions one connection may hold.
+    pub ws_init_timeout: Duration,
+    pub ws_max_subscriptions: usize,
+    /// HTTP: longest wait for a request's headers (also an idle keep-alive connection's
+    /// limit) and for its body.
+    pub http_header_timeout: Duration,
+    pub http_body_timeout: Duration,
+    /// How much of an unverified callback's body is kept as evidence.
+    pub unverified_callback_bytes: usize,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -76,6 +91,14 @@ Environment:
   FITORDER_MAX_BODY_BYTES        request body limit (default 1048576)
   FITORDER_DB_POOL_SIZE          connections per process (default 16)
   FITORDER_STATEMENT_TIMEOUT     longest SQL statement (default 60s)
+  FITORDER_MAX_DOCUMENT_BYTES    longest GraphQL document (default 65536)
+  FITORDER_MAX_SELECTIONS        GraphQL selections, fragments expanded (default 3000)
+  FITORDER_MAX_FRAGMENT_SPREADS  GraphQL fragment spreads, expanded (default 500)
+  FITORDER_WS_INIT_TIMEOUT       WebSocket wait for connection_init (default 10s)
+  FITORDER_WS_MAX_SUBSCRIPTIONS  subscriptions per WebSocket (default 100)
+  FITORDER_HTTP_HEADER_TIMEOUT   wait for request headers / idle keep-alive (default 10s)
+  FITORDER_HTTP_BODY_TIMEOUT     wait for a request body (default 30s)
+  FITORDER_UNVERIFIED_CALLBACK_BYTES  body kept of an unverified callback (default 4096)
   WECHATPAY_MCH_ID, WECHATPAY_APIV3_KEY, WECHATPAY_PLATFORM_PUBLIC_KEY   (callbacks)
   WECHATPAY_API_BASE, WECHATPAY_MCH_PRIVATE_KEY, WECHATPAY_MCH_SERIAL      (refunds, queries)
   ALIPAY_APP_ID, ALIPAY_PUBLIC_KEY                                        (callbacks)
@@ -147,6 +170,14 @@ impl Config {
             max_body_bytes: number("FITORDER_MAX_BODY_BYTES", 1 << 20)?,
             db_pool_size: number("FITORDER_DB_POOL_SIZE", 16)?,
             statement_timeout: duration("FITORDER_STATEMENT_TIMEOUT", "60s")?,
+            max_document_bytes: number("FITORDER_MAX_DOCUMENT_BYTES", 65_536)?,
+            max_selections: number("FITORDER_MAX_SELECTIONS", 3_000)?,
+            max_fragment_spreads: number("FITORDER_MAX_FRAGMENT_SPREADS", 500)?,
+            ws_init_timeout: duration("FITORDER_WS_INIT_TIMEOUT", "10s")?,
+            ws_max_subscriptions: number("FITORDER_WS_MAX_SUBSCRIPTIONS", 100)?,
+            http_header_timeout: duration("FITORDER_HTTP_HEADER_TIMEOUT", "10s")?,
+            http_body_timeout: duration("FITORDER_HTTP_BODY_TIMEOUT", "30s")?,
+            unverified_callback_bytes: number("FITORDER_UNVERIFIED_CALLBACK_BYTES", 4_096)?,
         })
     }
 
@@ -173,6 +204,23 @@ impl Config {
             max_body_bytes: 1 << 20,
             db_pool_size: 8,
             statement_timeout: Duration::from_secs(60),
+            max_document_bytes: 65_536,
+            max_selections: 3_000,
+            max_fragment_spreads: 500,
+            ws_init_timeout: Duration::from_secs(10),
+            ws_max_subscriptions: 100,
+            http_header_timeout: Duration::from_secs(10),
+            http_body_timeout: Duration::from_secs(30),
+            unverified_callback_bytes: 4_096,
+        }
+    }
+
+    pub fn document_limits(&self) -> crate::graphql::limits::DocumentLimits {
+        crate::graphql::limits::DocumentLimits {
+            max_bytes: self.max_document_bytes,
+            max_selections: self.max_selections,
+            max_spreads: self.max_fragment_spreads,
+            max_fragments: 200,
         }
     }
 }

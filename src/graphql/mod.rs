@@ -2,6 +2,7 @@
 //! screen's subscriptions. The schema lives here, apart from the HTTP transport.
 
 mod connection;
+pub mod limits;
 mod loaders;
 mod mutation;
 mod query;
@@ -33,12 +34,14 @@ pub struct RequestContext {
 pub fn build_schema(state: AppState) -> AppSchema {
     let max_complexity = state.config.max_complexity;
     let max_depth = state.config.max_depth;
+    let state_limits = state.config.document_limits();
     Schema::build(query::Query, mutation::Mutation, subscription::Subscription)
         .data(state)
         .limit_depth(max_depth)
         .limit_complexity(max_complexity)
         .limit_recursive_depth(32)
         .limit_directives(20)
+        .extension(limits::BoundDocuments(state_limits))
         .finish()
 }
 

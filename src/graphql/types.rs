@@ -132,14 +132,28 @@ impl MemberNode {
             .unwrap_or(0))
     }
     async fn memberships(&self, ctx: &Context<'_>) -> AppResult<Vec<MembershipNode>> {
+        let v = request(ctx).viewer.as_ref();
         Ok(loader(ctx)
             .load_one(MemberMemberships(self.0.id))
             .await
             .map_err(|e| e.into_app())?
             .unwrap_or_default()
             .into_iter()
+            .filter(|m| v.is_none_or(|v| v.sees_store(m.store_id)))
             .map(MembershipNode)
             .collect())
+    }
+}
+
+/// A member reached through another object (an order, a membership): a store-limited admin
+/// sees only members of their stores; anyone else is refused with FORBIDDEN.
+async fn scoped_member(ctx: &Context<'_>, id: i64) -> AppResult<MemberNode> {
+    let m = load_member(ctx, id).await?;
+    match request(ctx).viewer.as_ref() {
+        Some(v) if !v.sees_store(m.0.store_id) => Err(AppError::Forbidden(format!(
+            "member {id} belongs to a store outside your stores"
+        ))),
+        _ => Ok(m),
     }
 }
 
@@ -258,7 +272,7 @@ impl MembershipNode {
         self.0.valid_to
     }
     async fn member(&self, ctx: &Context<'_>) -> AppResult<MemberNode> {
-        load_member(ctx, self.0.member_id).await
+        scoped_member(ctx, self.0.member_id).await
     }
     async fn plan(&self, ctx: &Context<'_>) -> AppResult<MembershipPlanNode> {
         loader(ctx)
@@ -460,7 +474,7 @@ impl OrderNode {
         self.0.status()
     }
     async fn member(&self, ctx: &Context<'_>) -> AppResult<MemberNode> {
-        load_member(ctx, self.0.member_id).await
+        scoped_member(ctx, self.0.member_id).await
     }
     async fn store(&self, ctx: &Context<'_>) -> AppResult<StoreNode> {
         load_store(ctx, self.0.store_id).await

@@ -6,6 +6,9 @@ mod callbacks;
 mod graphql_routes;
 mod health;
 pub mod metrics;
+mod serve;
+
+pub use serve::serve;
 
 use std::time::Instant;
 
@@ -31,6 +34,7 @@ pub fn router(app: AppState) -> Router {
     metrics::install();
     let schema = build_schema(app.clone());
     let limit = app.config.max_body_bytes;
+    let body_timeout = app.config.http_body_timeout;
     let keys = app.keys.clone();
     let state = HttpState { app, schema, keys };
     Router::new()
@@ -45,6 +49,7 @@ pub fn router(app: AppState) -> Router {
         .with_state(state)
         .layer(axum::extract::DefaultBodyLimit::max(limit))
         .layer(tower_http::limit::RequestBodyLimitLayer::new(limit))
+        .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(body_timeout))
         .layer(middleware::from_fn(trace_requests))
 }
 

@@ -110,3 +110,328 @@ async fn fragment_and_alias_bombs_are_refused_before_they_run() {
     assert!(msg.contains("complex") || msg.contains("deep"), "{r}");
     assert!(r["data"].is_null());
 }
+
+// ---- Issue 13: what a black-box probe broke ----
+
+use std::time::{Duration, Instant};
+
+use fitorder::auth::{issue_token, Role};
+use futures_util::{SinkExt, StreamExt};
+use serde_json::json;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::ws::WsClient;
+
+/// `query{...F0} fragment F0 on Query{...F1 ...F1} … fragment Fn on Query{__typename}`.
+fn doubling_fragments(levels: usize) -> String {
+    let mut q = String::from("query{...F0}");
+    for i in 0..levels {
+        q.push_str(&format!(" fragment F{i} on Query{{...F{n} ...F{n}}}", n = i + 1));
+    }
+    q.push_str(&format!(" fragment F{levels} on Query{{__typename}}"));
+    q
+}
+
+/// Resident memory of this process, in MiB.
+fn rss_mib() -> u64 {
+    let statm = std::fs::read_to_string("/proc/self/statm").unwrap();
+    let pages: u64 = statm.split_whitespace().nth(1).unwrap().parse().unwrap();
+    pages * 4096 / (1024 * 1024)
+}
+
+/// Serves the app's router on a real port through the production server loop.
+async fn listen(app: &TestApp) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let router = app.router.clone();
+    let header_timeout = app.state.config.http_header_timeout;
+    tokio::spawn(fitorder::http::serve(
+        listener,
+        router,
+        header_timeout,
+        std::future::pending(),
+    ));
+    addr
+}
+
+#[tokio::test]
+async fn doubling_fragments_are_refused_in_milliseconds_with_flat_memory() {
+    let app = TestApp::new().await;
+    let admin = app.admin_token();
+    let before = rss_mib();
+    for levels in [24, 30] {
+        let doc = doubling_fragments(levels);
+        assert!(doc.len() < 1500, "{}", doc.len());
+        for token in [None, Some(admin.as_str())] {
+            let started = Instant::now();
+            let r = app.gql(token, &doc, json!({})).await;
+            let took = started.elapsed();
+            assert!(r["data"].is_null(), "{r}");
+            let code = error_code(&r);
+            match token {
+                None => assert_eq!(code, "UNAUTHENTICATED", "{r}"),
+                Some(_) => {
+                    assert_eq!(code, "BAD_USER_INPUT", "{r}");
+                    assert!(r["errors"][0]["message"].as_str().unwrap().contains("too complex"), "{r}");
+                }
+            }
+            assert!(took < Duration::from_millis(200), "{levels} levels took {took:?}");
+        }
+    }
+    // Also over the WebSocket, where the document is not behind the HTTP handler.
+    let addr = listen(&app).await;
+    let mut ws = WsClient::connect(&addr, Some(&admin), false).await.unwrap();
+    let started = Instant::now();
+    ws.subscribe("1", &doubling_fragments(30), None, json!({})).await;
+    let r = ws.next_payload(5).await.expect("an answer");
+    assert!(started.elapsed() < Duration::from_millis(500), "{:?}", started.elapsed());
+    assert!(
+        r.to_string().contains("too complex"),
+        "{r}"
+    );
+    let grew = rss_mib().saturating_sub(before);
+    assert!(grew < 64, "memory grew by {grew} MiB");
+}
+
+#[tokio::test]
+async fn anonymous_requests_are_refused_before_parsing_but_introspection_works() {
+    let app = TestApp::new().await;
+    // Not even valid GraphQL: refused for the missing token, not parsed.
+    let r = app.gql(None, "query { orders(first: 1) { edges ", json!({})).await;
+    assert_eq!(error_code(&r), "UNAUTHENTICATED", "{r}");
+    // `__typename` alone is not introspection.
+    assert_eq!(app.err_code(None, "{ __typename }", json!({})).await, "UNAUTHENTICATED");
+    // GraphiQL's first request, before a token is pasted.
+    let r = app
+        .gql(None, "query { __schema { queryType { name } } }", json!({}))
+        .await;
+    assert_eq!(r["data"]["__schema"]["queryType"]["name"], "Query", "{r}");
+    // The standard introspection query fits the document bounds (the depth limit of 12 is
+    // another matter: graphql-js's seven levels of `ofType` go deeper).
+    let full = include_str!("introspection.graphql");
+    let r = app.gql(None, full, json!({})).await;
+    assert!(!r.to_string().contains("too complex"), "{r}");
+    assert!(!r.to_string().contains("UNAUTHENTICATED"), "{r}");
+}
+
+#[tokio::test]
+async fn a_store_limited_admin_cannot_charge_or_read_another_stores_member() {
+    let app = TestApp::new().await;
+    let one = app.studio(100_000, None, 3).await;
+    let two = app.studio(100_000, None, 3).await;
+    let limited = issue_token(
+        &app.state.config.jwt_secret,
+        Role::Admin,
+        "desk-1",
+        Some(vec![one.store.clone()]),
+        Duration::from_secs(600),
+    );
+    let balance = || async { app.member_view(&two.member).await["wallet"]["balanceCents"].clone() };
+    let was = balance().await;
+    let place = r#"mutation($i: PlaceOrderInput!) { placeOrder(input: $i) {
+        order { orderNo member { phone orders: memberships { id } } } } }"#;
+    let r = app
+        .gql(
+            Some(&limited),
+            place,
+            json!({"i": {"idempotencyKey": key(), "storeId": one.store, "memberId": two.member,
+                         "item": {"classPackId": one.pack}, "paymentMethod": "WALLET"}}),
+        )
+        .await;
+    assert_eq!(error_code(&r), "NOT_FOUND", "{r}");
+    assert!(r["data"]["placeOrder"].is_null(), "{r}");
+    assert_eq!(balance().await, was, "the wallet must not move");
+    // Their own store's member: fine.
+    let ok = app
+        .gql(
+            Some(&limited),
+            place,
+            json!({"i": {"idempotencyKey": key(), "storeId": one.store, "memberId": one.member,
+                         "item": {"classPackId": one.pack}, "paymentMethod": "WALLET"}}),
+        )
+        .await;
+    assert!(ok.get("errors").is_none(), "{ok}");
+    // A store-2 member buying in store 1 themselves: the limited admin sees the order, not
+    // the member behind it.
+    let no = app
+        .buy(&two.member, &one.store, json!({"classPackId": one.pack}), "WALLET")
+        .await;
+    let q = "query($n: String!) { order(orderNo: $n) { orderNo member { phone } } }";
+    let r = app.gql(Some(&limited), q, json!({"n": no})).await;
+    assert_eq!(error_code(&r), "FORBIDDEN", "{r}");
+    assert!(!r.to_string().contains("139"), "no phone number may leak: {r}");
+    // The unlimited admin still sees both.
+    let r = app.admin(q, json!({"n": no})).await;
+    assert!(r["order"]["member"]["phone"].as_str().unwrap().starts_with("139"));
+}
+
+fn sign(app: &TestApp, claims: serde_json::Value) -> String {
+    jsonwebtoken::encode(
+        &jsonwebtoken::Header::default(),
+        &claims,
+        &jsonwebtoken::EncodingKey::from_secret(app.state.config.jwt_secret.as_bytes()),
+    )
+    .unwrap()
+}
+
+#[tokio::test]
+async fn tokens_nbf_canonical_subjects_scheme_and_plain_messages() {
+    let app = TestApp::new().await;
+    let me = "query { me { role subject } }";
+    let now = chrono::Utc::now().timestamp();
+    let later = sign(&app, json!({"sub": "1", "role": "admin", "exp": now + 3600, "nbf": now + 600}));
+    let r = app.gql(Some(&later), me, json!({})).await;
+    assert_eq!(error_code(&r), "UNAUTHENTICATED", "{r}");
+    for sub in ["+2", "02", " 2", "-2"] {
+        let t = sign(&app, json!({"sub": sub, "role": "member", "exp": now + 3600}));
+        assert_eq!(app.err_code(Some(&t), me, json!({})).await, "UNAUTHENTICATED", "{sub:?}");
+    }
+    let t = sign(&app, json!({"sub": "1", "role": "admin", "exp": now + 3600, "stores": ["+1"]}));
+    assert_eq!(app.err_code(Some(&t), me, json!({})).await, "UNAUTHENTICATED");
+    // The scheme is case-insensitive.
+    let token = app.ops_token();
+    for scheme in ["Bearer", "bearer", "BEARER", "BeArEr"] {
+        let body = serde_json::to_vec(&json!({"query": me})).unwrap();
+        let auth = format!("{scheme} {token}");
+        let (_, _, bytes) = app
+            .post(
+                "/graphql",
+                &[("content-type", "application/json"), ("authorization", &auth)],
+                body,
+            )
+            .await;
+        let r: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(r["data"]["me"]["role"], "ops", "{scheme}: {r}");
+    }
+    // Refusals say what is wrong in our words, not the library's.
+    for bad in [
+        "garbage".to_string(),
+        sign(&app, json!({"sub": "1", "role": "admin", "exp": now - 3600})),
+        issue_token("other", Role::Admin, "x", None, Duration::from_secs(60)),
+    ] {
+        let r = app.gql(Some(&bad), me, json!({})).await;
+        let msg = r["errors"][0]["message"].as_str().unwrap();
+        assert!(msg.starts_with("the token"), "{msg}");
+        for internal in ["Error", "Kind", "Base64", "Json", "{", "("] {
+            assert!(!msg.contains(internal), "{msg}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_websocket_session_ends_when_its_token_expires() {
+    let app = TestApp::new().await;
+    let addr = listen(&app).await;
+    // An admin token that lasts 3 seconds (the verifier allows 5 s of clock skew at connect).
+    let short = issue_token(
+        &app.state.config.jwt_secret,
+        Role::Admin,
+        "staff-1",
+        None,
+        Duration::from_secs(3),
+    );
+    let mut ws = WsClient::connect(&addr, Some(&short), false).await.unwrap();
+    ws.subscribe("1", "query { me { role } }", None, json!({})).await;
+    let r = ws.next_payload(5).await.unwrap();
+    assert_eq!(r["data"]["me"]["role"], "admin", "{r}");
+    ws.subscribe("2", "subscription { ticketOpened { id } }", None, json!({}))
+        .await;
+    let started = Instant::now();
+    let (code, _) = ws.close_code(8).await;
+    assert_eq!(code, Some(4403));
+    assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+}
+
+#[tokio::test]
+async fn websocket_init_timeout_reused_ids_and_the_subscription_cap() {
+    let app = TestApp::with_config(|c| {
+        c.ws_init_timeout = Duration::from_millis(800);
+        c.ws_max_subscriptions = 3;
+    })
+    .await;
+    let addr = listen(&app).await;
+    // Never sends connection_init: closed with 4408.
+    let mut silent = crate::ws::connect_silent(&addr).await;
+    let started = Instant::now();
+    let code = loop {
+        match tokio::time::timeout(Duration::from_secs(5), silent.next()).await {
+            Ok(Some(Ok(tokio_tungstenite::tungstenite::Message::Close(f)))) => break f.map(|f| u16::from(f.code)),
+            Ok(Some(Ok(_))) => continue,
+            other => panic!("no close: {other:?}"),
+        }
+    };
+    assert_eq!(code, Some(4408));
+    assert!(started.elapsed() < Duration::from_secs(3));
+    let _ = silent.close(None).await;
+
+    // The cap: a fourth running subscription is refused with an error, the others go on.
+    let mut ws = WsClient::connect(&addr, Some(&app.ops_token()), false).await.unwrap();
+    for id in ["a", "b", "c", "d"] {
+        ws.subscribe(id, "subscription { ticketOpened { id } }", None, json!({}))
+            .await;
+    }
+    let refused = ws.next_message(5).await.unwrap();
+    assert_eq!(refused["type"], "error", "{refused}");
+    assert_eq!(refused["id"], "d", "{refused}");
+    // Completing one frees a place.
+    ws.send_raw(json!({"id": "a", "type": "complete"})).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    ws.subscribe("e", "subscription { ticketOpened { id } }", None, json!({}))
+        .await;
+    while let Some(m) = ws.next_message(1).await {
+        assert_ne!(m["type"], "error", "e must be accepted: {m}");
+    }
+    // A reused id of a running subscription closes with 4409.
+    ws.subscribe("b", "subscription { ticketOpened { id } }", None, json!({}))
+        .await;
+    let (code, _) = ws.close_code(5).await;
+    assert_eq!(code, Some(4409));
+}
+
+/// Reads until the peer closes; how long it took (None: still open after `secs`).
+async fn closed_within(stream: &mut tokio::net::TcpStream, secs: u64) -> Option<Duration> {
+    let started = Instant::now();
+    let mut buf = [0u8; 4096];
+    loop {
+        match tokio::time::timeout(Duration::from_secs(secs), stream.read(&mut buf)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => return Some(started.elapsed()),
+            Ok(Ok(_)) => continue,
+            Err(_) => return None,
+        }
+    }
+}
+
+#[tokio::test]
+async fn slow_and_idle_http_connections_are_cut() {
+    let app = TestApp::with_config(|c| {
+        c.http_header_timeout = Duration::from_secs(1);
+        c.http_body_timeout = Duration::from_secs(1);
+    })
+    .await;
+    let addr = listen(&app).await;
+    // Headers that never end.
+    let mut slow = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    slow.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n").await.unwrap();
+    assert!(closed_within(&mut slow, 5).await.is_some(), "slow headers kept open");
+    // A connection that sends nothing at all.
+    let mut idle = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    assert!(closed_within(&mut idle, 5).await.is_some(), "idle connection kept open");
+    // An idle keep-alive connection after one request.
+    let mut kept = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    kept.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
+    assert!(closed_within(&mut kept, 5).await.is_some(), "keep-alive connection kept open");
+    // A body that never arrives.
+    let mut body = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    body.write_all(
+        b"POST /graphql HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{\"qu",
+    )
+    .await
+    .unwrap();
+    let mut answer = vec![0u8; 1024];
+    let n = tokio::time::timeout(Duration::from_secs(5), body.read(&mut answer))
+        .await
+        .expect("an answer before the body arrives")
+        .unwrap();
+    let head = String::from_utf8_lossy(&answer[..n]).to_string();
+    assert!(head.starts_with("HTTP/1.1 4"), "{head}");
+}

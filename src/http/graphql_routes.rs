@@ -213,7 +213,12 @@ async fn serve_ws(s: HttpState, socket: WebSocket, trace: TraceId) {
     let mut acked = false;
     let deadline = tokio::time::sleep(s.app.config.ws_init_timeout);
     tokio::pin!(deadline);
-    let close = |code: u16, reason: String| Message::Close(Some(CloseFrame { code, reason: reason.into() }));
+    let close = |code: u16, reason: String| {
+        Message::Close(Some(CloseFrame {
+            code,
+            reason: reason.into(),
+        }))
+    };
     loop {
         let msg = tokio::select! {
             msg = out.next() => match msg {

@@ -172,7 +172,10 @@ async fn doubling_fragments_are_refused_in_milliseconds_with_flat_memory() {
                 None => assert_eq!(code, "UNAUTHENTICATED", "{r}"),
                 Some(_) => {
                     assert_eq!(code, "BAD_USER_INPUT", "{r}");
-                    assert!(r["errors"][0]["message"].as_str().unwrap().contains("too complex"), "{r}");
+                    assert!(
+                        r["errors"][0]["message"].as_str().unwrap().contains("too complex"),
+                        "{r}"
+                    );
                 }
             }
             assert!(took < Duration::from_millis(200), "{levels} levels took {took:?}");
@@ -184,11 +187,12 @@ async fn doubling_fragments_are_refused_in_milliseconds_with_flat_memory() {
     let started = Instant::now();
     ws.subscribe("1", &doubling_fragments(30), None, json!({})).await;
     let r = ws.next_payload(5).await.expect("an answer");
-    assert!(started.elapsed() < Duration::from_millis(500), "{:?}", started.elapsed());
     assert!(
-        r.to_string().contains("too complex"),
-        "{r}"
+        started.elapsed() < Duration::from_millis(500),
+        "{:?}",
+        started.elapsed()
     );
+    assert!(r.to_string().contains("too complex"), "{r}");
     let grew = rss_mib().saturating_sub(before);
     assert!(grew < 64, "memory grew by {grew} MiB");
 }
@@ -279,14 +283,24 @@ async fn tokens_nbf_canonical_subjects_scheme_and_plain_messages() {
     let app = TestApp::new().await;
     let me = "query { me { role subject } }";
     let now = chrono::Utc::now().timestamp();
-    let later = sign(&app, json!({"sub": "1", "role": "admin", "exp": now + 3600, "nbf": now + 600}));
+    let later = sign(
+        &app,
+        json!({"sub": "1", "role": "admin", "exp": now + 3600, "nbf": now + 600}),
+    );
     let r = app.gql(Some(&later), me, json!({})).await;
     assert_eq!(error_code(&r), "UNAUTHENTICATED", "{r}");
     for sub in ["+2", "02", " 2", "-2"] {
         let t = sign(&app, json!({"sub": sub, "role": "member", "exp": now + 3600}));
-        assert_eq!(app.err_code(Some(&t), me, json!({})).await, "UNAUTHENTICATED", "{sub:?}");
+        assert_eq!(
+            app.err_code(Some(&t), me, json!({})).await,
+            "UNAUTHENTICATED",
+            "{sub:?}"
+        );
     }
-    let t = sign(&app, json!({"sub": "1", "role": "admin", "exp": now + 3600, "stores": ["+1"]}));
+    let t = sign(
+        &app,
+        json!({"sub": "1", "role": "admin", "exp": now + 3600, "stores": ["+1"]}),
+    );
     assert_eq!(app.err_code(Some(&t), me, json!({})).await, "UNAUTHENTICATED");
     // The scheme is case-insensitive.
     let token = app.ops_token();
@@ -418,8 +432,13 @@ async fn slow_and_idle_http_connections_are_cut() {
     assert!(closed_within(&mut idle, 5).await.is_some(), "idle connection kept open");
     // An idle keep-alive connection after one request.
     let mut kept = tokio::net::TcpStream::connect(&addr).await.unwrap();
-    kept.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
-    assert!(closed_within(&mut kept, 5).await.is_some(), "keep-alive connection kept open");
+    kept.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    assert!(
+        closed_within(&mut kept, 5).await.is_some(),
+        "keep-alive connection kept open"
+    );
     // A body that never arrives.
     let mut body = tokio::net::TcpStream::connect(&addr).await.unwrap();
     body.write_all(
@@ -434,4 +453,88 @@ async fn slow_and_idle_http_connections_are_cut() {
         .unwrap();
     let head = String::from_utf8_lossy(&answer[..n]).to_string();
     assert!(head.starts_with("HTTP/1.1 4"), "{head}");
+}
+
+#[tokio::test]
+async fn refused_callbacks_answer_a_fixed_fail_and_keep_bounded_evidence_of_any_body() {
+    let app = TestApp::with_config(crate::providers::configure).await;
+    let count = || app.sql_i64("SELECT count(*) AS v FROM payment_callbacks");
+    let big_sig = "A".repeat(8 * 1024);
+    let wechat = |body: Vec<u8>| {
+        let sig = big_sig.clone();
+        let app = &app;
+        async move {
+            let ts = chrono::Utc::now().timestamp().to_string();
+            app.post(
+                "/pay/wechat/notify",
+                &[
+                    ("content-type", "application/json"),
+                    ("wechatpay-timestamp", &ts),
+                    ("wechatpay-nonce", "n"),
+                    ("wechatpay-serial", "s"),
+                    ("wechatpay-signature", &sig),
+                ],
+                body,
+            )
+            .await
+        }
+    };
+    let mut bodies: Vec<Vec<u8>> = vec![
+        b"{\"id\":\"\0\"}".to_vec(),
+        br#"{"id":"\u0000"}"#.to_vec(),
+        vec![b'{', 0xff, 0xfe, 0, b'}'],
+    ];
+    let mut huge = br#"{"id":""#.to_vec();
+    huge.extend(std::iter::repeat_n(b'x', 1_000_000));
+    huge.extend(br#""}"#);
+    bodies.push(huge);
+    for body in bodies {
+        let before = count().await;
+        let (status, _, answer) = wechat(body.clone()).await;
+        assert_eq!(status.as_u16(), 401);
+        let answer: serde_json::Value = serde_json::from_slice(&answer).unwrap();
+        assert_eq!(answer, json!({"code": "FAIL", "message": "notification refused"}));
+        assert_eq!(count().await, before + 1, "evidence must be written");
+    }
+    // Only the beginning of an unverified body, and of its headers, is kept.
+    let longest = app
+        .sql_i64("SELECT max(octet_length(body))::bigint AS v FROM payment_callbacks")
+        .await;
+    assert!(longest < 4_096 + 100, "{longest}");
+    let headers = app
+        .sql_i64("SELECT max(octet_length(headers::text))::bigint AS v FROM payment_callbacks")
+        .await;
+    assert!(headers < 2_000, "{headers}");
+    let nul = app
+        .sql_i64(r"SELECT count(*) AS v FROM payment_callbacks WHERE position('\u0000' in body) > 0")
+        .await;
+    assert!(nul >= 2, "NULs are kept escaped");
+    // Alipay: a NUL in the form.
+    let before = count().await;
+    let (status, _, answer) = app
+        .post(
+            "/pay/alipay/notify",
+            &[("content-type", "application/x-www-form-urlencoded")],
+            b"trade_status=%00&out_trade_no=%00&sign_type=RSA2&sign=AAAA".to_vec(),
+        )
+        .await;
+    assert!(status.is_client_error(), "{status}");
+    assert_eq!(answer, b"failure");
+    assert_eq!(count().await, before + 1);
+
+    // data:cleanup prunes unverified callbacks after a week; the verified stay.
+    {
+        use diesel_async::RunQueryDsl;
+        let mut c = app.conn().await;
+        diesel::sql_query("UPDATE payment_callbacks SET received_at = now() - interval '8 days' WHERE id IN (SELECT min(id) FROM payment_callbacks)")
+            .execute(&mut c)
+            .await
+            .unwrap();
+    }
+    let before = count().await;
+    fitorder::tasks::housekeeping::data_cleanup(app.state.clone())
+        .await
+        .map_err(|e| e.message())
+        .unwrap();
+    assert_eq!(count().await, before - 1);
 }

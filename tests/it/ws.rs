@@ -127,5 +127,8 @@ pub async fn connect_silent(addr: &str) -> Socket {
     let mut req = format!("ws://{addr}/graphql/ws").into_client_request().unwrap();
     req.headers_mut()
         .insert("sec-websocket-protocol", "graphql-transport-ws".parse().unwrap());
-    tokio_tungstenite::connect_async(req).await.expect("websocket upgrade").0
+    tokio_tungstenite::connect_async(req)
+        .await
+        .expect("websocket upgrade")
+        .0
 }

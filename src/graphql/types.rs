@@ -145,6 +145,10 @@ impl MemberNode {
     }
 }
 
+fn is_member(ctx: &Context<'_>) -> bool {
+    request(ctx).viewer.as_ref().is_none_or(|v| v.role == Role::Member)
+}
+
 /// A member reached through another object (an order, a membership): a store-limited admin
 /// sees only members of their stores; anyone else is refused with FORBIDDEN.
 async fn scoped_member(ctx: &Context<'_>, id: i64) -> AppResult<MemberNode> {
@@ -319,8 +323,12 @@ impl PaymentCallbackNode {
     async fn outcome(&self) -> &str {
         &self.0.outcome
     }
-    /// the payload as received (decrypted where the provider encrypts it)
-    async fn body(&self) -> &str {
+    /// the payload as received (decrypted where the provider encrypts it); empty for members
+    /// (it holds the provider's identifiers of payer and merchant)
+    async fn body(&self, ctx: &Context<'_>) -> &str {
+        if is_member(ctx) {
+            return "";
+        }
         &self.0.body
     }
     async fn event_type(&self) -> Option<&str> {
@@ -372,7 +380,11 @@ impl CompensationEventNode {
             _ => None,
         }
     }
-    async fn last_error(&self) -> Option<&str> {
+    /// the downstream's last answer (staff only: it can hold another system's internals)
+    async fn last_error(&self, ctx: &Context<'_>) -> Option<&str> {
+        if is_member(ctx) {
+            return None;
+        }
         self.0.last_error.as_deref()
     }
     async fn updated_at(&self) -> DateTime<Utc> {
@@ -386,6 +398,7 @@ impl CompensationEventNode {
         &self.0.idempotency_key
     }
     async fn attempt_log(&self, ctx: &Context<'_>) -> AppResult<Vec<CompensationAttemptNode>> {
+        let member = is_member(ctx);
         Ok(loader(ctx)
             .load_one(EventAttempts(self.0.id))
             .await
@@ -395,7 +408,7 @@ impl CompensationEventNode {
             .map(|a| CompensationAttemptNode {
                 at: a.at,
                 ok: a.ok,
-                error: a.error,
+                error: if member { None } else { a.error },
                 duration_ms: a.duration_ms,
             })
             .collect())
@@ -544,7 +557,25 @@ impl OrderNode {
     /// Status changes, callbacks, check-ins, compensation attempts and tickets, oldest first.
     async fn timeline(&self, ctx: &Context<'_>) -> AppResult<Vec<TimelineEntry>> {
         let mut conn = state(ctx).pool.get().await?;
-        crate::timeline::for_order(&mut conn, self.0.id).await
+        let entries = crate::timeline::for_order(&mut conn, self.0.id).await?;
+        if !is_member(ctx) {
+            return Ok(entries);
+        }
+        // Members: no tickets (staff's working material), no downstream error texts, no
+        // worker names.
+        Ok(entries
+            .into_iter()
+            .filter(|e| e.kind != "TICKET")
+            .map(|mut e| {
+                if e.kind == "COMPENSATION_ATTEMPT" {
+                    if let Some((head, _)) = e.summary.split_once(": ") {
+                        e.summary = head.to_string();
+                    }
+                    e.actor = "system".into();
+                }
+                e
+            })
+            .collect())
     }
     async fn callbacks(&self, ctx: &Context<'_>) -> AppResult<Vec<PaymentCallbackNode>> {
         Ok(loader(ctx)

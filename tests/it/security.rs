@@ -538,3 +538,83 @@ async fn refused_callbacks_answer_a_fixed_fail_and_keep_bounded_evidence_of_any_
         .unwrap();
     assert_eq!(count().await, before - 1);
 }
+
+#[tokio::test]
+async fn members_see_their_order_without_other_systems_internals() {
+    use crate::fakes::{FakeDownstream, Mode};
+    let fake = FakeDownstream::start(Mode::AlwaysFail).await;
+    let url = fake.url.clone();
+    let app = TestApp::with_config(move |c| {
+        crate::providers::configure(c);
+        c.door_access_url = Some(url.clone());
+        c.ai_access_url = Some(url);
+        c.max_attempts = 1;
+    })
+    .await;
+    let s = app.studio(100_000, None, 3).await;
+    let placed = app
+        .place(
+            &s.member,
+            json!({"idempotencyKey": key(), "storeId": s.store, "item": {"classPackId": s.pack}, "paymentMethod": "WECHAT_PAY"}),
+        )
+        .await;
+    let no = placed["order"]["orderNo"].as_str().unwrap().to_string();
+    let fen = placed["order"]["amountCents"].as_i64().unwrap_or(0);
+    let fen = if fen > 0 {
+        fen
+    } else {
+        app.order(&no).await["amountCents"].as_i64().unwrap()
+    };
+    assert_eq!(app.wechat_paid(&no, "4200000001", fen).await.as_u16(), 204);
+    let worker = fitorder::compensation::worker::Worker::new(app.state.clone());
+    for _ in 0..50 {
+        worker.run_once().await.unwrap();
+        if app
+            .sql_i64("SELECT count(*) AS v FROM compensation_events WHERE status IN ('PENDING', 'RETRYING')")
+            .await
+            == 0
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let q = "query($n: String!) { order(orderNo: $n) {
+        callbacks { body outcome }
+        compensation { status lastError attemptLog { ok error } }
+        timeline { kind actor summary }
+        tickets { id } } }";
+    let staff = app.admin(q, json!({"n": no})).await["order"].clone();
+    let member = app.ok(&app.member_token(&s.member), q, json!({"n": no})).await["order"].clone();
+    // What staff see, so that the member's view is known to hide something.
+    assert!(staff["callbacks"][0]["body"].as_str().unwrap().contains("mchid"), "{staff}");
+    assert!(staff["compensation"][0]["lastError"].is_string(), "{staff}");
+    assert!(staff["timeline"].as_array().unwrap().iter().any(|e| e["kind"] == "TICKET"), "{staff}");
+    // The member's view.
+    assert_eq!(member["callbacks"][0]["outcome"], "APPLIED", "{member}");
+    assert_eq!(member["callbacks"][0]["body"], "", "{member}");
+    for c in member["compensation"].as_array().unwrap() {
+        assert_eq!(c["status"], "DEAD", "{member}");
+        assert!(c["lastError"].is_null(), "{member}");
+        assert!(c["attemptLog"].as_array().unwrap().iter().all(|a| a["error"].is_null()), "{member}");
+    }
+    let timeline = member["timeline"].as_array().unwrap();
+    assert!(timeline.iter().all(|e| e["kind"] != "TICKET"), "{member}");
+    let attempts: Vec<&serde_json::Value> = timeline.iter().filter(|e| e["kind"] == "COMPENSATION_ATTEMPT").collect();
+    assert!(!attempts.is_empty(), "{member}");
+    let staff_attempt = staff["timeline"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["kind"] == "COMPENSATION_ATTEMPT")
+        .unwrap()["summary"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(staff_attempt.contains(": "), "{staff_attempt}");
+    for a in attempts {
+        assert!(!a["summary"].as_str().unwrap().contains(": "), "{a}");
+        assert_eq!(a["actor"], "system");
+    }
+    assert_eq!(member["tickets"], json!([]));
+    assert!(!member.to_string().contains("openid") && !member.to_string().contains("mchid"));
+}

@@ -658,8 +658,8 @@ impl ReconciliationRunNode {
     async fn tickets_opened(&self) -> i32 {
         self.0.tickets_opened
     }
-    async fn error(&self) -> Option<&str> {
-        self.0.error.as_deref()
+    async fn error(&self) -> Option<String> {
+        self.0.error.as_deref().map(crate::error::public_text)
     }
 }
 
@@ -750,7 +750,7 @@ impl TaskRunNode {
     async fn rows_touched(&self) -> i32 {
         int(self.0.rows_touched)
     }
-    async fn detail(&self) -> Option<&str> {
-        self.0.detail.as_deref()
+    async fn detail(&self) -> Option<String> {
+        self.0.detail.as_deref().map(crate::error::public_text)
     }
 }

@@ -1,13 +1,13 @@
 //! GraphQL over HTTP and WebSocket.
 
-use async_graphql::http::{GraphiQLSource, WebSocket as GqlWebSocket, WebSocketProtocols, WsMessage};
+use async_graphql::http::{WebSocket as GqlWebSocket, WebSocketProtocols, WsMessage};
 use async_graphql::Data;
 use async_graphql_axum::rejection::GraphQLRejection;
 use async_graphql_axum::{GraphQLRequest, GraphQLResponse};
 use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
-use axum::response::{Html, IntoResponse, Response};
+use axum::response::{IntoResponse, Response};
 use axum::Extension;
 use futures_util::{SinkExt, StreamExt};
 
@@ -72,18 +72,6 @@ fn might_be_introspection(query: &str) -> bool {
             || query
                 .match_indices("__type")
                 .any(|(i, _)| !query[i + 6..].starts_with("name")))
-}
-
-/// GraphiQL, wired to the WebSocket endpoint, with a header editor preset for a token.
-pub async fn graphiql() -> Html<String> {
-    Html(
-        GraphiQLSource::build()
-            .endpoint("/graphql")
-            .subscription_endpoint("/graphql/ws")
-            .header("Authorization", "Bearer <paste a token from `fitorder token`>")
-            .title("fitorder GraphiQL")
-            .finish(),
-    )
 }
 
 pub async fn subscriptions(

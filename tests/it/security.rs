@@ -586,20 +586,36 @@ async fn members_see_their_order_without_other_systems_internals() {
     let staff = app.admin(q, json!({"n": no})).await["order"].clone();
     let member = app.ok(&app.member_token(&s.member), q, json!({"n": no})).await["order"].clone();
     // What staff see, so that the member's view is known to hide something.
-    assert!(staff["callbacks"][0]["body"].as_str().unwrap().contains("mchid"), "{staff}");
+    assert!(
+        staff["callbacks"][0]["body"].as_str().unwrap().contains("mchid"),
+        "{staff}"
+    );
     assert!(staff["compensation"][0]["lastError"].is_string(), "{staff}");
-    assert!(staff["timeline"].as_array().unwrap().iter().any(|e| e["kind"] == "TICKET"), "{staff}");
+    assert!(
+        staff["timeline"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["kind"] == "TICKET"),
+        "{staff}"
+    );
     // The member's view.
     assert_eq!(member["callbacks"][0]["outcome"], "APPLIED", "{member}");
     assert_eq!(member["callbacks"][0]["body"], "", "{member}");
     for c in member["compensation"].as_array().unwrap() {
         assert_eq!(c["status"], "DEAD", "{member}");
         assert!(c["lastError"].is_null(), "{member}");
-        assert!(c["attemptLog"].as_array().unwrap().iter().all(|a| a["error"].is_null()), "{member}");
+        assert!(
+            c["attemptLog"].as_array().unwrap().iter().all(|a| a["error"].is_null()),
+            "{member}"
+        );
     }
     let timeline = member["timeline"].as_array().unwrap();
     assert!(timeline.iter().all(|e| e["kind"] != "TICKET"), "{member}");
-    let attempts: Vec<&serde_json::Value> = timeline.iter().filter(|e| e["kind"] == "COMPENSATION_ATTEMPT").collect();
+    let attempts: Vec<&serde_json::Value> = timeline
+        .iter()
+        .filter(|e| e["kind"] == "COMPENSATION_ATTEMPT")
+        .collect();
     assert!(!attempts.is_empty(), "{member}");
     let staff_attempt = staff["timeline"]
         .as_array()
@@ -617,4 +633,153 @@ async fn members_see_their_order_without_other_systems_internals() {
     }
     assert_eq!(member["tickets"], json!([]));
     assert!(!member.to_string().contains("openid") && !member.to_string().contains("mchid"));
+}
+
+#[tokio::test]
+async fn html_pages_are_self_contained_and_never_framed() {
+    let app = TestApp::new().await;
+    assert!(
+        fitorder::http::graphiql::available(),
+        "this build must embed GraphiQL (npm ci in build.rs)"
+    );
+    for path in ["/graphql", "/ops"] {
+        let resp = {
+            use tower::ServiceExt;
+            app.router
+                .clone()
+                .oneshot(
+                    axum::http::Request::get(path)
+                        .header("host", "127.0.0.1:8080")
+                        .body(axum::body::Body::empty())
+                        .unwrap(),
+                )
+                .await
+                .unwrap()
+        };
+        let h = resp.headers().clone();
+        let csp = h["content-security-policy"].to_str().unwrap().to_string();
+        assert!(csp.contains("frame-ancestors 'none'"), "{path}: {csp}");
+        assert_eq!(h["x-content-type-options"], "nosniff", "{path}");
+        assert_eq!(h["x-frame-options"], "DENY", "{path}");
+        if path == "/graphql" {
+            assert!(csp.contains("script-src 'self';"), "{csp}");
+            assert!(!csp.contains("unsafe-eval") && !csp.contains("https:"), "{csp}");
+            let body = http_body_util::BodyExt::collect(resp.into_body())
+                .await
+                .unwrap()
+                .to_bytes();
+            let html = String::from_utf8(body.to_vec()).unwrap();
+            // Every script and stylesheet is this service's.
+            for src in html.split("src=\"").skip(1).chain(html.split("href=\"").skip(1)) {
+                assert!(src.starts_with("/graphql/assets/"), "{src}");
+            }
+            for asset in [
+                "graphiql.min.js",
+                "graphiql.min.css",
+                "react.production.min.js",
+                "react-dom.production.min.js",
+                "graphql-ws.min.js",
+            ] {
+                assert!(html.contains(asset), "{asset}");
+                let (s, bytes) = app.get(&format!("/graphql/assets/{asset}")).await;
+                assert_eq!(s.as_u16(), 200, "{asset}");
+                assert!(bytes.len() > 5_000, "{asset}: {} bytes", bytes.len());
+            }
+        }
+    }
+    let (s, _) = app.get("/graphql/assets/../Cargo.toml").await;
+    assert!(s.is_client_error());
+    // JSON answers are not sniffed either.
+    let (_, h, _) = app
+        .post("/graphql", &[("content-type", "application/json")], b"{}".to_vec())
+        .await;
+    assert_eq!(h["x-content-type-options"], "nosniff");
+}
+
+#[tokio::test]
+async fn metrics_scrapes_share_one_backlog_query() {
+    let app = TestApp::new().await;
+    let before = fitorder::http::metrics::backlog_reads();
+    for _ in 0..20 {
+        let (s, _) = app.get("/metrics").await;
+        assert_eq!(s.as_u16(), 200);
+    }
+    let queried = fitorder::http::metrics::backlog_reads() - before;
+    // One for this app (other tests' apps running at the same time may add theirs).
+    assert!((1..=4).contains(&queried), "{queried} backlog queries for 20 scrapes");
+}
+
+#[tokio::test]
+async fn smaller_findings_notes_chain_wide_runs_and_paths() {
+    let app = TestApp::new().await;
+    let s = app.studio(100_000, None, 3).await;
+    let limited = issue_token(
+        &app.state.config.jwt_secret,
+        Role::Admin,
+        "desk-1",
+        Some(vec![s.store.clone()]),
+        Duration::from_secs(600),
+    );
+    let run = "mutation { runReconciliation(provider: WECHAT_PAY, date: \"2026-11-30\") { id status error } }";
+    assert_eq!(app.err_code(Some(&limited), run, json!({})).await, "FORBIDDEN");
+    // The chain-wide admin may; the missing bill's error names the file, not the server's path.
+    let dir = std::env::temp_dir().join(format!("fitorder-secret-dir-{}", std::process::id()));
+    let app2 = TestApp::with_config(|c| c.statement_dir = dir.clone()).await;
+    let r = app2.gql(Some(&app2.admin_token()), run, json!({})).await;
+    let text = r.to_string();
+    assert!(
+        !text.contains("fitorder-secret-dir") && !text.contains("/tmp"),
+        "{text}"
+    );
+    assert!(
+        text.contains("2026-11-30") || text.contains("20261130"),
+        "the file is still named: {text}"
+    );
+    // A ticket note of 200 KB is refused, not stored.
+    let ticket: i64 = {
+        use diesel_async::RunQueryDsl;
+        #[derive(diesel::QueryableByName)]
+        struct Id {
+            #[diesel(sql_type = diesel::sql_types::BigInt)]
+            id: i64,
+        }
+        let mut c = app.conn().await;
+        diesel::sql_query(
+            "INSERT INTO exception_tickets (kind, status, detail, finding_key, trace_id)
+             VALUES ('UNKNOWN_ORDER', 'OPEN', '{}', 'probe-1', 't') RETURNING id",
+        )
+        .get_result::<Id>(&mut c)
+        .await
+        .unwrap()
+        .id
+    };
+    let resolve =
+        "mutation($id: ID!, $n: String) { resolveTicket(id: $id, action: NO_ACTION, note: $n) { id status note } }";
+    let r = app
+        .gql(
+            Some(&app.ops_token()),
+            resolve,
+            json!({"id": ticket.to_string(), "n": "x".repeat(200 * 1024)}),
+        )
+        .await;
+    assert_eq!(
+        error_code(&r),
+        "BAD_USER_INPUT",
+        "{}",
+        &r.to_string()[..200.min(r.to_string().len())]
+    );
+    let stored = app
+        .sql_i64(&format!(
+            "SELECT coalesce(octet_length(note), 0)::bigint AS v FROM exception_tickets WHERE id = {ticket}"
+        ))
+        .await;
+    assert_eq!(stored, 0);
+    let r = app
+        .gql(
+            Some(&app.ops_token()),
+            resolve,
+            json!({"id": ticket.to_string(), "n": "checked by phone"}),
+        )
+        .await;
+    assert!(r.get("errors").is_none(), "{r}");
 }

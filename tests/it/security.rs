@@ -116,7 +116,7 @@ async fn fragment_and_alias_bombs_are_refused_before_they_run() {
 use std::time::{Duration, Instant};
 
 use fitorder::auth::{issue_token, Role};
-use futures_util::{SinkExt, StreamExt};
+use futures_util::StreamExt;
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 

@@ -57,6 +57,12 @@ test('GraphiQL runs a query and a subscription with nothing but this service', {
     if (m.type() === 'error') problems.push(m.text());
   });
   page.on('pageerror', (e) => problems.push(String(e)));
+  // GraphiQL's introspection (the schema for the docs and completion) must succeed too.
+  const introspection = [];
+  page.on('response', async (r) => {
+    const body = r.request().postData() || '';
+    if (r.url().endsWith('/graphql') && body.includes('__schema')) introspection.push(await r.json().catch(() => null));
+  });
   const resp = await page.goto(server.url + '/graphql');
   assert.match(resp.headers()['content-security-policy'], /frame-ancestors 'none'/);
 
@@ -96,6 +102,8 @@ test('GraphiQL runs a query and a subscription with nothing but this service', {
   });
 
   assert.deepEqual(outside, [], 'the page asked another host');
+  assert.ok(introspection.length > 0, 'GraphiQL asked for the schema');
+  for (const r of introspection) assert.ok(r && r.data && r.data.__schema && !r.errors, JSON.stringify(r).slice(0, 300));
   assert.deepEqual(
     problems.filter((p) => /Content Security Policy|Refused to/.test(p)),
     [],

@@ -53,7 +53,14 @@ pub async fn graphql(
     let request = req
         .data(RequestContext { viewer, trace })
         .data(DbLoader::new(s.app.pool.clone()));
-    GraphQLResponse::from(s.schema.execute(request).await).into_response()
+    let schema = if might_be_introspection(&request.query)
+        && crate::graphql::is_introspection_only(&request.query, &s.app.config.document_limits())
+    {
+        &s.introspection
+    } else {
+        &s.schema
+    };
+    GraphQLResponse::from(schema.execute(request).await).into_response()
 }
 
 fn unauthenticated(msg: String) -> Response {

@@ -28,6 +28,8 @@ use crate::trace::TraceId;
 pub struct HttpState {
     pub app: AppState,
     pub schema: AppSchema,
+    /// The same schema with room for introspection's depth (introspection-only documents).
+    pub introspection: AppSchema,
     pub keys: std::sync::Arc<crate::payments::keys::ProviderKeys>,
     /// When `/metrics` last read the outbox backlog from the database (it does at most every
     /// [`metrics::BACKLOG_EVERY`], however often it is scraped).
@@ -37,12 +39,14 @@ pub struct HttpState {
 pub fn router(app: AppState) -> Router {
     metrics::install();
     let schema = build_schema(app.clone());
+    let introspection = crate::graphql::build_introspection_schema(app.clone());
     let limit = app.config.max_body_bytes;
     let body_timeout = app.config.http_body_timeout;
     let keys = app.keys.clone();
     let state = HttpState {
         app,
         schema,
+        introspection,
         keys,
         backlog_read: Default::default(),
     };

@@ -17,6 +17,8 @@ pub struct Config {
     pub reconcile_at: chrono::NaiveTime,
     /// The `cargo run` development mode: private cluster, demo data, the provider sandbox.
     pub dev_mode: bool,
+    /// Development mode: where the provider sandbox listens.
+    pub sandbox_addr: String,
     pub jwt_secret: String,
     /// True when the secret was made up at start (dev mode): tokens are printed then.
     pub jwt_secret_generated: bool,
@@ -158,6 +160,7 @@ Environment:
   FITORDER_LOG_FORMAT            json or text (default: json when standard output is not a terminal)
   FITORDER_PUBLIC_URL            base URL providers reach us at, and alerts link to (default http://$FITORDER_ADDR)
   FITORDER_RECONCILE_AT          local time of the daily reconciliation (default 10:30)
+  FITORDER_SANDBOX_ADDR          development mode: the provider sandbox's address (default 127.0.0.1:8081)
   WeChat Pay, configured whole or not at all:
     WECHATPAY_MCH_ID, WECHATPAY_APP_ID, WECHATPAY_APIV3_KEY,
     WECHATPAY_MCH_PRIVATE_KEY (path), WECHATPAY_MCH_SERIAL,
@@ -233,6 +236,7 @@ impl Config {
             addr,
             reconcile_at,
             dev_mode: false,
+            sandbox_addr: var("FITORDER_SANDBOX_ADDR").unwrap_or_else(|| "127.0.0.1:8081".into()),
             wechatpay: WechatPayConfig {
                 mch_id: var("WECHATPAY_MCH_ID"),
                 app_id: var("WECHATPAY_APP_ID"),
@@ -283,6 +287,7 @@ impl Config {
             public_url: "http://127.0.0.1:0".into(),
             reconcile_at: chrono::NaiveTime::from_hms_opt(10, 30, 0).expect("a valid time"),
             dev_mode: false,
+            sandbox_addr: "127.0.0.1:0".into(),
             jwt_secret: "test-secret".into(),
             jwt_secret_generated: false,
             order_timeout: Duration::from_secs(15 * 60),

@@ -11,8 +11,11 @@ const USAGE: &str = "\
 fitorder: the order backend of a chain of AI fitness studios
 
 Usage:
-  fitorder [serve] [--no-workers]   API, workers and scheduler (default)
-  fitorder worker                   workers and scheduler only
+  fitorder [serve] [--no-workers] [--dev]
+                                    API, workers and scheduler (default); --dev: development
+                                    mode (demo data, dev tokens, the provider sandbox) on
+                                    DATABASE_URL — implied when DATABASE_URL is unset
+  fitorder worker [--dev]           workers and scheduler only
   fitorder migrate                  apply database migrations
   fitorder token --role R --sub S [--stores a,b] [--ttl 1h]
                                     print a JWT (role: member, admin, ops)
@@ -84,7 +87,9 @@ fn run(args: Vec<String>) -> Result<()> {
             Ok(())
         }
         "serve" | "worker" | "migrate" | "seed" | "reconcile" | "alerts" => {
-            let config = Config::from_env()?;
+            let mut config = Config::from_env()?;
+            // Development mode on a database of one's own (the private cluster implies it).
+            config.dev_mode = rest.iter().any(|a| a == "--dev");
             let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
             rt.block_on(async move {
                 match command {

@@ -75,12 +75,38 @@ async fn run_with_database(config: Config, opts: ServeOptions, url: &str, dev_mo
     let direct = config.listen_database_url.clone().unwrap_or_else(|| url.to_string());
     db::migrate(&direct).await?;
     let mut config = config;
-    let dev_keys = dev_mode && config.wechatpay.mch_id.is_none() && config.alipay.app_id.is_none();
-    if dev_keys {
+    // Development mode: the private cluster of `cargo run`, or an explicit `--dev`. Anywhere
+    // else nothing demo-only happens: no made-up secret, no demo data, no sandbox, no tokens.
+    let dev_mode = dev_mode || config.dev_mode;
+    config.dev_mode = dev_mode;
+    anyhow::ensure!(
+        dev_mode || !config.jwt_secret_generated,
+        "FITORDER_JWT_SECRET is not set: outside development mode (DATABASE_URL is set) every instance \
+         needs the same secret; set it (or run with --dev on a database of your own)"
+    );
+    let no_provider = config.wechatpay.mch_id.is_none() && config.alipay.app_id.is_none();
+    let mut sandbox = None;
+    if dev_mode && no_provider {
         let keys =
             tokio::task::spawn_blocking(|| crate::payments::devkeys::DevKeys::ensure(Path::new(".fitorder/dev-keys")))
                 .await??;
-        keys.configure(&mut config);
+        // The sandbox plays WeChat Pay and Alipay on loopback; workers of the same checkout
+        // call the one `serve` runs.
+        let (wechat, alipay) = if opts.http {
+            let s = crate::payments::sandbox_server::SandboxProvider::start(
+                crate::payments::devkeys::dev_sandbox_keys(&keys),
+                &config.sandbox_addr,
+            )
+            .await
+            .with_context(|| format!("starting the provider sandbox on {}", config.sandbox_addr))?;
+            let urls = (s.wechat_api_base(), s.alipay_gateway());
+            sandbox = Some(s);
+            urls
+        } else {
+            let base = format!("http://{}", config.sandbox_addr);
+            (format!("{base}/wechatpay"), format!("{base}/alipay/gateway.do"))
+        };
+        keys.configure_sandbox(&mut config, &wechat, &alipay);
     }
     let keys = crate::payments::keys::ProviderKeys::load(&config)?;
     let pool = db::pool_with(url, config.db_pool_size, config.statement_timeout)?;
@@ -88,12 +114,12 @@ async fn run_with_database(config: Config, opts: ServeOptions, url: &str, dev_mo
     // database directly (FITORDER_LISTEN_DATABASE_URL).
     let events = crate::events::EventHub::start(direct, pool.clone());
     let state = AppState::with_keys(pool, config.clone(), keys, events, url.to_string());
-    if dev_mode || config.jwt_secret_generated {
+    if dev_mode {
         let mut conn = state.pool.get().await?;
         let seeded = crate::seed::seed(&mut conn)
             .await
             .map_err(|e| anyhow::anyhow!("{}", e.message()))?;
-        print_dev_banner(&config, &seeded);
+        print_dev_banner(&config, &seeded, sandbox.as_ref());
     }
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let background = if opts.workers {
@@ -144,7 +170,11 @@ async fn run_with_database(config: Config, opts: ServeOptions, url: &str, dev_mo
     Ok(())
 }
 
-fn print_dev_banner(config: &Config, seeded: &crate::seed::Seeded) {
+fn print_dev_banner(
+    config: &Config,
+    seeded: &crate::seed::Seeded,
+    sandbox: Option<&crate::payments::sandbox_server::SandboxProvider>,
+) {
     use crate::auth::{issue_token, Role};
     let ttl = std::time::Duration::from_secs(30 * 24 * 3600);
     let admin = issue_token(&config.jwt_secret, Role::Admin, "staff-1", None, ttl);
@@ -171,9 +201,11 @@ fn print_dev_banner(config: &Config, seeded: &crate::seed::Seeded) {
         seeded.store_ids, seeded.member_ids
     );
     println!("  In GraphiQL, set the header {{\"Authorization\": \"Bearer <token>\"}}.");
-    if config.wechatpay.mch_id.as_deref() == Some(crate::payments::devkeys::DEV_MCH_ID) {
-        println!("  Dev payment keys in .fitorder/dev-keys: pay an order with");
-        println!("    cargo run --release -- simulate-payment --order <orderNo> [--provider alipay]");
+    if let Some(s) = sandbox {
+        println!("  Provider sandbox (WeChat Pay + Alipay on loopback): {}", s.base_url);
+        println!("  Pay an order: run the member's PlaceOrder in GraphiQL (member token), open");
+        println!("    payment.qrCode (or payUrl) in a browser: the sandbox cashier. Press Pay; the");
+        println!("    signed notification pays the order, and the ops watch shows it live.");
     }
     println!();
 }

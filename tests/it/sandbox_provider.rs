@@ -1128,3 +1128,47 @@ async fn fitorder_in_certificate_mode_downloads_the_sandbox_certificate_and_is_p
     app.sandbox.pay("WECHAT_PAY", &no).await.unwrap();
     assert_eq!(app.order(&no).await["status"], "PAID");
 }
+
+/// Development mode's keys: `DevKeys::start_sandbox` leaves both providers configured whole,
+/// and an app configured so places a Native order at that sandbox and is paid from its cashier.
+#[tokio::test]
+async fn dev_keys_configure_both_providers_whole_against_their_sandbox() {
+    use fitorder::payments::devkeys::DevKeys;
+    let dir = std::env::temp_dir().join(format!("fitorder-devkeys-{}-{}", std::process::id(), key()));
+    let d = dir.clone();
+    let keys = tokio::task::spawn_blocking(move || DevKeys::ensure(&d))
+        .await
+        .unwrap()
+        .unwrap();
+    for file in [
+        "wechatpay-merchant.pem",
+        "alipay-app.pem",
+        "wechatpay-platform.pub.pem",
+        "alipay.pub.pem",
+    ] {
+        assert!(dir.join(file).exists(), "{file}");
+    }
+    let mut config = fitorder::config::Config::for_tests("postgres://unused".into());
+    let dev = keys.start_sandbox(&mut config, "127.0.0.1:0").await.unwrap();
+    let loaded = fitorder::payments::keys::ProviderKeys::load(&config).unwrap();
+    assert!(
+        loaded.wechat.is_some() && loaded.alipay.is_some(),
+        "both providers whole"
+    );
+
+    let (wechat_base, alipay_gateway) = (dev.wechat_api_base(), dev.alipay_gateway());
+    let app = TestApp::served_with(|c| keys.configure_sandbox(c, &wechat_base, &alipay_gateway)).await;
+    let s = app.studio(0, None, 1).await;
+    let placed = app
+        .place(
+            &s.member,
+            json!({"idempotencyKey": key(), "storeId": s.store, "item": {"classPackId": s.pack},
+                   "paymentMethod": "WECHAT_PAY", "channel": "WECHAT_NATIVE"}),
+        )
+        .await;
+    let no = placed["order"]["orderNo"].as_str().unwrap().to_string();
+    assert_eq!(placed["payment"]["qrCode"], json!(dev.cashier_url("WECHAT_PAY", &no)));
+    dev.pay("WECHAT_PAY", &no).await.unwrap();
+    assert_eq!(app.order(&no).await["status"], "PAID");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -166,6 +166,8 @@ async fn place_pay_expire_deliver_and_subscribe_through_pgbouncer() {
             .env("FITORDER_AI_ACCESS_URL", &fake.url)
             .env("FITORDER_DB_POOL_SIZE", "8")
             .env("FITORDER_LOG_FORMAT", "json")
+            // Both providers, their APIs at the app's sandbox.
+            .envs(crate::providers::env_of(&app.state.config))
             .env_remove("RUST_LOG")
             .stdout(Stdio::null())
             .stderr(log)

@@ -76,14 +76,14 @@ async function payInChromium(url) {
   const page = await browser.newPage();
   try {
     const blocked = [];
-    page.on('console', (m) => m.type() === 'error' && blocked.push(m.text()));
+    page.on('console', (m) => /Content Security Policy|Refused to/.test(m.text()) && blocked.push(m.text()));
     await page.goto(url);
     await page.click('#pay');
     try {
       await page.waitForSelector('#paid', { timeout: 15000 });
     } catch (e) {
       const shown = await page.locator('#result').textContent().catch(() => '');
-      throw new Error(`no #paid on the cashier (page says ${JSON.stringify(shown)}; console ${blocked.join(' | ')}):\n${server.log().slice(-3000)}`, { cause: e });
+      throw new Error(`no #paid on the cashier (page says ${JSON.stringify(shown)}; CSP ${blocked.join(' | ')}):\n${server.log().slice(-3000)}`, { cause: e });
     }
     assert.equal(await page.locator('#paid').textContent(), 'Paid');
     assert.deepEqual(blocked, [], 'the page runs under its CSP without violations');

@@ -110,31 +110,51 @@ pub fn issue_token(
     .expect("HS256 encoding cannot fail")
 }
 
-/// Checks a bearer token (with or without the `Bearer ` prefix).
+/// Checks a bearer token (with or without the `Bearer ` prefix, whose scheme is
+/// case-insensitive as RFC 7235 says).
 pub fn verify(secret: &str, header_value: &str) -> AppResult<Viewer> {
-    let token = header_value
-        .trim()
-        .strip_prefix("Bearer ")
-        .or_else(|| header_value.trim().strip_prefix("bearer "))
-        .unwrap_or(header_value)
-        .trim();
+    verify_with_expiry(secret, header_value).map(|(v, _)| v)
+}
+
+/// [`verify`], also answering the token's `exp` (seconds since the epoch): a WebSocket
+/// session ends then.
+pub fn verify_with_expiry(secret: &str, header_value: &str) -> AppResult<(Viewer, i64)> {
+    let value = header_value.trim();
+    let token = match value.split_once(' ') {
+        Some((scheme, rest)) if scheme.eq_ignore_ascii_case("bearer") => rest,
+        _ => value,
+    }
+    .trim();
     let mut validation = Validation::new(Algorithm::HS256);
     validation.set_required_spec_claims(&["exp", "sub"]);
+    validation.validate_nbf = true;
     validation.leeway = 5;
+    // The library's own words (and its internals) stay in the log; the caller learns the kind.
     let data = jsonwebtoken::decode::<Claims>(token, &DecodingKey::from_secret(secret.as_bytes()), &validation)
-        .map_err(|e| AppError::Unauthenticated(format!("invalid token: {e}")))?;
+        .map_err(|e| {
+            use jsonwebtoken::errors::ErrorKind;
+            tracing::debug!(error = %e, "token refused");
+            AppError::Unauthenticated(
+                match e.kind() {
+                    ErrorKind::ExpiredSignature => "the token has expired",
+                    ErrorKind::ImmatureSignature => "the token is not valid yet",
+                    ErrorKind::InvalidSignature => "the token's signature is not valid",
+                    ErrorKind::MissingRequiredClaim(_) => "the token lacks a required claim",
+                    _ => "the token is not a valid HS256 JWT",
+                }
+                .into(),
+            )
+        })?;
     let claims = data.claims;
     let role = Role::parse(&claims.role)
-        .ok_or_else(|| AppError::Unauthenticated(format!("unknown role {:?}", claims.role)))?;
+        .ok_or_else(|| AppError::Unauthenticated("the token's role is not member, admin or ops".into()))?;
     if claims.sub.is_empty() {
         return Err(AppError::Unauthenticated("empty subject".into()));
     }
     let member_id = match role {
         Role::Member => Some(
-            claims
-                .sub
-                .parse::<i64>()
-                .map_err(|_| AppError::Unauthenticated("a member token's sub must be a member id".into()))?,
+            canonical_id(&claims.sub)
+                .ok_or_else(|| AppError::Unauthenticated("a member token's sub must be a member id".into()))?,
         ),
         _ => None,
     };
@@ -142,15 +162,37 @@ pub fn verify(secret: &str, header_value: &str) -> AppResult<Viewer> {
         None => None,
         Some(list) => Some(
             list.iter()
-                .map(|s| s.parse::<i64>())
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(|_| AppError::Unauthenticated("stores must be store ids".into()))?,
+                .map(|s| canonical_id(s))
+                .collect::<Option<Vec<_>>>()
+                .ok_or_else(|| AppError::Unauthenticated("stores must be store ids".into()))?,
         ),
     };
-    Ok(Viewer {
-        role,
-        subject: claims.sub,
-        member_id,
-        stores,
-    })
+    Ok((
+        Viewer {
+            role,
+            subject: claims.sub,
+            member_id,
+            stores,
+        },
+        claims.exp,
+    ))
+}
+
+/// An id written the one way ids are written: decimal digits, no sign, no leading zero.
+fn canonical_id(s: &str) -> Option<i64> {
+    let ok = !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) && !s.starts_with('0');
+    ok.then(|| s.parse::<i64>().ok()).flatten()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_are_canonical() {
+        assert_eq!(canonical_id("2"), Some(2));
+        for bad in ["+2", "02", "-2", " 2", "2 ", "", "0", "99999999999999999999"] {
+            assert_eq!(canonical_id(bad), None, "{bad:?}");
+        }
+    }
 }

@@ -52,6 +52,21 @@ pub struct Config {
     pub alert_rate_per_minute: i64,
     /// `fitorder worker` serves `/metrics`, `/healthz` and `/readyz` here when set.
     pub metrics_addr: Option<String>,
+    /// GraphQL document bounds (before parsing ends): text size, selections and fragment spreads
+    /// with fragments expanded.
+    pub max_document_bytes: usize,
+    pub max_selections: u64,
+    pub max_fragment_spreads: u64,
+    /// WebSocket: how long a connection may wait before `connection_init`, and how many
+    /// subscriptions one connection may hold.
+    pub ws_init_timeout: Duration,
+    pub ws_max_subscriptions: usize,
+    /// HTTP: longest wait for a request's headers (also an idle keep-alive connection's
+    /// limit) and for its body.
+    pub http_header_timeout: Duration,
+    pub http_body_timeout: Duration,
+    /// How much of an unverified callback's body is kept as evidence.
+    pub unverified_callback_bytes: usize,
 }
 
 #[derive(Clone, Debug)]
@@ -152,6 +167,14 @@ Environment:
     ALIPAY_APP_ID, ALIPAY_APP_PRIVATE_KEY (path),
     ALIPAY_PUBLIC_KEY (path) or ALIPAY_APP_CERT + ALIPAY_PUBLIC_CERT + ALIPAY_ROOT_CERT (paths),
     ALIPAY_API_BASE (default https://openapi.alipay.com/gateway.do)
+  FITORDER_MAX_DOCUMENT_BYTES    longest GraphQL document (default 65536)
+  FITORDER_MAX_SELECTIONS        GraphQL selections, fragments expanded (default 3000)
+  FITORDER_MAX_FRAGMENT_SPREADS  GraphQL fragment spreads, expanded (default 500)
+  FITORDER_WS_INIT_TIMEOUT       WebSocket wait for connection_init (default 10s)
+  FITORDER_WS_MAX_SUBSCRIPTIONS  subscriptions per WebSocket (default 100)
+  FITORDER_HTTP_HEADER_TIMEOUT   wait for request headers / idle keep-alive (default 10s)
+  FITORDER_HTTP_BODY_TIMEOUT     wait for a request body (default 30s)
+  FITORDER_UNVERIFIED_CALLBACK_BYTES  body kept of an unverified callback (default 4096)
 ";
 
 fn var(name: &str) -> Option<String> {
@@ -241,6 +264,14 @@ impl Config {
             alert_max_attempts: number("FITORDER_ALERT_MAX_ATTEMPTS", 8)?.max(1),
             alert_rate_per_minute: number("FITORDER_ALERT_RATE", 20)?.max(1),
             metrics_addr: var("FITORDER_METRICS_ADDR"),
+            max_document_bytes: number("FITORDER_MAX_DOCUMENT_BYTES", 65_536)?,
+            max_selections: number("FITORDER_MAX_SELECTIONS", 3_000)?,
+            max_fragment_spreads: number("FITORDER_MAX_FRAGMENT_SPREADS", 500)?,
+            ws_init_timeout: duration("FITORDER_WS_INIT_TIMEOUT", "10s")?,
+            ws_max_subscriptions: number("FITORDER_WS_MAX_SUBSCRIPTIONS", 100)?,
+            http_header_timeout: duration("FITORDER_HTTP_HEADER_TIMEOUT", "10s")?,
+            http_body_timeout: duration("FITORDER_HTTP_BODY_TIMEOUT", "30s")?,
+            unverified_callback_bytes: number("FITORDER_UNVERIFIED_CALLBACK_BYTES", 4_096)?,
         })
     }
 
@@ -276,6 +307,23 @@ impl Config {
             alert_max_attempts: 8,
             alert_rate_per_minute: 20,
             metrics_addr: None,
+            max_document_bytes: 65_536,
+            max_selections: 3_000,
+            max_fragment_spreads: 500,
+            ws_init_timeout: Duration::from_secs(10),
+            ws_max_subscriptions: 100,
+            http_header_timeout: Duration::from_secs(10),
+            http_body_timeout: Duration::from_secs(30),
+            unverified_callback_bytes: 4_096,
+        }
+    }
+
+    pub fn document_limits(&self) -> crate::graphql::limits::DocumentLimits {
+        crate::graphql::limits::DocumentLimits {
+            max_bytes: self.max_document_bytes,
+            max_selections: self.max_selections,
+            max_spreads: self.max_fragment_spreads,
+            max_fragments: 200,
         }
     }
 

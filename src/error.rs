@@ -162,7 +162,8 @@ impl From<DieselError> for AppError {
                         AppError::Conflict("concurrent update, please retry".into())
                     }
                     DatabaseErrorKind::ForeignKeyViolation => {
-                        AppError::BadInput(format!("refers to something that does not exist: {message}"))
+                        tracing::debug!(error = %message, "foreign key violation");
+                        AppError::BadInput("refers to something that does not exist".into())
                     }
                     _ => AppError::Internal(std::sync::Arc::new(anyhow::Error::new(e))),
                 }
@@ -176,6 +177,28 @@ impl From<diesel_async::pooled_connection::deadpool::PoolError> for AppError {
     fn from(e: diesel_async::pooled_connection::deadpool::PoolError) -> Self {
         AppError::internal(format!("database unavailable: {e}"))
     }
+}
+
+/// A message as outside callers may read it: file system paths are cut to their file name
+/// (`/srv/fitorder/statements/wechat-2026-12-01.csv: No such file` -> `wechat-2026-12-01.csv: ...`).
+pub fn public_text(message: &str) -> String {
+    if !message.contains('/') {
+        return message.to_string();
+    }
+    message
+        .split(' ')
+        .map(|word| {
+            let bare = word.trim_start_matches(['"', '\'', '(', '[']);
+            if bare.starts_with('/') || bare.starts_with("./") || bare.starts_with("../") || bare.starts_with("~/") {
+                let lead = &word[..word.len() - bare.len()];
+                let name = bare.trim_end_matches('/').rsplit('/').next().unwrap_or_default();
+                format!("{lead}{name}")
+            } else {
+                word.to_string()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 impl From<AppError> for async_graphql::Error {
@@ -192,7 +215,7 @@ impl ErrorExtensions for AppError {
                 tracing::error!(error = %format!("{inner:#}"), "internal error");
                 "internal error".to_string()
             }
-            other => other.message(),
+            other => public_text(&other.message()),
         };
         async_graphql::Error::new(message).extend_with(|_, ext| {
             ext.set("code", self.code());
@@ -204,5 +227,20 @@ impl ErrorExtensions for AppError {
                 ext.set("reason", "PROVIDER_UNAVAILABLE");
             }
         })
+    }
+}
+
+#[cfg(test)]
+mod public_text_tests {
+    use super::public_text;
+
+    #[test]
+    fn paths_are_cut_to_file_names() {
+        assert_eq!(
+            public_text("bill /srv/fitorder/statements/wechat-2026-12-01.csv: No such file or directory (os error 2)"),
+            "bill wechat-2026-12-01.csv: No such file or directory (os error 2)"
+        );
+        assert_eq!(public_text("reading \"./statements/a.csv\""), "reading \"a.csv\"");
+        assert_eq!(public_text("1 -> 2 and a/b"), "1 -> 2 and a/b");
     }
 }

@@ -135,9 +135,8 @@ async fn run_with_database(config: Config, opts: ServeOptions, url: &str, dev_mo
         .await
         .with_context(|| format!("binding {}", config.addr))?;
     tracing::info!(addr = %listener.local_addr()?, "listening");
-    axum::serve(listener, crate::http::router(state))
-        .with_graceful_shutdown(shutdown)
-        .await?;
+    let header_timeout = config.http_header_timeout;
+    crate::http::serve(listener, crate::http::router(state), header_timeout, shutdown).await?;
     for task in background {
         let _ = task.await;
     }

@@ -2,6 +2,7 @@
 //! screen's subscriptions. The schema lives here, apart from the HTTP transport.
 
 mod connection;
+pub mod limits;
 mod loaders;
 mod mutation;
 mod query;
@@ -34,14 +35,54 @@ pub struct RequestContext {
 }
 
 pub fn build_schema(state: AppState) -> AppSchema {
-    let max_complexity = state.config.max_complexity;
     let max_depth = state.config.max_depth;
+    build_schema_with_depth(state, max_depth)
+}
+
+/// Introspection documents (GraphiQL's asks for nine levels of `ofType`) need more depth than
+/// the API allows; the document bounds and the complexity limit stay the same.
+pub const INTROSPECTION_DEPTH: usize = 20;
+
+/// The schema that answers introspection-only documents (see [`is_introspection_only`]).
+pub fn build_introspection_schema(state: AppState) -> AppSchema {
+    build_schema_with_depth(state, INTROSPECTION_DEPTH)
+}
+
+/// Whether every operation of `query` selects only `__schema`, `__type` and `__typename`
+/// (parsed under the document bounds; false when it does not parse or is out of bounds).
+pub fn is_introspection_only(query: &str, limits: &limits::DocumentLimits) -> bool {
+    use async_graphql::parser::types::Selection;
+    if limits::check_text(query, limits).is_err() {
+        return false;
+    }
+    let Ok(doc) = async_graphql::parser::parse_query(query) else {
+        return false;
+    };
+    if limits::check_document(&doc, limits).is_err() {
+        return false;
+    }
+    let mut any = false;
+    for (_, op) in doc.operations.iter() {
+        for item in &op.node.selection_set.node.items {
+            match &item.node {
+                Selection::Field(f) if f.node.name.node.starts_with("__") => any = true,
+                _ => return false,
+            }
+        }
+    }
+    any
+}
+
+fn build_schema_with_depth(state: AppState, max_depth: usize) -> AppSchema {
+    let max_complexity = state.config.max_complexity;
+    let state_limits = state.config.document_limits();
     Schema::build(query::Query, mutation::Mutation, subscription::Subscription)
         .data(state)
         .limit_depth(max_depth)
         .limit_complexity(max_complexity)
         .limit_recursive_depth(32)
         .limit_directives(20)
+        .extension(limits::BoundDocuments(state_limits))
         .finish()
 }
 

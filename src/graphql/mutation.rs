@@ -118,6 +118,9 @@ async fn noted<T>(ctx: &Context<'_>, c: &mut DbConn, order_no: &str, r: AppResul
     r
 }
 
+/// Longest ticket note (refused above, not cut).
+const MAX_NOTE_CHARS: usize = 2000;
+
 fn require_admin<'a>(ctx: &Context<'a>) -> AppResult<&'a crate::auth::Viewer> {
     let v = viewer(ctx)?;
     v.require(&[Role::Admin])?;
@@ -424,6 +427,11 @@ impl Mutation {
     ) -> AppResult<ExceptionTicketNode> {
         let v = viewer(ctx)?;
         v.require(&[Role::Admin, Role::Ops])?;
+        if note.as_ref().is_some_and(|n| n.chars().count() > MAX_NOTE_CHARS) {
+            return Err(AppError::bad(format!(
+                "note must be at most {MAX_NOTE_CHARS} characters"
+            )));
+        }
         let actx = actor_ctx(ctx)?;
         let id = parse_id(&id, "id")?;
         let mut c = conn(ctx).await?;
@@ -457,7 +465,14 @@ impl Mutation {
         provider: PaymentProvider,
         date: Date,
     ) -> AppResult<ReconciliationRunNode> {
-        viewer(ctx)?.require(&[Role::Admin])?;
+        let v = viewer(ctx)?;
+        v.require(&[Role::Admin])?;
+        // A provider's bill covers every store of the chain.
+        if v.stores.is_some() {
+            return Err(AppError::Forbidden(
+                "store-limited staff may not run the chain-wide reconciliation".into(),
+            ));
+        }
         let trace = request(ctx).trace.clone();
         let run = crate::reconciliation::run(state(ctx), provider.as_str(), date.0, None, &trace).await?;
         Ok(ReconciliationRunNode(run))

@@ -132,14 +132,32 @@ impl MemberNode {
             .unwrap_or(0))
     }
     async fn memberships(&self, ctx: &Context<'_>) -> AppResult<Vec<MembershipNode>> {
+        let v = request(ctx).viewer.as_ref();
         Ok(loader(ctx)
             .load_one(MemberMemberships(self.0.id))
             .await
             .map_err(|e| e.into_app())?
             .unwrap_or_default()
             .into_iter()
+            .filter(|m| v.is_none_or(|v| v.sees_store(m.store_id)))
             .map(MembershipNode)
             .collect())
+    }
+}
+
+fn is_member(ctx: &Context<'_>) -> bool {
+    request(ctx).viewer.as_ref().is_none_or(|v| v.role == Role::Member)
+}
+
+/// A member reached through another object (an order, a membership): a store-limited admin
+/// sees only members of their stores; anyone else is refused with FORBIDDEN.
+async fn scoped_member(ctx: &Context<'_>, id: i64) -> AppResult<MemberNode> {
+    let m = load_member(ctx, id).await?;
+    match request(ctx).viewer.as_ref() {
+        Some(v) if !v.sees_store(m.0.store_id) => Err(AppError::Forbidden(format!(
+            "member {id} belongs to a store outside your stores"
+        ))),
+        _ => Ok(m),
     }
 }
 
@@ -258,7 +276,7 @@ impl MembershipNode {
         self.0.valid_to
     }
     async fn member(&self, ctx: &Context<'_>) -> AppResult<MemberNode> {
-        load_member(ctx, self.0.member_id).await
+        scoped_member(ctx, self.0.member_id).await
     }
     async fn plan(&self, ctx: &Context<'_>) -> AppResult<MembershipPlanNode> {
         loader(ctx)
@@ -305,8 +323,12 @@ impl PaymentCallbackNode {
     async fn outcome(&self) -> &str {
         &self.0.outcome
     }
-    /// the payload as received (decrypted where the provider encrypts it)
-    async fn body(&self) -> &str {
+    /// the payload as received (decrypted where the provider encrypts it); empty for members
+    /// (it holds the provider's identifiers of payer and merchant)
+    async fn body(&self, ctx: &Context<'_>) -> &str {
+        if is_member(ctx) {
+            return "";
+        }
         &self.0.body
     }
     async fn event_type(&self) -> Option<&str> {
@@ -358,7 +380,11 @@ impl CompensationEventNode {
             _ => None,
         }
     }
-    async fn last_error(&self) -> Option<&str> {
+    /// the downstream's last answer (staff only: it can hold another system's internals)
+    async fn last_error(&self, ctx: &Context<'_>) -> Option<&str> {
+        if is_member(ctx) {
+            return None;
+        }
         self.0.last_error.as_deref()
     }
     async fn updated_at(&self) -> DateTime<Utc> {
@@ -372,6 +398,7 @@ impl CompensationEventNode {
         &self.0.idempotency_key
     }
     async fn attempt_log(&self, ctx: &Context<'_>) -> AppResult<Vec<CompensationAttemptNode>> {
+        let member = is_member(ctx);
         Ok(loader(ctx)
             .load_one(EventAttempts(self.0.id))
             .await
@@ -381,7 +408,7 @@ impl CompensationEventNode {
             .map(|a| CompensationAttemptNode {
                 at: a.at,
                 ok: a.ok,
-                error: a.error,
+                error: if member { None } else { a.error },
                 duration_ms: a.duration_ms,
             })
             .collect())
@@ -460,7 +487,7 @@ impl OrderNode {
         self.0.status()
     }
     async fn member(&self, ctx: &Context<'_>) -> AppResult<MemberNode> {
-        load_member(ctx, self.0.member_id).await
+        scoped_member(ctx, self.0.member_id).await
     }
     async fn store(&self, ctx: &Context<'_>) -> AppResult<StoreNode> {
         load_store(ctx, self.0.store_id).await
@@ -530,7 +557,25 @@ impl OrderNode {
     /// Status changes, callbacks, check-ins, compensation attempts and tickets, oldest first.
     async fn timeline(&self, ctx: &Context<'_>) -> AppResult<Vec<TimelineEntry>> {
         let mut conn = state(ctx).pool.get().await?;
-        crate::timeline::for_order(&mut conn, self.0.id).await
+        let entries = crate::timeline::for_order(&mut conn, self.0.id).await?;
+        if !is_member(ctx) {
+            return Ok(entries);
+        }
+        // Members: no tickets (staff's working material), no downstream error texts, no
+        // worker names.
+        Ok(entries
+            .into_iter()
+            .filter(|e| e.kind != "TICKET")
+            .map(|mut e| {
+                if e.kind == "COMPENSATION_ATTEMPT" {
+                    if let Some((head, _)) = e.summary.split_once(": ") {
+                        e.summary = head.to_string();
+                    }
+                    e.actor = "system".into();
+                }
+                e
+            })
+            .collect())
     }
     async fn callbacks(&self, ctx: &Context<'_>) -> AppResult<Vec<PaymentCallbackNode>> {
         Ok(loader(ctx)
@@ -613,8 +658,8 @@ impl ReconciliationRunNode {
     async fn tickets_opened(&self) -> i32 {
         self.0.tickets_opened
     }
-    async fn error(&self) -> Option<&str> {
-        self.0.error.as_deref()
+    async fn error(&self) -> Option<String> {
+        self.0.error.as_deref().map(crate::error::public_text)
     }
 }
 
@@ -814,7 +859,7 @@ impl TaskRunNode {
     async fn rows_touched(&self) -> i32 {
         int(self.0.rows_touched)
     }
-    async fn detail(&self) -> Option<&str> {
-        self.0.detail.as_deref()
+    async fn detail(&self) -> Option<String> {
+        self.0.detail.as_deref().map(crate::error::public_text)
     }
 }

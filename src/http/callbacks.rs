@@ -11,8 +11,63 @@ use super::HttpState;
 use crate::payments::{self, alipay, wechat, Outcome, Received};
 use crate::trace::TraceId;
 
-fn wechat_fail(status: StatusCode, message: &str) -> Response {
+/// The caller learns only that the notification was refused (or must be retried); what went
+/// wrong is in the log under the trace id, and in the recorded evidence.
+fn wechat_fail(status: StatusCode) -> Response {
+    let message = match status {
+        StatusCode::UNAUTHORIZED => "notification refused",
+        StatusCode::SERVICE_UNAVAILABLE => "WeChat Pay is not configured",
+        _ => "not processed, please retry",
+    };
     (status, axum::Json(json!({"code": "FAIL", "message": message}))).into_response()
+}
+
+/// Text fit for a PostgreSQL `text` or `jsonb` string: invalid UTF-8 replaced, NUL (which
+/// neither type stores) escaped as `\u0000`. With `limit`, cut at a character boundary
+/// and marked with the original length.
+pub(crate) fn evidence_text(bytes: &[u8], limit: Option<usize>) -> String {
+    let text = String::from_utf8_lossy(bytes);
+    let mut out = match limit {
+        Some(max) if text.len() > max => {
+            let mut cut = max;
+            while !text.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            format!("{}…[{} bytes received, first {} kept]", &text[..cut], bytes.len(), cut)
+        }
+        _ => text.into_owned(),
+    };
+    if out.contains('\0') {
+        out = out.replace('\0', "\\u0000");
+    }
+    out
+}
+
+/// An unverified callback's header, as kept: at most 256 bytes.
+fn evidence_header(value: Option<&str>) -> Option<String> {
+    value.map(|v| evidence_text(v.as_bytes(), Some(256)))
+}
+
+/// Refused callbacks are logged at WARN at most this many times a minute (a flood of
+/// forgeries must not flood the log); the rest are counted in the metric and the next line.
+const WARN_PER_MINUTE: u64 = 20;
+
+fn warn_refused(provider: &str, error: &str) {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static MINUTE: AtomicU64 = AtomicU64::new(0);
+    static COUNT: AtomicU64 = AtomicU64::new(0);
+    static SUPPRESSED: AtomicU64 = AtomicU64::new(0);
+    metrics::counter!("fitorder_callbacks_unverified_total", "provider" => provider.to_string()).increment(1);
+    let minute = (chrono::Utc::now().timestamp() / 60) as u64;
+    if MINUTE.swap(minute, Ordering::Relaxed) != minute {
+        COUNT.store(0, Ordering::Relaxed);
+    }
+    if COUNT.fetch_add(1, Ordering::Relaxed) < WARN_PER_MINUTE {
+        let suppressed = SUPPRESSED.swap(0, Ordering::Relaxed);
+        tracing::warn!(provider, error = %evidence_text(error.as_bytes(), Some(200)), suppressed, "notification refused");
+    } else {
+        SUPPRESSED.fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 fn header<'a>(h: &'a HeaderMap, name: &str) -> Option<&'a str> {
@@ -27,7 +82,7 @@ pub async fn wechat_notify(
 ) -> Response {
     let Some(keys) = s.keys.wechat.as_ref() else {
         tracing::error!("WeChat Pay notification refused: WECHATPAY_MCH_ID, WECHATPAY_APIV3_KEY and WECHATPAY_PLATFORM_PUBLIC_KEY are not all set");
-        return wechat_fail(StatusCode::SERVICE_UNAVAILABLE, "WeChat Pay is not configured");
+        return wechat_fail(StatusCode::SERVICE_UNAVAILABLE);
     };
     let h = wechat::Headers {
         timestamp: header(&headers, "wechatpay-timestamp"),
@@ -36,10 +91,11 @@ pub async fn wechat_notify(
         serial: header(&headers, "wechatpay-serial"),
     };
     let evidence = json!({
-        "Wechatpay-Timestamp": h.timestamp, "Wechatpay-Nonce": h.nonce,
-        "Wechatpay-Serial": h.serial, "Wechatpay-Signature": h.signature,
+        "Wechatpay-Timestamp": evidence_header(h.timestamp), "Wechatpay-Nonce": evidence_header(h.nonce),
+        "Wechatpay-Serial": evidence_header(h.serial), "Wechatpay-Signature": evidence_header(h.signature),
     });
-    let raw = String::from_utf8_lossy(&body).to_string();
+    // Until the signature is checked the body is anybody's: only its beginning is kept.
+    let raw = evidence_text(&body, Some(s.app.config.unverified_callback_bytes));
     let now = chrono::Utc::now().timestamp();
     // Authenticate, then decrypt.
     let checked = wechat::verify(keys, &h, &body, now)
@@ -52,8 +108,8 @@ pub async fn wechat_notify(
     let (env, plain, notice) = match checked {
         Ok(v) => v,
         Err(e) => {
-            let msg = e.message();
-            tracing::warn!(error = %msg, "WeChat Pay notification refused");
+            let msg = evidence_text(e.message().as_bytes(), Some(1024));
+            warn_refused("WECHAT_PAY", &msg);
             let rec = Received {
                 provider: "WECHAT_PAY",
                 verified: false,
@@ -62,15 +118,20 @@ pub async fn wechat_notify(
                 headers: evidence,
                 error: Some(&msg),
             };
-            if let Err(err) = record_only(&s, rec, &trace).await {
-                return wechat_fail(StatusCode::INTERNAL_SERVER_ERROR, &err);
+            if record_only(&s, rec, &trace).await.is_err() {
+                return wechat_fail(StatusCode::INTERNAL_SERVER_ERROR);
             }
-            return wechat_fail(StatusCode::UNAUTHORIZED, &msg);
+            return wechat_fail(StatusCode::UNAUTHORIZED);
         }
     };
+    // Authentic from here on: kept whole (NULs escaped).
+    let plain = evidence_text(plain.as_bytes(), None);
     let mut evidence = evidence;
     evidence["notificationId"] = json!(env.id);
-    let notice_error = notice.as_ref().err().map(|e| e.message());
+    let notice_error = notice
+        .as_ref()
+        .err()
+        .map(|e| evidence_text(e.message().as_bytes(), Some(1024)));
     let rec = Received {
         provider: "WECHAT_PAY",
         verified: true,
@@ -83,24 +144,19 @@ pub async fn wechat_notify(
         Ok(n) => n,
         Err(e) => {
             // Authentic but not ours (another merchant) or not readable: refuse, keep the evidence.
-            if let Err(err) = record_only(
-                &s,
-                Received {
-                    error: Some(&e.message()),
-                    ..rec
-                },
-                &trace,
-            )
-            .await
-            {
-                return wechat_fail(StatusCode::INTERNAL_SERVER_ERROR, &err);
+            tracing::warn!(error = %e.message(), "WeChat Pay notification authentic but refused");
+            if record_only(&s, rec, &trace).await.is_err() {
+                return wechat_fail(StatusCode::INTERNAL_SERVER_ERROR);
             }
-            return wechat_fail(StatusCode::UNAUTHORIZED, &e.message());
+            return wechat_fail(StatusCode::UNAUTHORIZED);
         }
     };
     match process(&s, rec, notice, &trace).await {
         Ok(_) => StatusCode::NO_CONTENT.into_response(),
-        Err(msg) => wechat_fail(StatusCode::INTERNAL_SERVER_ERROR, &msg),
+        Err(msg) => {
+            tracing::error!(error = %msg, "WeChat Pay notification not processed");
+            wechat_fail(StatusCode::INTERNAL_SERVER_ERROR)
+        }
     }
 }
 
@@ -110,11 +166,12 @@ pub async fn alipay_notify(State(s): State<HttpState>, Extension(trace): Extensi
         tracing::error!("Alipay notification refused: ALIPAY_APP_ID and ALIPAY_PUBLIC_KEY are not both set");
         return (StatusCode::SERVICE_UNAVAILABLE, "failure").into_response();
     };
-    let raw = String::from_utf8_lossy(&body).to_string();
+    let raw = evidence_text(&body, Some(s.app.config.unverified_callback_bytes));
     let fields = match alipay::parse_form(&body) {
         Ok(f) => f,
         Err(e) => {
-            let msg = e.message();
+            let msg = evidence_text(e.message().as_bytes(), Some(1024));
+            warn_refused("ALIPAY", &msg);
             let rec = Received {
                 provider: "ALIPAY",
                 verified: false,
@@ -127,12 +184,13 @@ pub async fn alipay_notify(State(s): State<HttpState>, Extension(trace): Extensi
             return failure(StatusCode::BAD_REQUEST);
         }
     };
-    let evidence = json!({"notify_id": alipay::field(&fields, "notify_id"), "notify_time": alipay::field(&fields, "notify_time"),
-                          "app_id": alipay::field(&fields, "app_id")});
-    let event = alipay::field(&fields, "trade_status").map(str::to_string);
+    let evidence = json!({"notify_id": evidence_header(alipay::field(&fields, "notify_id")),
+                          "notify_time": evidence_header(alipay::field(&fields, "notify_time")),
+                          "app_id": evidence_header(alipay::field(&fields, "app_id"))});
+    let event = alipay::field(&fields, "trade_status").map(|e| evidence_text(e.as_bytes(), Some(64)));
     if let Err(e) = alipay::verify(keys, &fields) {
-        let msg = e.message();
-        tracing::warn!(error = %msg, "Alipay notification refused");
+        let msg = evidence_text(e.message().as_bytes(), Some(1024));
+        warn_refused("ALIPAY", &msg);
         let rec = Received {
             provider: "ALIPAY",
             verified: false,
@@ -146,6 +204,8 @@ pub async fn alipay_notify(State(s): State<HttpState>, Extension(trace): Extensi
         }
         return failure(StatusCode::UNAUTHORIZED);
     }
+    // Authentic: kept whole.
+    let raw = evidence_text(&body, None);
     let rec = Received {
         provider: "ALIPAY",
         verified: true,
@@ -157,10 +217,11 @@ pub async fn alipay_notify(State(s): State<HttpState>, Extension(trace): Extensi
     let notice = match alipay::notice(&fields) {
         Ok(n) => n,
         Err(e) => {
+            let msg = evidence_text(e.message().as_bytes(), Some(1024));
             let _ = record_only(
                 &s,
                 Received {
-                    error: Some(&e.message()),
+                    error: Some(&msg),
                     ..rec
                 },
                 &trace,
@@ -171,22 +232,27 @@ pub async fn alipay_notify(State(s): State<HttpState>, Extension(trace): Extensi
     };
     match process(&s, rec, notice, &trace).await {
         Ok(_) => (StatusCode::OK, "success").into_response(),
-        Err(_) => failure(StatusCode::INTERNAL_SERVER_ERROR),
+        Err(msg) => {
+            tracing::error!(error = %msg, "Alipay notification not processed");
+            failure(StatusCode::INTERNAL_SERVER_ERROR)
+        }
     }
 }
 
 /// Records a refused callback (its own transaction) as BAD_SIGNATURE evidence.
 async fn record_only(s: &HttpState, rec: Received<'_>, trace: &TraceId) -> Result<(), String> {
-    let mut conn = s
-        .app
-        .pool
-        .get()
-        .await
-        .map_err(|e| format!("database unavailable: {e}"))?;
+    let mut conn = s.app.pool.get().await.map_err(|e| {
+        tracing::error!(error = %e, "refused callback not recorded: database unavailable");
+        format!("database unavailable: {e}")
+    })?;
     payments::record(&mut conn, rec, Outcome::BadSignature.as_str(), trace)
         .await
         .map(|_| ())
-        .map_err(|e| e.message())
+        .map_err(|e| {
+            let msg = e.message();
+            tracing::error!(error = %msg, "refused callback not recorded");
+            msg
+        })
 }
 
 /// Records the verified callback, then applies it. An error means the provider must retry.

@@ -1,13 +1,13 @@
 //! GraphQL over HTTP and WebSocket.
 
-use async_graphql::http::{GraphiQLSource, WebSocket as GqlWebSocket, WebSocketProtocols, WsMessage};
+use async_graphql::http::{WebSocket as GqlWebSocket, WebSocketProtocols, WsMessage};
 use async_graphql::Data;
 use async_graphql_axum::rejection::GraphQLRejection;
 use async_graphql_axum::{GraphQLRequest, GraphQLResponse};
 use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
-use axum::response::{Html, IntoResponse, Response};
+use axum::response::{IntoResponse, Response};
 use axum::Extension;
 use futures_util::{SinkExt, StreamExt};
 
@@ -43,37 +43,46 @@ pub async fn graphql(
     let header = headers.get("authorization").and_then(|v| v.to_str().ok());
     let viewer = match viewer_from(&s.app.config.jwt_secret, header) {
         Ok(v) => v,
-        Err(msg) => {
-            let err = async_graphql::ServerError::new(msg, None);
-            let mut err = err;
-            let mut ext = async_graphql::ErrorExtensionValues::default();
-            ext.set("code", "UNAUTHENTICATED");
-            err.extensions = Some(ext);
-            let resp = async_graphql::Response::from_errors(vec![err]);
-            return GraphQLResponse::from(resp).into_response();
-        }
+        Err(msg) => return unauthenticated(msg),
     };
+    let req = req.into_inner();
+    // Without a token nothing but introspection can run: refuse the rest before parsing.
+    if viewer.is_none() && !might_be_introspection(&req.query) {
+        return unauthenticated("a bearer token is required".into());
+    }
     let request = req
-        .into_inner()
         .data(RequestContext {
             viewer,
             trace,
             client_ip: client_ip(&headers),
         })
         .data(DbLoader::new(s.app.pool.clone()));
-    GraphQLResponse::from(s.schema.execute(request).await).into_response()
+    let schema = if might_be_introspection(&request.query)
+        && crate::graphql::is_introspection_only(&request.query, &s.app.config.document_limits())
+    {
+        &s.introspection
+    } else {
+        &s.schema
+    };
+    GraphQLResponse::from(schema.execute(request).await).into_response()
 }
 
-/// GraphiQL, wired to the WebSocket endpoint, with a header editor preset for a token.
-pub async fn graphiql() -> Html<String> {
-    Html(
-        GraphiQLSource::build()
-            .endpoint("/graphql")
-            .subscription_endpoint("/graphql/ws")
-            .header("Authorization", "Bearer <paste a token from `fitorder token`>")
-            .title("fitorder GraphiQL")
-            .finish(),
-    )
+fn unauthenticated(msg: String) -> Response {
+    let mut err = async_graphql::ServerError::new(msg, None);
+    let mut ext = async_graphql::ErrorExtensionValues::default();
+    ext.set("code", "UNAUTHENTICATED");
+    err.extensions = Some(ext);
+    GraphQLResponse::from(async_graphql::Response::from_errors(vec![err])).into_response()
+}
+
+/// Whether an anonymous document may be introspection (GraphiQL asks for the schema before
+/// a token is pasted). Anything else needs a token; the document bounds still apply.
+fn might_be_introspection(query: &str) -> bool {
+    query.len() <= 16 * 1024
+        && (query.contains("__schema")
+            || query
+                .match_indices("__type")
+                .any(|(i, _)| !query[i + 6..].starts_with("name")))
 }
 
 pub async fn subscriptions(
@@ -89,12 +98,38 @@ pub async fn subscriptions(
         .on_upgrade(move |socket| serve_ws(s, socket, trace))
 }
 
+/// Close codes of graphql-transport-ws (also used on the legacy protocol).
+const CLOSE_INIT_TIMEOUT: u16 = 4408;
+const CLOSE_DUPLICATE_ID: u16 = 4409;
+
+/// What the connection's guard knows: the ids of running operations, and why to close.
+#[derive(Default)]
+struct WsGuard {
+    active: std::collections::HashSet<String>,
+    close: Option<(u16, String)>,
+}
+
+#[derive(serde::Deserialize)]
+struct Peek {
+    #[serde(rename = "type")]
+    kind: Option<String>,
+    id: Option<String>,
+}
+
 async fn serve_ws(s: HttpState, socket: WebSocket, trace: TraceId) {
-    let protocol = match socket.protocol().and_then(|p| p.to_str().ok()) {
-        Some("graphql-ws") => WebSocketProtocols::SubscriptionsTransportWS,
-        _ => WebSocketProtocols::GraphQLWS,
+    use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+    use std::sync::{Arc, Mutex};
+    let legacy = matches!(socket.protocol().and_then(|p| p.to_str().ok()), Some("graphql-ws"));
+    let protocol = if legacy {
+        WebSocketProtocols::SubscriptionsTransportWS
+    } else {
+        WebSocketProtocols::GraphQLWS
     };
     let (mut sink, stream) = socket.split();
+    let max_subscriptions = s.app.config.ws_max_subscriptions;
+    let guard = Arc::new(Mutex::new(WsGuard::default()));
+    let (inject_tx, mut inject_rx) = tokio::sync::mpsc::unbounded_channel::<Message>();
+    let input_guard = guard.clone();
     let input = stream
         .take_while(|r| futures_util::future::ready(r.is_ok()))
         .filter_map(|r| {
@@ -103,19 +138,59 @@ async fn serve_ws(s: HttpState, socket: WebSocket, trace: TraceId) {
                 Ok(Message::Binary(b)) => Some(b.to_vec()),
                 _ => None,
             })
+        })
+        // Every operation id is tracked: a reused id closes the connection (4409), one over the
+        // per-connection cap is answered with an error and never started.
+        .filter_map(move |bytes| {
+            let pass = match serde_json::from_slice::<Peek>(&bytes) {
+                Ok(Peek {
+                    kind: Some(kind),
+                    id: Some(id),
+                }) => {
+                    let mut g = input_guard.lock().expect("ws guard");
+                    match kind.as_str() {
+                        "subscribe" | "start" if g.active.contains(&id) => {
+                            g.close = Some((CLOSE_DUPLICATE_ID, format!("Subscriber for {id} already exists")));
+                            let _ = inject_tx.send(Message::Close(None));
+                            false
+                        }
+                        "subscribe" | "start" if g.active.len() >= max_subscriptions => {
+                            let refusal = serde_json::json!({"type": "error", "id": id, "payload": [{
+                                "message": format!("too many operations on this connection (limit {max_subscriptions})"),
+                                "extensions": {"code": "BAD_USER_INPUT"}}]});
+                            let _ = inject_tx.send(Message::Text(refusal.to_string().into()));
+                            false
+                        }
+                        "subscribe" | "start" => {
+                            g.active.insert(id);
+                            true
+                        }
+                        "complete" | "stop" => {
+                            g.active.remove(&id);
+                            true
+                        }
+                        _ => true,
+                    }
+                }
+                _ => true,
+            };
+            futures_util::future::ready(pass.then_some(bytes))
         });
     let secret = s.app.config.jwt_secret.clone();
     let pool = s.app.pool.clone();
-    let refused = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let refused = Arc::new(AtomicBool::new(false));
     let refused_flag = refused.clone();
+    let expires = Arc::new(AtomicI64::new(i64::MAX));
+    let expires_at = expires.clone();
     let on_init = move |payload: serde_json::Value| async move {
         let header = payload
             .get("authorization")
             .or_else(|| payload.get("Authorization"))
             .and_then(|v| v.as_str())
             .map(str::to_string);
-        match header.map(|h| auth::verify(&secret, &h)) {
-            Some(Ok(viewer)) => {
+        match header.map(|h| auth::verify_with_expiry(&secret, &h)) {
+            Some(Ok((viewer, exp))) => {
+                expires_at.store(exp, Ordering::SeqCst);
                 let mut data = Data::default();
                 data.insert(RequestContext {
                     viewer: Some(viewer),
@@ -126,7 +201,7 @@ async fn serve_ws(s: HttpState, socket: WebSocket, trace: TraceId) {
                 Ok(data)
             }
             _ => {
-                refused_flag.store(true, std::sync::atomic::Ordering::SeqCst);
+                refused_flag.store(true, Ordering::SeqCst);
                 Err(async_graphql::Error::new(
                     "Forbidden: a valid bearer token is required in connection_init",
                 ))
@@ -134,19 +209,54 @@ async fn serve_ws(s: HttpState, socket: WebSocket, trace: TraceId) {
         }
     };
     let mut out = GqlWebSocket::new(s.schema.clone(), input, protocol).on_connection_init(on_init);
-    while let Some(msg) = out.next().await {
-        let msg = match msg {
-            WsMessage::Text(t) => Message::Text(t.into()),
-            WsMessage::Close(code, reason) => {
-                let code = if refused.load(std::sync::atomic::Ordering::SeqCst) {
-                    CLOSE_FORBIDDEN
+    // Until the ack: the connection_init deadline; after it: the token's expiry.
+    let mut acked = false;
+    let deadline = tokio::time::sleep(s.app.config.ws_init_timeout);
+    tokio::pin!(deadline);
+    let close = |code: u16, reason: String| {
+        Message::Close(Some(CloseFrame {
+            code,
+            reason: reason.into(),
+        }))
+    };
+    loop {
+        let msg = tokio::select! {
+            msg = out.next() => match msg {
+                None => break,
+                Some(WsMessage::Text(t)) => {
+                    if t.starts_with(r#"{"type":"connection_ack""#) && !acked {
+                        acked = true;
+                        let exp = expires.load(Ordering::SeqCst);
+                        let left = (exp - chrono::Utc::now().timestamp()).max(0) as u64;
+                        deadline.as_mut().reset(tokio::time::Instant::now() + std::time::Duration::from_secs(left));
+                    } else if t.starts_with(r#"{"type":"complete""#) {
+                        if let Ok(Peek { id: Some(id), .. }) = serde_json::from_str::<Peek>(&t) {
+                            guard.lock().expect("ws guard").active.remove(&id);
+                        }
+                    }
+                    Message::Text(t.into())
+                }
+                Some(WsMessage::Close(code, reason)) => {
+                    let code = if refused.load(Ordering::SeqCst) { CLOSE_FORBIDDEN } else { code };
+                    close(code, reason)
+                }
+            },
+            Some(injected) = inject_rx.recv() => match injected {
+                Message::Close(_) => {
+                    let (code, reason) = guard.lock().expect("ws guard").close.take().unwrap_or((1011, String::new()));
+                    let _ = sink.send(close(code, reason)).await;
+                    return;
+                }
+                other => other,
+            },
+            _ = &mut deadline => {
+                let frame = if acked {
+                    close(CLOSE_FORBIDDEN, "Forbidden: the token has expired".into())
                 } else {
-                    code
+                    close(CLOSE_INIT_TIMEOUT, "Connection initialisation timeout".into())
                 };
-                Message::Close(Some(CloseFrame {
-                    code,
-                    reason: reason.into(),
-                }))
+                let _ = sink.send(frame).await;
+                return;
             }
         };
         if sink.send(msg).await.is_err() {
@@ -154,13 +264,8 @@ async fn serve_ws(s: HttpState, socket: WebSocket, trace: TraceId) {
         }
     }
     // The legacy protocol reports the refusal as a message; close the socket with 4403 too.
-    if refused.load(std::sync::atomic::Ordering::SeqCst) {
-        let _ = sink
-            .send(Message::Close(Some(CloseFrame {
-                code: CLOSE_FORBIDDEN,
-                reason: "Forbidden".into(),
-            })))
-            .await;
+    if refused.load(Ordering::SeqCst) {
+        let _ = sink.send(close(CLOSE_FORBIDDEN, "Forbidden".into())).await;
     }
 }
 

@@ -26,7 +26,15 @@ pub async fn render(State(s): State<HttpState>) -> impl IntoResponse {
     ::metrics::gauge!("fitorder_db_pool_size").set(status.size as f64);
     ::metrics::gauge!("fitorder_db_pool_available").set(status.available as f64);
     ::metrics::gauge!("fitorder_db_pool_waiting").set(status.waiting as f64);
-    // The outbox backlog, read at scrape time so every instance reports the same truth.
+    // The outbox backlog, read from the database so every instance reports the same truth,
+    // at most every BACKLOG_EVERY (scrapes in between, or at the same time, reuse the gauges).
+    let mut last = s.backlog_read.lock().await;
+    if last.is_some_and(|t| t.elapsed() < BACKLOG_EVERY) {
+        drop(last);
+        return rendered(&s, handle);
+    }
+    *last = Some(std::time::Instant::now());
+    BACKLOG_READS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let backlog = async {
         use diesel_async::RunQueryDsl;
         #[derive(diesel::QueryableByName)]
@@ -61,6 +69,11 @@ pub async fn render(State(s): State<HttpState>) -> impl IntoResponse {
         ::metrics::gauge!("fitorder_compensation_overdue").set(n("OVERDUE"));
         ::metrics::gauge!("fitorder_alert_deliveries_dead").set(n("ALERT_DEAD"));
     }
+    drop(last);
+    rendered(&s, handle)
+}
+
+fn rendered(s: &HttpState, handle: &PrometheusHandle) -> ([(header::HeaderName, &'static str); 1], String) {
     ::metrics::gauge!("fitorder_subscribers_hub").set(s.app.events.subscriber_count() as f64);
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], handle.render())
 }
@@ -73,6 +86,7 @@ pub const FAMILIES: &[(&str, &str, &[&str])] = &[
     ("fitorder_alert_deliveries_dead_total", "counter", &["channel"]),
     ("fitorder_alerts_raised_total", "counter", &["cause"]),
     ("fitorder_callbacks_total", "counter", &["provider", "outcome"]),
+    ("fitorder_callbacks_unverified_total", "counter", &["provider"]),
     ("fitorder_check_ins_total", "counter", &[]),
     ("fitorder_compensation_attempts_total", "counter", &["kind", "outcome"]),
     ("fitorder_compensation_backlog", "gauge", &["status"]),
@@ -105,3 +119,12 @@ pub const FAMILIES: &[(&str, &str, &[&str])] = &[
     ("fitorder_trades_started_total", "counter", &["channel"]),
     ("fitorder_transitions_total", "counter", &["from", "to"]),
 ];
+/// How often a scrape may query the outbox backlog.
+pub const BACKLOG_EVERY: std::time::Duration = std::time::Duration::from_secs(15);
+
+static BACKLOG_READS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// How many times this process has queried the backlog for `/metrics` (for tests).
+pub fn backlog_reads() -> u64 {
+    BACKLOG_READS.load(std::sync::atomic::Ordering::Relaxed)
+}

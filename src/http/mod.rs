@@ -3,9 +3,13 @@
 //! echoed in the `X-Trace-Id` response header.
 
 mod callbacks;
+pub mod graphiql;
 mod graphql_routes;
 mod health;
 pub mod metrics;
+mod serve;
+
+pub use serve::serve;
 
 use std::time::Instant;
 
@@ -24,17 +28,31 @@ use crate::trace::TraceId;
 pub struct HttpState {
     pub app: AppState,
     pub schema: AppSchema,
+    /// The same schema with room for introspection's depth (introspection-only documents).
+    pub introspection: AppSchema,
     pub keys: std::sync::Arc<crate::payments::keys::ProviderKeys>,
+    /// When `/metrics` last read the outbox backlog from the database (it does at most every
+    /// [`metrics::BACKLOG_EVERY`], however often it is scraped).
+    pub backlog_read: std::sync::Arc<tokio::sync::Mutex<Option<Instant>>>,
 }
 
 pub fn router(app: AppState) -> Router {
     metrics::install();
     let schema = build_schema(app.clone());
+    let introspection = crate::graphql::build_introspection_schema(app.clone());
     let limit = app.config.max_body_bytes;
+    let body_timeout = app.config.http_body_timeout;
     let keys = app.keys.clone();
-    let state = HttpState { app, schema, keys };
+    let state = HttpState {
+        app,
+        schema,
+        introspection,
+        keys,
+        backlog_read: Default::default(),
+    };
     Router::new()
-        .route("/graphql", get(graphql_routes::graphiql).post(graphql_routes::graphql))
+        .route("/graphql", get(graphiql::page).post(graphql_routes::graphql))
+        .route("/graphql/assets/{name}", get(graphiql::asset))
         .route("/graphql/ws", get(graphql_routes::subscriptions))
         .route("/pay/wechat/notify", axum::routing::post(callbacks::wechat_notify))
         .route("/pay/alipay/notify", axum::routing::post(callbacks::alipay_notify))
@@ -45,6 +63,11 @@ pub fn router(app: AppState) -> Router {
         .with_state(state)
         .layer(axum::extract::DefaultBodyLimit::max(limit))
         .layer(tower_http::limit::RequestBodyLimitLayer::new(limit))
+        .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(body_timeout))
+        .layer(tower_http::set_header::SetResponseHeaderLayer::if_not_present(
+            axum::http::header::X_CONTENT_TYPE_OPTIONS,
+            HeaderValue::from_static("nosniff"),
+        ))
         .layer(middleware::from_fn(trace_requests))
 }
 
@@ -53,8 +76,15 @@ pub fn router(app: AppState) -> Router {
 pub fn ops_router(app: AppState) -> Router {
     metrics::install();
     let schema = build_schema(app.clone());
+    let introspection = schema.clone();
     let keys = app.keys.clone();
-    let state = HttpState { app, schema, keys };
+    let state = HttpState {
+        app,
+        schema,
+        introspection,
+        keys,
+        backlog_read: Default::default(),
+    };
     Router::new()
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
@@ -64,8 +94,17 @@ pub fn ops_router(app: AppState) -> Router {
 }
 
 /// The ops watch page: one self-contained file (no build step, no CDN), compiled into the binary.
-async fn ops_page() -> axum::response::Html<&'static str> {
-    axum::response::Html(include_str!("../../playground/ops/index.html"))
+/// Its own `<meta>` policy cannot forbid framing; the header does.
+async fn ops_page() -> Response {
+    let mut resp = axum::response::IntoResponse::into_response(axum::response::Html(include_str!(
+        "../../playground/ops/index.html"
+    )));
+    graphiql::html_headers(
+        &mut resp,
+        "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self' ws: wss:; \
+         img-src data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
+    );
+    resp
 }
 
 /// Gives the request its trace id, logs it with the outcome, and counts it by route.
@@ -109,6 +148,7 @@ fn known_route(path: &str) -> &'static str {
         "/readyz" => "/readyz",
         "/metrics" => "/metrics",
         "/ops" => "/ops",
+        "/graphql/assets/{name}" => "/graphql/assets",
         _ => "other",
     }
 }

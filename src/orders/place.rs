@@ -106,7 +106,9 @@ pub async fn place_order(
                 .get_result(conn)
                 .await
                 .optional()?;
-            if member.is_none() {
+            // A store-limited admin may place orders only for members of their stores (another
+            // store's member is answered as missing, as `member(id)` answers it).
+            if !member.as_ref().is_some_and(|m| viewer.sees_store(m.store_id)) {
                 return Err(AppError::NotFound(format!("member {member_id}")));
             }
             let now = Utc::now();

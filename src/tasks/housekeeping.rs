@@ -44,6 +44,10 @@ const KEY_RETENTION_DAYS: i64 = 90;
 /// Successful delivery attempts are kept this long; failures and anything a ticket needs stay.
 const ATTEMPT_RETENTION_DAYS: i64 = 90;
 const TASK_RUN_RETENTION_DAYS: i64 = 30;
+/// Callbacks whose signature did not verify (anybody's traffic) are kept a week, and at most
+/// this many of them (the newest): enough to look into an attack, not a way to fill the disk.
+const UNVERIFIED_RETENTION_DAYS: i64 = 7;
+pub const UNVERIFIED_KEEP: i64 = 100_000;
 
 /// Looks for what needs a human: DEAD events, stuck task runs and reconciliations. Stuck runs
 /// are closed as FAILED (so the next tick can run); every finding is logged as an alert.
@@ -102,7 +106,8 @@ pub async fn alert_check(state: AppState) -> AppResult<i64> {
 }
 
 /// Prunes what is safe to prune: old idempotency keys, old successful attempt logs, old task
-/// runs — never anything an open ticket's order needs.
+/// runs, unverified callbacks past their week (or beyond the newest [`UNVERIFIED_KEEP`]) —
+/// never anything an open ticket's order needs.
 pub async fn data_cleanup(state: AppState) -> AppResult<i64> {
     let mut conn = state.pool.get().await?;
     let r: N = diesel::sql_query(format!(
@@ -119,11 +124,20 @@ pub async fn data_cleanup(state: AppState) -> AppResult<i64> {
                AND a.at < now() - interval '{ATTEMPT_RETENTION_DAYS} days'
                AND e.order_id NOT IN (SELECT order_id FROM open_orders)
             RETURNING 1
+         ), unverified AS (
+            DELETE FROM payment_callbacks c
+             WHERE NOT c.verified AND c.order_id IS NULL
+               AND (c.received_at < now() - interval '{UNVERIFIED_RETENTION_DAYS} days'
+                    OR c.id <= (SELECT id FROM payment_callbacks WHERE NOT verified
+                                 ORDER BY id DESC OFFSET {UNVERIFIED_KEEP} LIMIT 1))
+               AND NOT EXISTS (SELECT 1 FROM payment_keys k WHERE k.callback_id = c.id)
+            RETURNING 1
          ), runs AS (
             DELETE FROM task_runs WHERE status <> 'RUNNING' AND started_at < now() - interval '{TASK_RUN_RETENTION_DAYS} days'
             RETURNING 1
          )
-         SELECT (SELECT count(*) FROM keys) + (SELECT count(*) FROM attempts) + (SELECT count(*) FROM runs) AS n"
+         SELECT (SELECT count(*) FROM keys) + (SELECT count(*) FROM attempts) + (SELECT count(*) FROM runs)
+                + (SELECT count(*) FROM unverified) AS n"
     ))
     .get_result(&mut conn)
     .await?;

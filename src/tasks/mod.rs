@@ -3,7 +3,7 @@
 //! and records how it went; the others find the row taken. Any number of processes may run the
 //! scheduler; none is a leader.
 
-mod housekeeping;
+pub mod housekeeping;
 
 use std::time::Duration;
 

@@ -21,7 +21,10 @@ async fn health_readiness_and_metrics_answer() {
     let (s, body) = app.get("/graphql").await;
     assert_eq!(s, StatusCode::OK);
     let html = String::from_utf8(body).unwrap();
-    assert!(html.contains("/graphql/ws") && html.contains("Authorization"));
+    assert!(html.contains("/graphql/assets/init.js"), "{html}");
+    let (_, boot) = app.get("/graphql/assets/init.js").await;
+    let boot = String::from_utf8(boot).unwrap();
+    assert!(boot.contains("/graphql/ws") && boot.contains("Authorization"));
 }
 
 #[tokio::test]

@@ -90,3 +90,45 @@ impl WsClient {
         }
     }
 }
+
+impl WsClient {
+    /// Sends any protocol message as it is.
+    pub async fn send_raw(&mut self, v: Value) {
+        self.socket.send(Message::Text(v.to_string().into())).await.unwrap();
+    }
+
+    /// Reads until the server closes the connection; its close code (None: no close frame
+    /// within `secs`, or the socket dropped without one). Messages before are collected.
+    pub async fn close_code(&mut self, secs: u64) -> (Option<u16>, Vec<Value>) {
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(secs);
+        let mut seen = vec![];
+        loop {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            match tokio::time::timeout(left, self.socket.next()).await {
+                Ok(Some(Ok(Message::Text(t)))) => seen.push(serde_json::from_str(&t).unwrap()),
+                Ok(Some(Ok(Message::Close(frame)))) => return (frame.map(|f| u16::from(f.code)), seen),
+                Ok(Some(Ok(_))) => {}
+                _ => return (None, seen),
+            }
+        }
+    }
+
+    /// The next message of any type, or None after `secs`.
+    pub async fn next_message(&mut self, secs: u64) -> Option<Value> {
+        match tokio::time::timeout(std::time::Duration::from_secs(secs), self.socket.next()).await {
+            Ok(Some(Ok(Message::Text(t)))) => Some(serde_json::from_str(&t).unwrap()),
+            _ => None,
+        }
+    }
+}
+
+/// A WebSocket upgraded with `graphql-transport-ws` that has sent nothing yet.
+pub async fn connect_silent(addr: &str) -> Socket {
+    let mut req = format!("ws://{addr}/graphql/ws").into_client_request().unwrap();
+    req.headers_mut()
+        .insert("sec-websocket-protocol", "graphql-transport-ws".parse().unwrap());
+    tokio_tungstenite::connect_async(req)
+        .await
+        .expect("websocket upgrade")
+        .0
+}

@@ -1,0 +1,1 @@
+DROP INDEX IF EXISTS payment_callbacks_unverified;

@@ -1,0 +1,242 @@
+//! Bounds on a GraphQL document, checked before async-graphql validates or runs it.
+//!
+//! async-graphql's own depth and complexity checks (and its recursion check, run right after
+//! parsing) walk a document with every fragment spread expanded, without memoization: named
+//! fragments that each spread the next twice make a 1 KB document cost 2^levels. Here each
+//! fragment is counted once (memoized), so the cost of the check is linear in the document,
+//! and a document whose expansion is too large is refused before anything else looks at it.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use async_graphql::extensions::{Extension, ExtensionContext, ExtensionFactory, NextPrepareRequest};
+use async_graphql::parser::types::{ExecutableDocument, Selection, SelectionSet};
+use async_graphql::{Request, ServerError, ServerResult};
+
+/// The limits, from the configuration.
+#[derive(Clone, Copy, Debug)]
+pub struct DocumentLimits {
+    /// Longest query text, in bytes.
+    pub max_bytes: usize,
+    /// Fields, fragment spreads and inline fragments, counted with every fragment expanded.
+    pub max_selections: u64,
+    /// Fragment spreads, counted with every fragment expanded.
+    pub max_spreads: u64,
+    /// Fragment definitions in one document.
+    pub max_fragments: usize,
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+struct Cost {
+    selections: u64,
+    spreads: u64,
+}
+
+impl Cost {
+    fn add(self, o: Cost) -> Cost {
+        Cost {
+            selections: self.selections.saturating_add(o.selections),
+            spreads: self.spreads.saturating_add(o.spreads),
+        }
+    }
+}
+
+enum Seen {
+    Visiting,
+    Done(Cost),
+}
+
+/// A refusal as the client sees it: `BAD_USER_INPUT`, nothing run.
+pub fn refusal(message: impl Into<String>) -> ServerError {
+    let mut err = ServerError::new(message, None);
+    let mut ext = async_graphql::ErrorExtensionValues::default();
+    ext.set("code", "BAD_USER_INPUT");
+    err.extensions = Some(ext);
+    err
+}
+
+/// Checks the size of the text (before parsing).
+pub fn check_text(query: &str, limits: &DocumentLimits) -> ServerResult<()> {
+    if query.len() > limits.max_bytes {
+        return Err(refusal(format!(
+            "query too complex: the document has {} bytes (limit {})",
+            query.len(),
+            limits.max_bytes
+        )));
+    }
+    Ok(())
+}
+
+/// Checks a parsed document: fragment count, cycles, and the expanded size of every operation.
+pub fn check_document(doc: &ExecutableDocument, limits: &DocumentLimits) -> ServerResult<()> {
+    if doc.fragments.len() > limits.max_fragments {
+        return Err(refusal(format!(
+            "query too complex: {} fragments (limit {})",
+            doc.fragments.len(),
+            limits.max_fragments
+        )));
+    }
+    let mut seen: HashMap<&str, Seen> = HashMap::new();
+    let mut total = Cost::default();
+    for (_, op) in doc.operations.iter() {
+        total = total.add(cost(doc, &op.node.selection_set.node, &mut seen, limits)?);
+        within(total, limits)?;
+    }
+    // Fragments no operation uses are refused by validation; count them too so that
+    // validation itself never walks a large expansion.
+    for (name, frag) in &doc.fragments {
+        if !seen.contains_key(name.as_str()) {
+            seen.insert(name.as_str(), Seen::Visiting);
+            let c = cost(doc, &frag.node.selection_set.node, &mut seen, limits)?;
+            within(c, limits)?;
+            seen.insert(name.as_str(), Seen::Done(c));
+        }
+    }
+    Ok(())
+}
+
+fn within(c: Cost, limits: &DocumentLimits) -> ServerResult<()> {
+    if c.selections > limits.max_selections {
+        return Err(refusal(format!(
+            "query too complex: more than {} selections once fragments are expanded",
+            limits.max_selections
+        )));
+    }
+    if c.spreads > limits.max_spreads {
+        return Err(refusal(format!(
+            "query too complex: more than {} fragment spreads once fragments are expanded",
+            limits.max_spreads
+        )));
+    }
+    Ok(())
+}
+
+fn cost<'d>(
+    doc: &'d ExecutableDocument,
+    set: &'d SelectionSet,
+    seen: &mut HashMap<&'d str, Seen>,
+    limits: &DocumentLimits,
+) -> ServerResult<Cost> {
+    let mut c = Cost::default();
+    for item in &set.items {
+        let here = match &item.node {
+            Selection::Field(f) => Cost {
+                selections: 1,
+                spreads: 0,
+            }
+            .add(cost(doc, &f.node.selection_set.node, seen, limits)?),
+            Selection::InlineFragment(f) => Cost {
+                selections: 1,
+                spreads: 0,
+            }
+            .add(cost(doc, &f.node.selection_set.node, seen, limits)?),
+            Selection::FragmentSpread(s) => {
+                let name = s.node.fragment_name.node.as_str();
+                let inner = match seen.get(name) {
+                    Some(Seen::Done(c)) => *c,
+                    Some(Seen::Visiting) => {
+                        return Err(refusal(format!("fragment {name} spreads itself")));
+                    }
+                    None => match doc.fragments.get(name) {
+                        // Unknown fragments are validation's to refuse.
+                        None => Cost::default(),
+                        Some(frag) => {
+                            let (key, _) = doc.fragments.get_key_value(name).expect("present");
+                            seen.insert(key.as_str(), Seen::Visiting);
+                            let c = cost(doc, &frag.node.selection_set.node, seen, limits)?;
+                            within(c, limits)?;
+                            seen.insert(key.as_str(), Seen::Done(c));
+                            c
+                        }
+                    },
+                };
+                Cost {
+                    selections: 1,
+                    spreads: 1,
+                }
+                .add(inner)
+            }
+        };
+        c = c.add(here);
+        within(c, limits)?;
+    }
+    Ok(c)
+}
+
+/// The schema extension: every request (HTTP and WebSocket) is bounded before parsing ends.
+pub struct BoundDocuments(pub DocumentLimits);
+
+impl ExtensionFactory for BoundDocuments {
+    fn create(&self) -> Arc<dyn Extension> {
+        Arc::new(BoundDocumentsExtension(self.0))
+    }
+}
+
+struct BoundDocumentsExtension(DocumentLimits);
+
+#[async_graphql::async_trait::async_trait]
+impl Extension for BoundDocumentsExtension {
+    async fn prepare_request(
+        &self,
+        ctx: &ExtensionContext<'_>,
+        mut request: Request,
+        next: NextPrepareRequest<'_>,
+    ) -> ServerResult<Request> {
+        check_text(&request.query, &self.0)?;
+        // Parsed once here; async-graphql reuses the parsed document.
+        let doc = request.parsed_query()?;
+        check_document(doc, &self.0)?;
+        next.run(ctx, request).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LIMITS: DocumentLimits = DocumentLimits {
+        max_bytes: 65_536,
+        max_selections: 2_000,
+        max_spreads: 500,
+        max_fragments: 100,
+    };
+
+    fn doubling(levels: usize) -> String {
+        let mut q = String::from("query{...F0}");
+        for i in 0..levels {
+            q.push_str(&format!(" fragment F{i} on Query{{...F{n} ...F{n}}}", n = i + 1));
+        }
+        q.push_str(&format!(" fragment F{levels} on Query{{__typename}}"));
+        q
+    }
+
+    fn check(q: &str) -> Result<(), String> {
+        check_text(q, &LIMITS).map_err(|e| e.message)?;
+        let doc = async_graphql::parser::parse_query(q).map_err(|e| e.to_string())?;
+        check_document(&doc, &LIMITS).map_err(|e| e.message)
+    }
+
+    #[test]
+    fn doubling_fragments_are_refused_quickly() {
+        for levels in [24, 30, 60] {
+            let started = std::time::Instant::now();
+            let err = check(&doubling(levels)).unwrap_err();
+            assert!(err.contains("too complex"), "{err}");
+            assert!(started.elapsed() < std::time::Duration::from_millis(50));
+        }
+        // A few levels are fine: 2^5 spreads of __typename.
+        check(&doubling(4)).unwrap();
+    }
+
+    #[test]
+    fn cycles_and_sizes() {
+        assert!(check("query{...A} fragment A on Query{...B} fragment B on Query{...A}")
+            .unwrap_err()
+            .contains("spreads itself"));
+        let wide = format!("query{{{}}}", "__typename ".repeat(2_001));
+        assert!(check(&wide).unwrap_err().contains("selections"));
+        let long = format!("query{{__typename}}#{}", "x".repeat(70_000));
+        assert!(check(&long).unwrap_err().contains("bytes"));
+        check("query{me{role}} fragment Unused on Query{__typename}").unwrap();
+    }
+}

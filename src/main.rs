@@ -25,6 +25,9 @@ Usage:
   fitorder schema                   print the GraphQL schema (SDL)
   fitorder simulate-payment --order NO [--provider wechatpay|alipay] [--amount CENTS] [--txn ID] [--url URL]
                                     sign a payment notification with the dev keys and send it
+  fitorder sandbox-provider [--addr 127.0.0.1:8090] [--keys .fitorder/dev-keys]
+                                    play WeChat Pay and Alipay on loopback with the dev keys; prints
+                                    the settings (KEY=VALUE) that point a fitorder at it
 ";
 
 fn main() -> ExitCode {
@@ -68,6 +71,13 @@ fn run(args: Vec<String>) -> Result<()> {
         "simulate-payment" => {
             let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
             rt.block_on(simulate_payment(Config::from_env()?, rest))
+        }
+        "sandbox-provider" => {
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()?;
+            rt.block_on(sandbox_provider(rest))
         }
         "schema" => {
             print!("{}", fitorder::graphql::sdl());
@@ -231,6 +241,37 @@ async fn reconcile(config: Config, rest: &[String]) -> Result<()> {
         tokio::task::spawn_blocking(move || dev.stop()).await.ok();
     }
     result
+}
+
+/// The development sandbox on its own: WeChat Pay and Alipay over HTTP with the dev keys of
+/// `--keys`, until SIGINT or SIGTERM. Standard output gets the settings for fitorder, one
+/// `KEY=VALUE` a line (`set -a; . file` reads them), then `# ready`.
+async fn sandbox_provider(rest: &[String]) -> Result<()> {
+    use fitorder::payments::devkeys::{dev_sandbox_keys, DevKeys};
+    use fitorder::payments::sandbox_server::SandboxProvider;
+    use std::io::Write;
+    let addr = flag(rest, "--addr").unwrap_or_else(|| "127.0.0.1:8090".into());
+    let dir = std::path::PathBuf::from(flag(rest, "--keys").unwrap_or_else(|| ".fitorder/dev-keys".into()));
+    let keys = tokio::task::spawn_blocking(move || DevKeys::ensure(&dir)).await??;
+    let sandbox = SandboxProvider::start(dev_sandbox_keys(&keys), &addr).await?;
+    let mut out = std::io::stdout().lock();
+    for (k, v) in keys.sandbox_env(&sandbox.wechat_api_base(), &sandbox.alipay_gateway()) {
+        writeln!(out, "{k}={v}")?;
+    }
+    writeln!(
+        out,
+        "# ready: the cashier of a trade is {}/cashier/{{wechat|alipay}}/<orderNo>",
+        sandbox.base_url
+    )?;
+    out.flush()?;
+    drop(out);
+    tracing::info!(base = %sandbox.base_url, "sandbox provider running");
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+    Ok(())
 }
 
 /// Pays an order the way the provider would: a notification signed (and for WeChat Pay,

@@ -25,7 +25,7 @@ use rsa::pkcs8::{DecodePrivateKey, EncodePrivateKey, EncodePublicKey, LineEnding
 use rsa::RsaPrivateKey;
 
 use super::sandbox::{AlipaySandbox, WechatSandbox};
-use super::sandbox_server::SandboxKeys;
+use super::sandbox_server::{SandboxKeys, SandboxProvider};
 use crate::config::Config;
 
 pub const DEV_MCH_ID: &str = "1900000109";
@@ -115,6 +115,36 @@ impl DevKeys {
         config.wechatpay.merchant_serial = Some(DEV_MERCHANT_SERIAL.into());
         config.alipay.api_base = alipay_gateway.into();
         config.alipay.app_private_key = Some(self.alipay_app_key_path());
+    }
+
+    /// Development mode in one call: starts the sandbox provider with these keys on `addr`
+    /// (`127.0.0.1:0` for any free port) and configures both providers whole against it. Keep
+    /// the handle for as long as the server runs (the sandbox stops when it is dropped).
+    pub async fn start_sandbox(&self, config: &mut Config, addr: &str) -> Result<SandboxProvider> {
+        let sandbox = SandboxProvider::start(dev_sandbox_keys(self), addr).await?;
+        self.configure_sandbox(config, &sandbox.wechat_api_base(), &sandbox.alipay_gateway());
+        Ok(sandbox)
+    }
+
+    /// The environment that configures a `fitorder` process as [`DevKeys::configure_sandbox`]
+    /// does (absolute paths), for `fitorder sandbox-provider`.
+    pub fn sandbox_env(&self, wechat_api_base: &str, alipay_gateway: &str) -> Vec<(&'static str, String)> {
+        let dir = std::fs::canonicalize(&self.dir).unwrap_or_else(|_| self.dir.clone());
+        let path = |name: &str| dir.join(name).display().to_string();
+        vec![
+            ("WECHATPAY_MCH_ID", DEV_MCH_ID.into()),
+            ("WECHATPAY_APP_ID", DEV_WECHAT_APP_ID.into()),
+            ("WECHATPAY_APIV3_KEY", self.apiv3_key.clone()),
+            ("WECHATPAY_MCH_PRIVATE_KEY", path(WECHAT_MERCHANT_KEY_FILE)),
+            ("WECHATPAY_MCH_SERIAL", DEV_MERCHANT_SERIAL.into()),
+            ("WECHATPAY_PLATFORM_PUBLIC_KEY", path("wechatpay-platform.pub.pem")),
+            ("WECHATPAY_PUBLIC_KEY_ID", DEV_WECHAT_PUBLIC_KEY_ID.into()),
+            ("WECHATPAY_API_BASE", wechat_api_base.into()),
+            ("ALIPAY_APP_ID", DEV_APP_ID.into()),
+            ("ALIPAY_APP_PRIVATE_KEY", path(ALIPAY_APP_KEY_FILE)),
+            ("ALIPAY_PUBLIC_KEY", path("alipay.pub.pem")),
+            ("ALIPAY_API_BASE", alipay_gateway.into()),
+        ]
     }
 
     /// Points `config`'s callbacks at the dev keys.

@@ -1031,3 +1031,144 @@ async fn fitorders_client_primitives_fit_the_sandbox() {
     let v = gateway::verify_answer(&providers::alipay_public(), None, "alipay.trade.precreate", &text).unwrap();
     assert_eq!(v["code"], "10000", "{v}");
 }
+
+/// AEAD_AES_256_GCM as WeChat Pay documents it: base64 of ciphertext‖tag, 12-byte nonce.
+fn wechat_decrypt(resource: &Value) -> String {
+    use aes_gcm::aead::{Aead, Payload};
+    use aes_gcm::{Aes256Gcm, KeyInit, Nonce};
+    let cipher = Aes256Gcm::new_from_slice(providers::APIV3_KEY.as_bytes()).unwrap();
+    let nonce: [u8; 12] = resource["nonce"].as_str().unwrap().as_bytes().try_into().unwrap();
+    let data = B64.decode(resource["ciphertext"].as_str().unwrap()).unwrap();
+    let plain = cipher
+        .decrypt(
+            &Nonce::from(nonce),
+            Payload {
+                msg: &data,
+                aad: resource["associated_data"].as_str().unwrap().as_bytes(),
+            },
+        )
+        .unwrap();
+    String::from_utf8(plain).unwrap()
+}
+
+#[tokio::test]
+async fn certificates_list_the_platform_key_and_answers_can_name_the_certificate() {
+    use fitorder::payments::sandbox_server::WechatSerialMode;
+    use rsa::pkcs8::{EncodePublicKey, LineEnding};
+    let sb = sandbox().await;
+    let me = providers::merchant_private();
+    let a = wechat_call(&sb, "GET", "/v3/certificates", None, &me).await;
+    assert_eq!((a.status, a.verified), (200, true), "{}", a.body);
+    assert_eq!(a.serial, providers::WECHAT_PUBLIC_KEY_ID);
+    let listed = a.json();
+    let entry = &listed["data"][0];
+    let serial = sb.wechat_cert_serial();
+    assert_eq!(serial.len(), 40);
+    assert_eq!(entry["serial_no"], json!(serial));
+    assert_eq!(entry["encrypt_certificate"]["algorithm"], "AEAD_AES_256_GCM");
+    assert_eq!(entry["encrypt_certificate"]["associated_data"], "certificate");
+    let pem = wechat_decrypt(&entry["encrypt_certificate"]);
+    // openssl reads the certificate: its serial, and the platform key inside.
+    let mut child = std::process::Command::new("openssl")
+        .args(["x509", "-noout", "-serial", "-pubkey"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    child.stdin.take().unwrap().write_all(pem.as_bytes()).unwrap();
+    let out = String::from_utf8(child.wait_with_output().unwrap().stdout).unwrap();
+    assert!(out.contains(&format!("serial={serial}")), "{out}");
+    let public = providers::wechat_platform_public()
+        .to_public_key_pem(LineEnding::LF)
+        .unwrap();
+    assert!(out.contains(public.trim()), "{out}");
+    assert!(sb.calls().iter().any(|c| c.api == "/v3/certificates" && c.verified));
+
+    // Answers name the certificate, then alternate as during a migration; the key is the same.
+    sb.set_wechat_serial_mode(WechatSerialMode::Certificate);
+    let q = "/v3/pay/transactions/out-trade-no/NOSUCHTRADE1?mchid=1900000109";
+    let a = wechat_call(&sb, "GET", q, None, &me).await;
+    assert_eq!((a.serial.as_str(), a.verified), (serial.as_str(), true));
+    sb.set_wechat_serial_mode(WechatSerialMode::Alternate);
+    let first = wechat_call(&sb, "GET", q, None, &me).await.serial;
+    let second = wechat_call(&sb, "GET", q, None, &me).await.serial;
+    assert_ne!(first, second);
+    assert!([first, second]
+        .iter()
+        .all(|s| *s == serial || s == providers::WECHAT_PUBLIC_KEY_ID));
+}
+
+/// fitorder without a 微信支付公钥 downloads the platform certificates: against the sandbox
+/// naming its certificate, a Native order gets its code_url and is paid.
+#[tokio::test]
+async fn fitorder_in_certificate_mode_downloads_the_sandbox_certificate_and_is_paid() {
+    use fitorder::payments::sandbox_server::WechatSerialMode;
+    let app = TestApp::served_with(|c| {
+        c.wechatpay.platform_public_key = None;
+        c.wechatpay.public_key_id = None;
+    })
+    .await;
+    app.sandbox.set_wechat_serial_mode(WechatSerialMode::Certificate);
+    let s = app.studio(0, None, 1).await;
+    let placed = app
+        .place(
+            &s.member,
+            json!({"idempotencyKey": key(), "storeId": s.store, "item": {"classPackId": s.pack},
+                   "paymentMethod": "WECHAT_PAY", "channel": "WECHAT_NATIVE"}),
+        )
+        .await;
+    let no = placed["order"]["orderNo"].as_str().unwrap().to_string();
+    assert_eq!(
+        placed["payment"]["qrCode"],
+        json!(app.sandbox.cashier_url("WECHAT_PAY", &no)),
+        "{placed:#}"
+    );
+    assert!(app.sandbox.calls().iter().any(|c| c.api == "/v3/certificates"));
+    app.sandbox.pay("WECHAT_PAY", &no).await.unwrap();
+    assert_eq!(app.order(&no).await["status"], "PAID");
+}
+
+/// Development mode's keys: `DevKeys::start_sandbox` leaves both providers configured whole,
+/// and an app configured so places a Native order at that sandbox and is paid from its cashier.
+#[tokio::test]
+async fn dev_keys_configure_both_providers_whole_against_their_sandbox() {
+    use fitorder::payments::devkeys::DevKeys;
+    let dir = std::env::temp_dir().join(format!("fitorder-devkeys-{}-{}", std::process::id(), key()));
+    let d = dir.clone();
+    let keys = tokio::task::spawn_blocking(move || DevKeys::ensure(&d))
+        .await
+        .unwrap()
+        .unwrap();
+    for file in [
+        "wechatpay-merchant.pem",
+        "alipay-app.pem",
+        "wechatpay-platform.pub.pem",
+        "alipay.pub.pem",
+    ] {
+        assert!(dir.join(file).exists(), "{file}");
+    }
+    let mut config = fitorder::config::Config::for_tests("postgres://unused".into());
+    let dev = keys.start_sandbox(&mut config, "127.0.0.1:0").await.unwrap();
+    let loaded = fitorder::payments::keys::ProviderKeys::load(&config).unwrap();
+    assert!(
+        loaded.wechat.is_some() && loaded.alipay.is_some(),
+        "both providers whole"
+    );
+
+    let (wechat_base, alipay_gateway) = (dev.wechat_api_base(), dev.alipay_gateway());
+    let app = TestApp::served_with(|c| keys.configure_sandbox(c, &wechat_base, &alipay_gateway)).await;
+    let s = app.studio(0, None, 1).await;
+    let placed = app
+        .place(
+            &s.member,
+            json!({"idempotencyKey": key(), "storeId": s.store, "item": {"classPackId": s.pack},
+                   "paymentMethod": "WECHAT_PAY", "channel": "WECHAT_NATIVE"}),
+        )
+        .await;
+    let no = placed["order"]["orderNo"].as_str().unwrap().to_string();
+    assert_eq!(placed["payment"]["qrCode"], json!(dev.cashier_url("WECHAT_PAY", &no)));
+    dev.pay("WECHAT_PAY", &no).await.unwrap();
+    assert_eq!(app.order(&no).await["status"], "PAID");
+    let _ = std::fs::remove_dir_all(&dir);
+}

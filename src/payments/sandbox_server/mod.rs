@@ -3,10 +3,12 @@
 //! unchanged (only the base URLs differ).
 //!
 //! - WeChat Pay under `{base}/wechatpay` (fitorder appends `/v3/...`): prepay for JSAPI, Native,
-//!   App and H5, query, close, refund, refund query. Requests must carry a valid
-//!   `WECHATPAY2-SHA256-RSA2048` Authorization by the merchant key; every answer is signed
-//!   (`Wechatpay-Timestamp/Nonce/Signature/Serial`, the serial being the `PUB_KEY_ID_…` of the
-//!   "微信支付公钥" the sandbox signs with).
+//!   App and H5, query, close, refund, refund query, and `/v3/certificates`. Requests must carry
+//!   a valid `WECHATPAY2-SHA256-RSA2048` Authorization by the merchant key; every answer is
+//!   signed (`Wechatpay-Timestamp/Nonce/Signature/Serial`). The serial names the
+//!   `PUB_KEY_ID_…` of the "微信支付公钥" by default; [`SandboxProvider::set_wechat_serial_mode`]
+//!   switches to a self-signed platform certificate holding the same key (what
+//!   `/v3/certificates` lists), or alternates between both as during a migration.
 //! - Alipay at `{base}/alipay/gateway.do`: `alipay.trade.precreate`, `.query`, `.close`,
 //!   `.refund`, `.fastpay.refund.query` (POST form or GET query), and the `alipay.trade.wap.pay`
 //!   page (GET); `POST {base}/alipay/app-pay` takes an `alipay.trade.app.pay` order string as the
@@ -168,6 +170,18 @@ pub enum RefundFlow {
     Hold,
 }
 
+/// Which `Wechatpay-Serial` WeChat answers and notifications name (the same key signs).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum WechatSerialMode {
+    /// The "微信支付公钥" id, `PUB_KEY_ID_…` (`SandboxKeys::wechat_public_key_id`).
+    #[default]
+    PublicKey,
+    /// The platform certificate's serial ([`SandboxProvider::wechat_cert_serial`]).
+    Certificate,
+    /// One then the other, as WeChat Pay does while a merchant migrates.
+    Alternate,
+}
+
 #[derive(Default)]
 struct State {
     trades: HashMap<(&'static str, String), SandboxTrade>,
@@ -176,6 +190,8 @@ struct State {
     refund_flow: RefundFlow,
     failure: Option<u16>,
     delay: Duration,
+    serial_mode: WechatSerialMode,
+    serials_named: u64,
 }
 
 pub(crate) struct Inner {
@@ -186,6 +202,8 @@ pub(crate) struct Inner {
     wrong_answer_key: AtomicBool,
     wrong_notification_key: AtomicBool,
     wrong_key: tokio::sync::OnceCell<RsaPrivateKey>,
+    /// The platform certificate (serial, PEM) `/v3/certificates` lists.
+    platform_cert: tokio::sync::OnceCell<(String, String)>,
 }
 
 struct Shutdown(Option<tokio::sync::oneshot::Sender<()>>);
@@ -234,6 +252,7 @@ impl SandboxProvider {
             wrong_answer_key: AtomicBool::new(false),
             wrong_notification_key: AtomicBool::new(false),
             wrong_key: tokio::sync::OnceCell::new(),
+            platform_cert: tokio::sync::OnceCell::new(),
         });
         let app = router(inner.clone());
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
@@ -318,6 +337,17 @@ impl SandboxProvider {
     /// Notifications signed with a key fitorder does not know.
     pub fn sign_notifications_with_wrong_key(&self, on: bool) {
         self.inner.wrong_notification_key.store(on, Ordering::SeqCst);
+    }
+
+    /// Which `Wechatpay-Serial` answers and notifications name from now on.
+    pub fn set_wechat_serial_mode(&self, mode: WechatSerialMode) {
+        self.inner.lock().serial_mode = mode;
+    }
+
+    /// The serial of the sandbox's WeChat Pay platform certificate (40 hex digits, derived from
+    /// the platform key, so it stays the same across restarts).
+    pub fn wechat_cert_serial(&self) -> String {
+        cert_serial(&self.inner.keys.wechat_platform_key)
     }
 
     pub fn set_refund_flow(&self, flow: RefundFlow) {
@@ -425,6 +455,41 @@ impl Inner {
         self.own_key(provider)
     }
 
+    /// The `Wechatpay-Serial` of the next answer or notification.
+    fn wechat_serial(&self) -> String {
+        let mode = {
+            let mut s = self.lock();
+            s.serials_named += 1;
+            match s.serial_mode {
+                WechatSerialMode::Alternate if s.serials_named.is_multiple_of(2) => WechatSerialMode::Certificate,
+                WechatSerialMode::Alternate => WechatSerialMode::PublicKey,
+                m => m,
+            }
+        };
+        match mode {
+            WechatSerialMode::Certificate => cert_serial(&self.keys.wechat_platform_key),
+            _ => self.keys.wechat_public_key_id.clone(),
+        }
+    }
+
+    /// The self-signed platform certificate of the platform key: (serial, PEM).
+    async fn platform_cert(&self) -> Result<(String, String), String> {
+        self.platform_cert
+            .get_or_try_init(|| async {
+                let key = self.keys.wechat_platform_key.clone();
+                tokio::task::spawn_blocking(move || {
+                    let serial = cert_serial(&key);
+                    super::certs::self_signed_platform_cert(&key, &serial, "fitorder sandbox WeChat Pay platform", 1825)
+                        .map(|pem| (serial, pem))
+                        .map_err(|e| e.to_string())
+                })
+                .await
+                .map_err(|e| e.to_string())?
+            })
+            .await
+            .cloned()
+    }
+
     fn own_key(&self, provider: &str) -> RsaPrivateKey {
         if provider == ALIPAY {
             self.keys.alipay_key.clone()
@@ -445,7 +510,7 @@ impl Inner {
             platform_key: self.notification_key(WECHAT_PAY).await,
             apiv3_key: self.keys.apiv3_key,
             mch_id: self.keys.mch_id.clone(),
-            serial: self.keys.wechat_public_key_id.clone(),
+            serial: self.wechat_serial(),
         };
         let n = signer.notification(event_type, resource, Utc::now().timestamp());
         let mut req = self
@@ -650,6 +715,17 @@ fn alnum(n: usize) -> String {
 
 fn digits(n: usize) -> String {
     random_from(b"0123456789", n)
+}
+
+/// A certificate serial for `key`: 20 bytes of SHA-256 over its modulus, as 40 upper-case hex
+/// digits (the first byte kept in 0x10..0x7F so the DER integer is positive and 20 bytes long).
+fn cert_serial(key: &RsaPrivateKey) -> String {
+    use rsa::traits::PublicKeyParts;
+    use sha2::Digest;
+    let digest = Sha256::digest(key.n().to_bytes_be());
+    let mut bytes = digest[..20].to_vec();
+    bytes[0] = (bytes[0] & 0x6F) | 0x10;
+    hex::encode_upper(bytes)
 }
 
 /// An Alipay `trade_no`: date, `22001`, 15 digits (28 characters).

@@ -38,6 +38,7 @@ pub(super) fn router() -> Router<Arc<Inner>> {
         .route("/v3/pay/transactions/out-trade-no/{no}/close", post(close))
         .route("/v3/refund/domestic/refunds", post(refund))
         .route("/v3/refund/domestic/refunds/{no}", get(refund_query))
+        .route("/v3/certificates", get(certificates))
 }
 
 /// A received call: what the signature covers.
@@ -227,7 +228,7 @@ async fn answer(inner: &Inner, status: StatusCode, body: Option<&Value>) -> Resp
         .header("Wechatpay-Timestamp", timestamp)
         .header("Wechatpay-Nonce", nonce)
         .header("Wechatpay-Signature", signature)
-        .header("Wechatpay-Serial", inner.keys.wechat_public_key_id.as_str())
+        .header("Wechatpay-Serial", inner.wechat_serial())
         .header("Wechatpay-Signature-Type", "WECHATPAY2-SHA256-RSA2048")
         .header("Request-ID", format!("08{}", digits(30)));
     if body.is_some() {
@@ -752,4 +753,22 @@ async fn notify_refund(inner: &Inner, out_refund_no: &str) -> Option<SandboxNoti
             .notify_wechat(&t.out_trade_no, &url, &format!("REFUND.{}", r.status), &resource)
             .await,
     )
+}
+
+/// `GET /v3/certificates`: the platform certificate, encrypted with the APIv3 key
+/// (AEAD_AES_256_GCM, associated data `certificate`), as WeChat Pay lists them.
+async fn certificates(State(inner): State<Arc<Inner>>, OriginalUri(uri): OriginalUri, headers: HeaderMap) -> Response {
+    let req = Req::new(Method::GET, &uri, headers, Bytes::new());
+    let cert = inner.platform_cert().await;
+    run(inner, req, "/v3/certificates", move |inner, _| {
+        let listed = cert.and_then(|(serial, pem)| {
+            super::super::certs::encrypt_certificates_answer(&inner.keys.apiv3_key, &[(&serial, &pem)])
+                .map_err(|e| e.to_string())
+        });
+        match listed.map(|body| serde_json::from_str::<Value>(&body)) {
+            Ok(Ok(v)) => ok(v),
+            _ => fail(StatusCode::INTERNAL_SERVER_ERROR, "SYSTEM_ERROR", "系统错误"),
+        }
+    })
+    .await
 }

@@ -92,21 +92,21 @@ async fn run_with_database(config: Config, opts: ServeOptions, url: &str, dev_mo
                 .await??;
         // The sandbox plays WeChat Pay and Alipay on loopback; workers of the same checkout
         // call the one `serve` runs.
-        let (wechat, alipay) = if opts.http {
-            let s = crate::payments::sandbox_server::SandboxProvider::start(
-                crate::payments::devkeys::dev_sandbox_keys(&keys),
-                &config.sandbox_addr,
-            )
-            .await
-            .with_context(|| format!("starting the provider sandbox on {}", config.sandbox_addr))?;
-            let urls = (s.wechat_api_base(), s.alipay_gateway());
+        let addr = config.sandbox_addr.clone();
+        if opts.http {
+            let s = keys
+                .start_sandbox(&mut config, &addr)
+                .await
+                .with_context(|| format!("starting the provider sandbox on {addr}"))?;
             sandbox = Some(s);
-            urls
         } else {
-            let base = format!("http://{}", config.sandbox_addr);
-            (format!("{base}/wechatpay"), format!("{base}/alipay/gateway.do"))
-        };
-        keys.configure_sandbox(&mut config, &wechat, &alipay);
+            let base = format!("http://{addr}");
+            keys.configure_sandbox(
+                &mut config,
+                &format!("{base}/wechatpay"),
+                &format!("{base}/alipay/gateway.do"),
+            );
+        }
     }
     let keys = crate::payments::keys::ProviderKeys::load(&config)?;
     let pool = db::pool_with(url, config.db_pool_size, config.statement_timeout)?;
@@ -114,6 +114,11 @@ async fn run_with_database(config: Config, opts: ServeOptions, url: &str, dev_mo
     // database directly (FITORDER_LISTEN_DATABASE_URL).
     let events = crate::events::EventHub::start(direct, pool.clone());
     let state = AppState::with_keys(pool, config.clone(), keys, events, url.to_string());
+    if let Err(e) = crate::tasks::refresh_platform_certificates(state.clone()).await {
+        // Notifications and answers naming a certificate fail until it is fetched; the hourly
+        // task and the first unknown serial try again.
+        tracing::warn!(error = %e.message(), "WeChat Pay platform certificates could not be fetched at start");
+    }
     if dev_mode {
         let mut conn = state.pool.get().await?;
         let seeded = crate::seed::seed(&mut conn)

@@ -97,6 +97,13 @@ pub async fn wechat_notify(
     // Until the signature is checked the body is anybody's: only its beginning is kept.
     let raw = evidence_text(&body, Some(s.app.config.unverified_callback_bytes));
     let now = chrono::Utc::now().timestamp();
+    // A serial we do not know may be a platform certificate WeChat Pay just switched to:
+    // fetch the certificates once (rate-limited across the cluster) before judging.
+    if let (Some(serial), Some(w)) = (h.serial, s.app.providers.wechat()) {
+        if keys.platform.key_for(serial.trim()).is_none() {
+            w.unknown_serial(trace.as_str()).await;
+        }
+    }
     // Authenticate, then decrypt.
     let checked = wechat::verify(keys, &h, &body, now)
         .and_then(|_| wechat::parse_envelope(&body))

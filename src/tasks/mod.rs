@@ -34,6 +34,29 @@ pub struct Scheduler {
     pub tasks: Vec<Task>,
 }
 
+/// Certificate mode of WeChat Pay: the platform certificates are fetched when the newest fetch
+/// (by any instance) is 12 hours old, and kept in the database for every instance.
+pub async fn refresh_platform_certificates(s: AppState) -> AppResult<i64> {
+    let Some(w) = s.providers.wechat() else {
+        return Ok(0);
+    };
+    if !w.keys().downloads_certificates() {
+        return Ok(0);
+    }
+    let mut conn = s.pool.get().await?;
+    w.keys().platform.reload(&mut conn).await.map_err(AppError::from)?;
+    drop(conn);
+    if !w.keys().platform.needs_refresh(Utc::now()) {
+        return Ok(0);
+    }
+    let trace = crate::trace::TraceId::new();
+    let n = w
+        .refresh_certificates(false, trace.as_str())
+        .await
+        .map_err(|e| AppError::internal(format!("WeChat Pay platform certificates: {e}")))?;
+    Ok(n as i64)
+}
+
 impl Scheduler {
     /// fitorder's periodic tasks.
     pub fn standard(state: AppState) -> Scheduler {
@@ -42,12 +65,12 @@ impl Scheduler {
             Task {
                 name: "order:expire",
                 schedule: Schedule::Every { secs: scan },
-                run: |s| {
-                    Box::pin(async move {
-                        let api = crate::payments::api::ProviderApi::new(s.config.clone(), s.keys.clone());
-                        crate::expiry::expire_due(&s, &api).await
-                    })
-                },
+                run: |s| Box::pin(async move { crate::expiry::expire_due(&s, &s.providers).await }),
+            },
+            Task {
+                name: "wechat:certificates",
+                schedule: Schedule::Every { secs: 3600 },
+                run: |s| Box::pin(refresh_platform_certificates(s)),
             },
             Task {
                 name: "alert:check",

@@ -1124,9 +1124,33 @@ async fn fitorder_in_certificate_mode_downloads_the_sandbox_certificate_and_is_p
         json!(app.sandbox.cashier_url("WECHAT_PAY", &no)),
         "{placed:#}"
     );
-    assert!(app.sandbox.calls().iter().any(|c| c.api == "/v3/certificates"));
+    let fetches = |app: &TestApp| {
+        app.sandbox
+            .calls()
+            .iter()
+            .filter(|c| c.api == "/v3/certificates")
+            .count()
+    };
+    assert_eq!(
+        fetches(&app),
+        1,
+        "the unknown serial of the prepay answer fetched the certificates once"
+    );
     app.sandbox.pay("WECHAT_PAY", &no).await.unwrap();
     assert_eq!(app.order(&no).await["status"], "PAID");
+    assert_eq!(fetches(&app), 1, "the notification names a certificate now known");
+    // A notification naming a serial nobody knows: refused, and no second fetch within the minute.
+    let mut forged = providers::wechat();
+    forged.serial = "7A1B2C3D4E5F60718293A4B5C6D7E8F901234567".into();
+    let n = forged.notification(
+        "TRANSACTION.SUCCESS",
+        &forged.transaction(&no, "4200000000000000000000009999", 1),
+        Utc::now().timestamp(),
+    );
+    let headers: Vec<(&str, &str)> = n.headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let (status, _, _) = app.post("/pay/wechat/notify", &headers, n.body.clone()).await;
+    assert_eq!(status.as_u16(), 401);
+    assert_eq!(fetches(&app), 1, "forced refreshes are rate-limited");
 }
 
 /// Development mode's keys: `DevKeys::start_sandbox` leaves both providers configured whole,

@@ -7,6 +7,7 @@ mod alerts;
 mod catalog_wallet;
 mod chaos;
 mod check_in;
+mod client_vs_standin;
 mod compensation;
 mod deploy;
 mod expiry;

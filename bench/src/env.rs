@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use fitorder::payments::devkeys::{DevKeys, DEV_APP_ID, DEV_MCH_ID};
+use fitorder::payments::devkeys::DevKeys;
 use tokio_postgres::{Client, NoTls};
 
 use crate::Args;
@@ -597,6 +597,9 @@ pub struct Bench {
     pub bin: PathBuf,
     pub tmp: PathBuf,
     pub keys: DevKeys,
+    /// WeChat Pay and Alipay on loopback (the development sandbox): the server's providers
+    /// are configured whole against it, as a deployment's are against the real ones.
+    pub sandbox: fitorder::payments::sandbox_server::SandboxProvider,
     pub jwt_secret: String,
     pub noop: Noop,
     pub machine: Machine,
@@ -642,6 +645,11 @@ impl Bench {
             bytes.iter().map(|b| format!("{b:02x}")).collect()
         };
         let noop = Noop::start().await?;
+        let sandbox = fitorder::payments::sandbox_server::SandboxProvider::start(
+            fitorder::payments::devkeys::dev_sandbox_keys(&keys),
+            "127.0.0.1:0",
+        )
+        .await?;
         pg.drop_leftovers().await?;
         let template = format!("{DB_PREFIX}template");
         let mut bench = Bench {
@@ -649,6 +657,7 @@ impl Bench {
             bin,
             tmp,
             keys,
+            sandbox,
             jwt_secret,
             noop,
             machine,
@@ -717,14 +726,7 @@ impl Bench {
             .env("FITORDER_STATEMENT_DIR", self.tmp.join("statements"))
             .env("FITORDER_DOOR_ACCESS_URL", format!("{}/door-access", self.noop.url))
             .env("FITORDER_AI_ACCESS_URL", format!("{}/ai-access", self.noop.url))
-            .env("WECHATPAY_MCH_ID", DEV_MCH_ID)
-            .env("WECHATPAY_APIV3_KEY", &keys.apiv3_key)
-            .env(
-                "WECHATPAY_PLATFORM_PUBLIC_KEY",
-                keys.dir.join("wechatpay-platform.pub.pem"),
-            )
-            .env("ALIPAY_APP_ID", DEV_APP_ID)
-            .env("ALIPAY_PUBLIC_KEY", keys.dir.join("alipay.pub.pem"));
+            .envs(keys.sandbox_env(&self.sandbox.wechat_api_base(), &self.sandbox.alipay_gateway()));
         cmd
     }
 

@@ -8,7 +8,9 @@ use axum::Extension;
 use serde_json::json;
 
 use super::HttpState;
-use crate::payments::{self, alipay, wechat, Outcome, Received};
+use crate::domain::payment::Provider;
+use crate::payments::provider::CheckedNotification;
+use crate::payments::{self, evidence_text, Outcome, Received};
 use crate::trace::TraceId;
 
 /// The caller learns only that the notification was refused (or must be retried); what went
@@ -20,32 +22,6 @@ fn wechat_fail(status: StatusCode) -> Response {
         _ => "not processed, please retry",
     };
     (status, axum::Json(json!({"code": "FAIL", "message": message}))).into_response()
-}
-
-/// Text fit for a PostgreSQL `text` or `jsonb` string: invalid UTF-8 replaced, NUL (which
-/// neither type stores) escaped as `\u0000`. With `limit`, cut at a character boundary
-/// and marked with the original length.
-pub(crate) fn evidence_text(bytes: &[u8], limit: Option<usize>) -> String {
-    let text = String::from_utf8_lossy(bytes);
-    let mut out = match limit {
-        Some(max) if text.len() > max => {
-            let mut cut = max;
-            while !text.is_char_boundary(cut) {
-                cut -= 1;
-            }
-            format!("{}…[{} bytes received, first {} kept]", &text[..cut], bytes.len(), cut)
-        }
-        _ => text.into_owned(),
-    };
-    if out.contains('\0') {
-        out = out.replace('\0', "\\u0000");
-    }
-    out
-}
-
-/// An unverified callback's header, as kept: at most 256 bytes.
-fn evidence_header(value: Option<&str>) -> Option<String> {
-    value.map(|v| evidence_text(v.as_bytes(), Some(256)))
 }
 
 /// Refused callbacks are logged at WARN at most this many times a minute (a flood of
@@ -70,179 +46,122 @@ fn warn_refused(provider: &str, error: &str) {
     }
 }
 
-fn header<'a>(h: &'a HeaderMap, name: &str) -> Option<&'a str> {
-    h.get(name).and_then(|v| v.to_str().ok())
+/// How a notification ended, for the provider's reply.
+enum Handled {
+    Processed,
+    /// The provider is not configured here.
+    Unconfigured,
+    /// Not in the provider's format at all.
+    Malformed,
+    /// Not authentic (signature, time window, decryption).
+    Unauthentic,
+    /// Authentic but not ours or not readable: refused, evidence kept.
+    Unreadable,
+    /// Could not be recorded or applied: the provider must retry.
+    Retry,
 }
 
+/// One path for every provider: the provider's gateway authenticates and reads, then the
+/// evidence is recorded (capped until authentic) and the notice applied.
+async fn handle(s: &HttpState, provider: Provider, headers: &HeaderMap, body: &[u8], trace: &TraceId) -> Handled {
+    let Some(gateway) = s.app.providers.gateway(provider) else {
+        tracing::error!(%provider, "notification refused: the provider is not configured (see the configuration table)");
+        return Handled::Unconfigured;
+    };
+    let name = provider.as_str();
+    match gateway.check_notification(headers, body, trace.as_str()).await {
+        CheckedNotification::Refused {
+            malformed,
+            event_type,
+            evidence,
+            error,
+        } => {
+            let msg = evidence_text(error.as_bytes(), Some(1024));
+            warn_refused(name, &msg);
+            // Until the signature is checked the body is anybody's: only its beginning is kept.
+            let raw = evidence_text(body, Some(s.app.config.unverified_callback_bytes));
+            let rec = Received {
+                provider: name,
+                verified: false,
+                event_type: event_type.as_deref(),
+                body: &raw,
+                headers: evidence,
+                error: Some(&msg),
+            };
+            match (record_only(s, rec, trace).await, malformed) {
+                (_, true) => Handled::Malformed,
+                (Err(_), false) => Handled::Retry,
+                (Ok(()), false) => Handled::Unauthentic,
+            }
+        }
+        CheckedNotification::Authentic {
+            event_type,
+            evidence,
+            body,
+            notice,
+        } => {
+            // Authentic from here on: kept whole (NULs escaped).
+            let body = evidence_text(body.as_bytes(), None);
+            let notice_error = notice.as_ref().err().map(|e| evidence_text(e.as_bytes(), Some(1024)));
+            let rec = Received {
+                provider: name,
+                verified: true,
+                event_type: event_type.as_deref(),
+                body: &body,
+                headers: evidence,
+                error: notice_error.as_deref(),
+            };
+            let notice = match notice {
+                Ok(n) => n,
+                Err(e) => {
+                    tracing::warn!(%provider, error = %e, "notification authentic but refused");
+                    return match record_only(s, rec, trace).await {
+                        Ok(()) => Handled::Unreadable,
+                        Err(_) => Handled::Retry,
+                    };
+                }
+            };
+            match process(s, rec, notice, trace).await {
+                Ok(_) => Handled::Processed,
+                Err(msg) => {
+                    tracing::error!(%provider, error = %msg, "notification not processed");
+                    Handled::Retry
+                }
+            }
+        }
+    }
+}
+
+/// WeChat Pay's replies: 204 when processed, `{"code":"FAIL"}` with 401 (refused) or 5xx
+/// (retry).
 pub async fn wechat_notify(
     State(s): State<HttpState>,
     Extension(trace): Extension<TraceId>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let Some(keys) = s.keys.wechat.as_ref() else {
-        tracing::error!("WeChat Pay notification refused: WECHATPAY_MCH_ID, WECHATPAY_APIV3_KEY and WECHATPAY_PLATFORM_PUBLIC_KEY are not all set");
-        return wechat_fail(StatusCode::SERVICE_UNAVAILABLE);
-    };
-    let h = wechat::Headers {
-        timestamp: header(&headers, "wechatpay-timestamp"),
-        nonce: header(&headers, "wechatpay-nonce"),
-        signature: header(&headers, "wechatpay-signature"),
-        serial: header(&headers, "wechatpay-serial"),
-    };
-    let evidence = json!({
-        "Wechatpay-Timestamp": evidence_header(h.timestamp), "Wechatpay-Nonce": evidence_header(h.nonce),
-        "Wechatpay-Serial": evidence_header(h.serial), "Wechatpay-Signature": evidence_header(h.signature),
-    });
-    // Until the signature is checked the body is anybody's: only its beginning is kept.
-    let raw = evidence_text(&body, Some(s.app.config.unverified_callback_bytes));
-    let now = chrono::Utc::now().timestamp();
-    // A serial we do not know may be a platform certificate WeChat Pay just switched to:
-    // fetch the certificates once (rate-limited across the cluster) before judging.
-    if let (Some(serial), Some(w)) = (h.serial, s.app.providers.wechat()) {
-        if keys.platform.key_for(serial.trim()).is_none() {
-            w.unknown_serial(trace.as_str()).await;
-        }
-    }
-    // Authenticate, then decrypt.
-    let checked = wechat::verify(keys, &h, &body, now)
-        .and_then(|_| wechat::parse_envelope(&body))
-        .and_then(|env| {
-            let plain = wechat::decrypt(&keys.apiv3_key, &env.resource)?;
-            let notice = wechat::notice(&keys.mch_id, &env.event_type, &plain);
-            Ok((env, plain, notice))
-        });
-    let (env, plain, notice) = match checked {
-        Ok(v) => v,
-        Err(e) => {
-            let msg = evidence_text(e.message().as_bytes(), Some(1024));
-            warn_refused("WECHAT_PAY", &msg);
-            let rec = Received {
-                provider: "WECHAT_PAY",
-                verified: false,
-                event_type: None,
-                body: &raw,
-                headers: evidence,
-                error: Some(&msg),
-            };
-            if record_only(&s, rec, &trace).await.is_err() {
-                return wechat_fail(StatusCode::INTERNAL_SERVER_ERROR);
-            }
-            return wechat_fail(StatusCode::UNAUTHORIZED);
-        }
-    };
-    // Authentic from here on: kept whole (NULs escaped).
-    let plain = evidence_text(plain.as_bytes(), None);
-    let mut evidence = evidence;
-    evidence["notificationId"] = json!(env.id);
-    let notice_error = notice
-        .as_ref()
-        .err()
-        .map(|e| evidence_text(e.message().as_bytes(), Some(1024)));
-    let rec = Received {
-        provider: "WECHAT_PAY",
-        verified: true,
-        event_type: Some(&env.event_type),
-        body: &plain,
-        headers: evidence,
-        error: notice_error.as_deref(),
-    };
-    let notice = match notice {
-        Ok(n) => n,
-        Err(e) => {
-            // Authentic but not ours (another merchant) or not readable: refuse, keep the evidence.
-            tracing::warn!(error = %e.message(), "WeChat Pay notification authentic but refused");
-            if record_only(&s, rec, &trace).await.is_err() {
-                return wechat_fail(StatusCode::INTERNAL_SERVER_ERROR);
-            }
-            return wechat_fail(StatusCode::UNAUTHORIZED);
-        }
-    };
-    match process(&s, rec, notice, &trace).await {
-        Ok(_) => StatusCode::NO_CONTENT.into_response(),
-        Err(msg) => {
-            tracing::error!(error = %msg, "WeChat Pay notification not processed");
-            wechat_fail(StatusCode::INTERNAL_SERVER_ERROR)
-        }
+    match handle(&s, Provider::WechatPay, &headers, &body, &trace).await {
+        Handled::Processed => StatusCode::NO_CONTENT.into_response(),
+        Handled::Unconfigured => wechat_fail(StatusCode::SERVICE_UNAVAILABLE),
+        Handled::Malformed | Handled::Unauthentic | Handled::Unreadable => wechat_fail(StatusCode::UNAUTHORIZED),
+        Handled::Retry => wechat_fail(StatusCode::INTERNAL_SERVER_ERROR),
     }
 }
 
-pub async fn alipay_notify(State(s): State<HttpState>, Extension(trace): Extension<TraceId>, body: Bytes) -> Response {
+/// Alipay's replies: the plain text `success`, or `failure` with 400/401 (refused) or 5xx.
+pub async fn alipay_notify(
+    State(s): State<HttpState>,
+    Extension(trace): Extension<TraceId>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
     let failure = |status: StatusCode| (status, "failure").into_response();
-    let Some(keys) = s.keys.alipay.as_ref() else {
-        tracing::error!("Alipay notification refused: ALIPAY_APP_ID and ALIPAY_PUBLIC_KEY are not both set");
-        return (StatusCode::SERVICE_UNAVAILABLE, "failure").into_response();
-    };
-    let raw = evidence_text(&body, Some(s.app.config.unverified_callback_bytes));
-    let fields = match alipay::parse_form(&body) {
-        Ok(f) => f,
-        Err(e) => {
-            let msg = evidence_text(e.message().as_bytes(), Some(1024));
-            warn_refused("ALIPAY", &msg);
-            let rec = Received {
-                provider: "ALIPAY",
-                verified: false,
-                event_type: None,
-                body: &raw,
-                headers: json!({}),
-                error: Some(&msg),
-            };
-            let _ = record_only(&s, rec, &trace).await;
-            return failure(StatusCode::BAD_REQUEST);
-        }
-    };
-    let evidence = json!({"notify_id": evidence_header(alipay::field(&fields, "notify_id")),
-                          "notify_time": evidence_header(alipay::field(&fields, "notify_time")),
-                          "app_id": evidence_header(alipay::field(&fields, "app_id"))});
-    let event = alipay::field(&fields, "trade_status").map(|e| evidence_text(e.as_bytes(), Some(64)));
-    if let Err(e) = alipay::verify(keys, &fields) {
-        let msg = evidence_text(e.message().as_bytes(), Some(1024));
-        warn_refused("ALIPAY", &msg);
-        let rec = Received {
-            provider: "ALIPAY",
-            verified: false,
-            event_type: event.as_deref(),
-            body: &raw,
-            headers: evidence,
-            error: Some(&msg),
-        };
-        if record_only(&s, rec, &trace).await.is_err() {
-            return failure(StatusCode::INTERNAL_SERVER_ERROR);
-        }
-        return failure(StatusCode::UNAUTHORIZED);
-    }
-    // Authentic: kept whole.
-    let raw = evidence_text(&body, None);
-    let rec = Received {
-        provider: "ALIPAY",
-        verified: true,
-        event_type: event.as_deref(),
-        body: &raw,
-        headers: evidence,
-        error: None,
-    };
-    let notice = match alipay::notice(&fields) {
-        Ok(n) => n,
-        Err(e) => {
-            let msg = evidence_text(e.message().as_bytes(), Some(1024));
-            let _ = record_only(
-                &s,
-                Received {
-                    error: Some(&msg),
-                    ..rec
-                },
-                &trace,
-            )
-            .await;
-            return failure(StatusCode::BAD_REQUEST);
-        }
-    };
-    match process(&s, rec, notice, &trace).await {
-        Ok(_) => (StatusCode::OK, "success").into_response(),
-        Err(msg) => {
-            tracing::error!(error = %msg, "Alipay notification not processed");
-            failure(StatusCode::INTERNAL_SERVER_ERROR)
-        }
+    match handle(&s, Provider::Alipay, &headers, &body, &trace).await {
+        Handled::Processed => (StatusCode::OK, "success").into_response(),
+        Handled::Unconfigured => failure(StatusCode::SERVICE_UNAVAILABLE),
+        Handled::Malformed | Handled::Unreadable => failure(StatusCode::BAD_REQUEST),
+        Handled::Unauthentic => failure(StatusCode::UNAUTHORIZED),
+        Handled::Retry => failure(StatusCode::INTERNAL_SERVER_ERROR),
     }
 }
 

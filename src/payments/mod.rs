@@ -152,6 +152,32 @@ pub struct Received<'a> {
     pub error: Option<&'a str>,
 }
 
+/// Text fit for a PostgreSQL `text` or `jsonb` string: invalid UTF-8 replaced, NUL (which
+/// neither type stores) escaped as `\u0000`. With `limit`, cut at a character boundary
+/// and marked with the original length.
+pub fn evidence_text(bytes: &[u8], limit: Option<usize>) -> String {
+    let text = String::from_utf8_lossy(bytes);
+    let mut out = match limit {
+        Some(max) if text.len() > max => {
+            let mut cut = max;
+            while !text.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            format!("{}…[{} bytes received, first {} kept]", &text[..cut], bytes.len(), cut)
+        }
+        _ => text.into_owned(),
+    };
+    if out.contains('\0') {
+        out = out.replace('\0', "\\u0000");
+    }
+    out
+}
+
+/// An unverified callback's header, as kept: at most 256 bytes.
+pub fn evidence_header(value: Option<&str>) -> Option<String> {
+    value.map(|v| evidence_text(v.as_bytes(), Some(256)))
+}
+
 /// Writes the raw callback in a transaction of its own and returns its id.
 pub async fn record(conn: &mut AsyncPgConnection, r: Received<'_>, outcome: &str, trace: &TraceId) -> AppResult<i64> {
     let id = diesel::insert_into(payment_callbacks::table)

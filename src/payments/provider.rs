@@ -116,9 +116,38 @@ pub enum ProviderError {
     TradeTaken(String),
 }
 
+/// What a provider made of a notification as received.
+#[derive(Debug)]
+pub enum CheckedNotification {
+    /// Refused at authentication; `malformed`: not even in the provider's format. The evidence
+    /// (capped header values) is recorded with the capped body.
+    Refused {
+        malformed: bool,
+        event_type: Option<String>,
+        evidence: serde_json::Value,
+        error: String,
+    },
+    /// Authentic. `body` is what the provider meant (decrypted where it encrypts), kept whole;
+    /// `notice` is `Err` when it is authentic but not ours or not readable.
+    Authentic {
+        event_type: Option<String>,
+        evidence: serde_json::Value,
+        body: String,
+        notice: Result<super::Notice, String>,
+    },
+}
+
 /// A payment provider, as fitorder uses it.
 pub trait Gateway: Send + Sync {
     fn provider(&self) -> Provider;
+
+    /// Authenticates and reads a notification (`POST /pay/<provider>/notify`).
+    fn check_notification<'a>(
+        &'a self,
+        headers: &'a reqwest::header::HeaderMap,
+        body: &'a [u8],
+        trace_id: &'a str,
+    ) -> BoxFuture<'a, CheckedNotification>;
 
     /// Opens the trade for `t.channel` and answers what the client needs.
     fn start_trade<'a>(&'a self, t: &'a TradeRequest<'a>) -> BoxFuture<'a, Result<Instruction, ProviderError>>;

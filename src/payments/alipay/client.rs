@@ -271,9 +271,55 @@ fn refused(v: &Value) -> ProviderError {
     ))
 }
 
+impl Alipay {
+    /// The form's RSA2 `sign` over every other non-empty field but `sign_type`, with the Alipay
+    /// public key, and the app id.
+    fn check(&self, body: &[u8]) -> CheckedNotification {
+        use crate::payments::{alipay, evidence_header, evidence_text};
+        let fields = match alipay::parse_form(body) {
+            Ok(f) => f,
+            Err(e) => {
+                return CheckedNotification::Refused {
+                    malformed: true,
+                    event_type: None,
+                    evidence: json!({}),
+                    error: e.message(),
+                }
+            }
+        };
+        let evidence = json!({"notify_id": evidence_header(alipay::field(&fields, "notify_id")),
+                              "notify_time": evidence_header(alipay::field(&fields, "notify_time")),
+                              "app_id": evidence_header(alipay::field(&fields, "app_id"))});
+        let event_type = alipay::field(&fields, "trade_status").map(|e| evidence_text(e.as_bytes(), Some(64)));
+        if let Err(e) = alipay::verify(&self.keys, &fields) {
+            return CheckedNotification::Refused {
+                malformed: false,
+                event_type,
+                evidence,
+                error: e.message(),
+            };
+        }
+        CheckedNotification::Authentic {
+            event_type,
+            evidence,
+            body: evidence_text(body, None),
+            notice: alipay::notice(&fields).map_err(|e| e.message()),
+        }
+    }
+}
+
 impl Gateway for Alipay {
     fn provider(&self) -> Provider {
         Provider::Alipay
+    }
+
+    fn check_notification<'a>(
+        &'a self,
+        _headers: &'a reqwest::header::HeaderMap,
+        body: &'a [u8],
+        _trace_id: &'a str,
+    ) -> BoxFuture<'a, CheckedNotification> {
+        futures_util::future::ready(self.check(body)).boxed()
     }
 
     fn start_trade<'a>(&'a self, t: &'a TradeRequest<'a>) -> BoxFuture<'a, Result<Instruction, ProviderError>> {

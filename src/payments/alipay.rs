@@ -43,11 +43,17 @@ pub fn field<'a>(fields: &'a [(String, String)], name: &str) -> Option<&'a str> 
     fields.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
 }
 
-/// The string Alipay signs: every non-empty field but `sign` and `sign_type`, sorted by key.
+/// The string Alipay signs for a notification: every non-empty field but `sign` and
+/// `sign_type`, sorted by key (a request keeps `sign_type`: [`gateway::request_content`]).
 pub fn signed_content(fields: &[(String, String)]) -> String {
+    sorted_content(fields, &["sign", "sign_type"])
+}
+
+/// Every non-empty field but `excluded`, sorted by key, joined as `k=v` with `&`, raw values.
+pub(crate) fn sorted_content(fields: &[(String, String)], excluded: &[&str]) -> String {
     let mut pairs: Vec<&(String, String)> = fields
         .iter()
-        .filter(|(k, v)| k != "sign" && k != "sign_type" && !v.is_empty())
+        .filter(|(k, v)| !excluded.contains(&k.as_str()) && !v.is_empty())
         .collect();
     pairs.sort_by(|a, b| a.0.cmp(&b.0));
     pairs

@@ -37,18 +37,12 @@ fn point_at(c: &mut Config, s: &StandIn) {
 }
 
 async fn place(app: &TestApp, s: &Studio, method: &str, channel: &str) -> Value {
-    let mut input = json!({"idempotencyKey": key(), "storeId": s.store, "item": {"classPackId": s.pack},
-                           "paymentMethod": method, "channel": channel});
-    if channel == "WECHAT_JSAPI" {
-        input["wechatOpenId"] = json!("oUpF8uMuAJO_M2pxb1Q9zNjWeS6o");
-    }
-    app.op(
-        &app.member_token(&s.member),
-        MEMBER_OPS,
-        "PlaceOrder",
-        json!({"input": input}),
-    )
-    .await
+    let extra = if channel == "WECHAT_JSAPI" {
+        json!({"wechatOpenId": "oUpF8uMuAJO_M2pxb1Q9zNjWeS6o"})
+    } else {
+        json!({})
+    };
+    crate::start_payment::place_with(app, s, Some(channel), method, extra).await
 }
 
 async fn against_the_standin(mode: StandInMode) {

@@ -29,7 +29,8 @@ fn provider_of(channel: &str) -> &'static str {
     channel_method(channel)
 }
 
-async fn place_with(app: &TestApp, s: &Studio, channel: Option<&str>, method: &str, extra: Value) -> Value {
+/// The member places a class pack order through the app's own `PlaceOrder`.
+pub async fn place_with(app: &TestApp, s: &Studio, channel: Option<&str>, method: &str, extra: Value) -> Value {
     let mut input = json!({"idempotencyKey": key(), "storeId": s.store, "item": {"classPackId": s.pack},
                            "paymentMethod": method});
     if let Some(c) = channel {

@@ -16,13 +16,7 @@ use crate::payments::crypto;
 
 /// The string a request's `sign` covers: every non-empty parameter but `sign`, sorted by key.
 pub fn request_content(params: &[(String, String)]) -> String {
-    let mut pairs: Vec<&(String, String)> = params.iter().filter(|(k, v)| k != "sign" && !v.is_empty()).collect();
-    pairs.sort_by(|a, b| a.0.cmp(&b.0));
-    pairs
-        .iter()
-        .map(|(k, v)| format!("{k}={v}"))
-        .collect::<Vec<_>>()
-        .join("&")
+    super::sorted_content(params, &["sign"])
 }
 
 /// Appends `sign` (RSA2 with the app key) to `params`.

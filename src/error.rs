@@ -32,6 +32,9 @@ pub enum AppError {
     /// A payment provider did not answer, or not with a signed answer: nothing was changed
     /// and the caller may try again (`extensions.reason: PROVIDER_UNAVAILABLE`).
     ProviderUnavailable(String),
+    /// The database cannot be reached, or every pooled connection is busy past the checkout
+    /// wait: nothing was changed, the caller may retry (`extensions.reason: UNAVAILABLE`).
+    Unavailable(String),
     /// Anything else: a bug, the database down. Logged with the trace id; the client sees a
     /// generic message.
     Internal(std::sync::Arc<anyhow::Error>),
@@ -51,6 +54,7 @@ impl AppError {
             AppError::SoldOut(_) => "SOLD_OUT",
             AppError::Conflict(_) => "CONFLICT",
             AppError::ProviderUnavailable(_) => "INTERNAL",
+            AppError::Unavailable(_) => "INTERNAL",
             AppError::Internal(_) => "INTERNAL",
         }
     }
@@ -86,6 +90,7 @@ impl AppError {
                 format!("illegal transition {from} -> {to}")
             }
             AppError::ProviderUnavailable(m) => m.clone(),
+            AppError::Unavailable(m) => m.clone(),
             AppError::Internal(e) => format!("internal error: {e:#}"),
         }
     }
@@ -175,7 +180,9 @@ impl From<DieselError> for AppError {
 
 impl From<diesel_async::pooled_connection::deadpool::PoolError> for AppError {
     fn from(e: diesel_async::pooled_connection::deadpool::PoolError) -> Self {
-        AppError::internal(format!("database unavailable: {e}"))
+        // The detail (a timeout, a refused connection) is for the log, not the caller.
+        tracing::warn!(error = %e, "no database connection");
+        AppError::Unavailable("the service is busy or its database is unavailable; try again shortly".into())
     }
 }
 
@@ -222,6 +229,9 @@ impl ErrorExtensions for AppError {
             if let AppError::IllegalTransition { from, to } = self {
                 ext.set("from", from.as_str());
                 ext.set("to", to.as_str());
+            }
+            if let AppError::Unavailable(_) = self {
+                ext.set("reason", "UNAVAILABLE");
             }
             if let AppError::ProviderUnavailable(_) = self {
                 ext.set("reason", "PROVIDER_UNAVAILABLE");

@@ -110,6 +110,10 @@ async fn slow_statements_and_an_exhausted_pool_fail_cleanly() {
         .gql(Some(&app.admin_token()), "query { orders { totalCount } }", json!({}))
         .await;
     assert_eq!(error_code(&r), "INTERNAL");
+    assert_eq!(
+        r["errors"][0]["extensions"]["reason"], "UNAVAILABLE",
+        "pool exhaustion is told apart: {r}"
+    );
     assert!(started.elapsed() < Duration::from_secs(8), "{:?}", started.elapsed());
     drop(c);
     drop(_held);

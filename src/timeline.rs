@@ -15,6 +15,8 @@ use crate::graphql::TimelineEntry;
 
 /// order, at, ok, error, duration, event kind, event trace id, worker.
 type AttemptRow = (i64, DateTime<Utc>, bool, Option<String>, i32, String, String, String);
+/// order, opened at, kind, status, trace id.
+type TicketRow = (Option<i64>, DateTime<Utc>, String, String, String);
 
 pub async fn for_order(conn: &mut AsyncPgConnection, order_id: i64) -> AppResult<Vec<TimelineEntry>> {
     Ok(for_orders(conn, &[order_id])
@@ -149,7 +151,7 @@ pub async fn for_orders(
             trace_id: trace,
         });
     }
-    let tickets: Vec<(Option<i64>, DateTime<Utc>, String, String, String)> = exception_tickets::table
+    let tickets: Vec<TicketRow> = exception_tickets::table
         .filter(exception_tickets::order_id.eq_any(&ids))
         .select((
             exception_tickets::order_id,

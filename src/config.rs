@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 
-#[derive(Clone, Debug)]
+/// `Debug` is written out below: it never shows a secret (the JWT secret, the APIv3 key, a
+/// database password, an alert channel's URL or signing secret).
+#[derive(Clone)]
 pub struct Config {
     /// `None`: a private PostgreSQL cluster under `./.fitorder/pg`.
     pub database_url: Option<String>,
@@ -71,7 +73,7 @@ pub struct Config {
     pub unverified_callback_bytes: usize,
 }
 
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct WechatPayConfig {
     pub mch_id: Option<String>,
     /// The appid trades are made under (mini program, official account or app).
@@ -340,9 +342,11 @@ impl Config {
 
 /// Without FITORDER_JWT_SECRET a random secret is made once and kept in
 /// `./.fitorder/jwt-secret`, so that `fitorder token` in another terminal signs tokens the
-/// running dev server accepts, and tokens survive a restart.
+/// running dev server accepts, and tokens survive a restart. Reading the configuration only
+/// reads the file: it is written by [`Config::keep_dev_secret`] once the start is known to be
+/// development mode (a production start without a secret stops and leaves nothing behind).
 fn dev_secret() -> String {
-    let path = std::path::Path::new(".fitorder/jwt-secret");
+    let path = std::path::Path::new(DEV_SECRET_PATH);
     if let Ok(s) = std::fs::read_to_string(path) {
         if s.trim().len() >= 32 {
             return s.trim().to_string();
@@ -350,19 +354,238 @@ fn dev_secret() -> String {
     }
     use rand::Rng;
     let bytes: [u8; 32] = rand::rng().random();
-    let secret = hex::encode(bytes);
-    if std::fs::create_dir_all(".fitorder").is_ok() {
-        use std::io::Write;
-        use std::os::unix::fs::OpenOptionsExt;
-        if let Ok(mut f) = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(path)
-        {
-            let _ = f.write_all(secret.as_bytes());
+    hex::encode(bytes)
+}
+
+const DEV_SECRET_PATH: &str = ".fitorder/jwt-secret";
+
+impl Config {
+    /// Development mode: keeps the made-up secret in `./.fitorder/jwt-secret` (see `dev_secret`).
+    pub fn keep_dev_secret(&self) {
+        if !self.jwt_secret_generated {
+            return;
+        }
+        let path = std::path::Path::new(DEV_SECRET_PATH);
+        if std::fs::read_to_string(path).is_ok_and(|s| s.trim() == self.jwt_secret) {
+            return;
+        }
+        if std::fs::create_dir_all(".fitorder").is_ok() {
+            use std::io::Write;
+            use std::os::unix::fs::OpenOptionsExt;
+            if let Ok(mut f) = std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .mode(0o600)
+                .open(path)
+            {
+                let _ = f.write_all(self.jwt_secret.as_bytes());
+            }
         }
     }
-    secret
+}
+
+/// Shown instead of a secret in `Debug`.
+const REDACTED: &str = "<redacted>";
+
+/// A URL with its password (`scheme://user:PASSWORD@host…`) replaced, and a libpq key/value
+/// string's `password=…` too; anything else as it is.
+pub fn redact_url(url: &str) -> String {
+    if let Some((scheme, rest)) = url.split_once("://") {
+        let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+        let (authority, tail) = rest.split_at(authority_end);
+        if let Some((userinfo, host)) = authority.rsplit_once('@') {
+            if let Some((user, _password)) = userinfo.split_once(':') {
+                return format!("{scheme}://{user}:{REDACTED}@{host}{}", redact_query_password(tail));
+            }
+        }
+        return format!("{scheme}://{authority}{}", redact_query_password(tail));
+    }
+    url.split_whitespace()
+        .map(|kv| match kv.split_once('=') {
+            Some((k, _)) if k.eq_ignore_ascii_case("password") => format!("{k}={REDACTED}"),
+            _ => kv.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// `?password=…` (PostgreSQL URLs take it as a parameter too).
+fn redact_query_password(tail: &str) -> String {
+    let Some((path, query)) = tail.split_once('?') else {
+        return tail.to_string();
+    };
+    let query = query
+        .split('&')
+        .map(|kv| match kv.split_once('=') {
+            Some((k, _)) if k.eq_ignore_ascii_case("password") => format!("{k}={REDACTED}"),
+            _ => kv.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join("&");
+    format!("{path}?{query}")
+}
+
+impl std::fmt::Debug for Config {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Destructured whole: a field added to `Config` does not compile until it is listed here
+        // (and someone decided whether it is a secret).
+        let Config {
+            database_url,
+            addr,
+            public_url,
+            reconcile_at,
+            dev_mode,
+            sandbox_addr,
+            jwt_secret: _,
+            jwt_secret_generated,
+            order_timeout,
+            scan_interval,
+            retry_base,
+            max_attempts,
+            downstream_timeout,
+            door_access_url,
+            ai_access_url,
+            statement_dir,
+            timezone,
+            wechatpay,
+            alipay,
+            max_complexity,
+            max_depth,
+            max_body_bytes,
+            db_pool_size,
+            statement_timeout,
+            listen_database_url,
+            alert_channels,
+            alert_retry_base,
+            alert_max_attempts,
+            alert_rate_per_minute,
+            metrics_addr,
+            max_document_bytes,
+            max_selections,
+            max_fragment_spreads,
+            ws_init_timeout,
+            ws_max_subscriptions,
+            http_header_timeout,
+            http_body_timeout,
+            unverified_callback_bytes,
+        } = self;
+        let url = |u: &Option<String>| u.as_deref().map(redact_url);
+        f.debug_struct("Config")
+            .field("database_url", &url(database_url))
+            .field("addr", addr)
+            .field("public_url", &redact_url(public_url))
+            .field("reconcile_at", reconcile_at)
+            .field("dev_mode", dev_mode)
+            .field("sandbox_addr", sandbox_addr)
+            .field("jwt_secret", &REDACTED)
+            .field("jwt_secret_generated", jwt_secret_generated)
+            .field("order_timeout", order_timeout)
+            .field("scan_interval", scan_interval)
+            .field("retry_base", retry_base)
+            .field("max_attempts", max_attempts)
+            .field("downstream_timeout", downstream_timeout)
+            .field("door_access_url", &url(door_access_url))
+            .field("ai_access_url", &url(ai_access_url))
+            .field("statement_dir", statement_dir)
+            .field("timezone", timezone)
+            .field("wechatpay", wechatpay)
+            .field("alipay", alipay)
+            .field("max_complexity", max_complexity)
+            .field("max_depth", max_depth)
+            .field("max_body_bytes", max_body_bytes)
+            .field("db_pool_size", db_pool_size)
+            .field("statement_timeout", statement_timeout)
+            .field("listen_database_url", &url(listen_database_url))
+            .field("alert_channels", alert_channels)
+            .field("alert_retry_base", alert_retry_base)
+            .field("alert_max_attempts", alert_max_attempts)
+            .field("alert_rate_per_minute", alert_rate_per_minute)
+            .field("metrics_addr", metrics_addr)
+            .field("max_document_bytes", max_document_bytes)
+            .field("max_selections", max_selections)
+            .field("max_fragment_spreads", max_fragment_spreads)
+            .field("ws_init_timeout", ws_init_timeout)
+            .field("ws_max_subscriptions", ws_max_subscriptions)
+            .field("http_header_timeout", http_header_timeout)
+            .field("http_body_timeout", http_body_timeout)
+            .field("unverified_callback_bytes", unverified_callback_bytes)
+            .finish()
+    }
+}
+
+impl std::fmt::Debug for WechatPayConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let WechatPayConfig {
+            mch_id,
+            app_id,
+            apiv3_key,
+            merchant_private_key,
+            merchant_serial,
+            platform_public_key,
+            public_key_id,
+            api_base,
+        } = self;
+        f.debug_struct("WechatPayConfig")
+            .field("mch_id", mch_id)
+            .field("app_id", app_id)
+            .field("apiv3_key", &apiv3_key.as_ref().map(|_| REDACTED))
+            // A path to the key, never its text.
+            .field("merchant_private_key", merchant_private_key)
+            .field("merchant_serial", merchant_serial)
+            .field("platform_public_key", platform_public_key)
+            .field("public_key_id", public_key_id)
+            .field("api_base", api_base)
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod redaction_tests {
+    use super::*;
+
+    #[test]
+    fn debug_shows_no_secret() {
+        let mut c = Config::for_tests("postgres://app:pgPASSWORD1@db.internal:5432/fitorder".into());
+        c.jwt_secret = "jwtSECRETvalue".into();
+        c.listen_database_url = Some("postgresql://app:pgPASSWORD2@db.internal/fitorder?sslmode=require".into());
+        c.door_access_url = Some("https://svc:doorPASSWORD@door.internal/grant".into());
+        c.wechatpay.apiv3_key = Some("APIV3keyVALUE0123456789abcdefghij".into());
+        c.alert_channels = crate::alerts::channels::parse_list(
+            "dingtalk:https://oapi.dingtalk.com/robot/send?access_token=ROBOTtoken#SECsigning",
+        )
+        .unwrap();
+        let shown = format!("{c:?} {c:#?}");
+        for secret in [
+            "jwtSECRETvalue",
+            "pgPASSWORD1",
+            "pgPASSWORD2",
+            "doorPASSWORD",
+            "APIV3keyVALUE",
+            "ROBOTtoken",
+            "SECsigning",
+        ] {
+            assert!(!shown.contains(secret), "{secret} shown: {shown}");
+        }
+        // What is not secret is still there to read.
+        assert!(shown.contains("db.internal:5432/fitorder"), "{shown}");
+        assert!(shown.contains("sslmode=require"), "{shown}");
+        assert!(shown.contains("app:<redacted>@"), "{shown}");
+    }
+
+    #[test]
+    fn key_value_connection_strings_lose_their_password() {
+        assert_eq!(
+            redact_url("host=db user=app password=hunter2 dbname=x"),
+            "host=db user=app password=<redacted> dbname=x"
+        );
+        assert_eq!(
+            redact_url("postgres://app@db/x?password=hunter2&sslmode=require"),
+            "postgres://app@db/x?password=<redacted>&sslmode=require"
+        );
+        assert_eq!(
+            redact_url("postgres://postgres@127.0.0.1:5432/postgres"),
+            "postgres://postgres@127.0.0.1:5432/postgres"
+        );
+    }
 }

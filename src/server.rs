@@ -84,6 +84,7 @@ async fn run_with_database(config: Config, opts: ServeOptions, url: &str, dev_mo
         "FITORDER_JWT_SECRET is not set: outside development mode (DATABASE_URL is set) every instance \
          needs the same secret; set it (or run with --dev on a database of your own)"
     );
+    config.keep_dev_secret();
     let no_provider = config.wechatpay.mch_id.is_none() && config.alipay.app_id.is_none();
     let mut sandbox = None;
     if dev_mode && no_provider {
@@ -108,6 +109,8 @@ async fn run_with_database(config: Config, opts: ServeOptions, url: &str, dev_mo
             );
         }
     }
+    // The configuration in effect (its `Debug` shows no secret).
+    tracing::info!(config = ?config, "configuration");
     let keys = crate::payments::keys::ProviderKeys::load(&config)?;
     let pool = db::pool_with(url, config.db_pool_size, config.statement_timeout)?;
     // LISTEN needs a session of its own: behind PgBouncer in transaction pooling it goes to the

@@ -127,6 +127,17 @@ pub async fn resolve(
     let note = note
         .map(|n| n.trim().chars().take(2000).collect::<String>())
         .filter(|n| !n.is_empty());
+    // The one table of who may take which action (the state machine's transitions).
+    match crate::domain::order_status::may_resolve_ticket(action, viewer.actor().kind) {
+        None => return Err(AppError::bad(format!("unknown action {action}"))),
+        Some(false) => {
+            return Err(AppError::Forbidden(format!(
+                "role {} may not resolve a ticket with {action}",
+                viewer.role.as_str()
+            )))
+        }
+        Some(true) => {}
+    }
     conn.transaction(async |conn| -> AppResult<ExceptionTicket> {
         let t = lock(conn, id, viewer).await?;
         if t.status == "RESOLVED" || t.status == "DISMISSED" {
@@ -205,6 +216,21 @@ pub async fn resolve(
                     ) else {
                         return Err(AppError::bad("this ticket names no provider payment to refund"));
                     };
+                    // The transaction's one refund: claimed by key, so that concurrent
+                    // resolutions of other tickets about the same payment wait here and then
+                    // find it claimed (a check-then-insert would let each of them through).
+                    use crate::db::schema::stray_payment_refunds as spr;
+                    let claimed = diesel::insert_into(spr::table)
+                        .values((
+                            spr::provider.eq(provider),
+                            spr::provider_txn_id.eq(txn),
+                            spr::ticket_id.eq(t.id),
+                        ))
+                        .on_conflict_do_nothing()
+                        .execute(conn)
+                        .await?
+                        == 1;
+                    // A refund of the same transaction queued another way (paid after cancel).
                     let already: i64 = crate::db::schema::compensation_events::table
                         .filter(crate::db::schema::compensation_events::kind.eq("PROVIDER_REFUND"))
                         .filter(
@@ -214,7 +240,7 @@ pub async fn resolve(
                         .count()
                         .get_result(conn)
                         .await?;
-                    if already == 0 {
+                    if claimed && already == 0 {
                         crate::compensation::enqueue_provider_refund(
                             conn,
                             &order,

@@ -1,6 +1,8 @@
 //! The chain of one order: status changes, callbacks, check-ins, compensation attempts and
 //! tickets merged by time, each with the trace id under which it happened.
 
+use std::collections::HashMap;
+
 use chrono::{DateTime, Utc};
 use diesel::prelude::*;
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
@@ -11,17 +13,33 @@ use crate::domain::OrderStatus;
 use crate::error::AppResult;
 use crate::graphql::TimelineEntry;
 
-/// at, ok, error, duration, event kind, event trace id, worker.
-type AttemptRow = (DateTime<Utc>, bool, Option<String>, i32, String, String, String);
+/// order, at, ok, error, duration, event kind, event trace id, worker.
+type AttemptRow = (i64, DateTime<Utc>, bool, Option<String>, i32, String, String, String);
+/// order, opened at, kind, status, trace id.
+type TicketRow = (Option<i64>, DateTime<Utc>, String, String, String);
 
 pub async fn for_order(conn: &mut AsyncPgConnection, order_id: i64) -> AppResult<Vec<TimelineEntry>> {
-    let mut out = Vec::new();
+    Ok(for_orders(conn, &[order_id])
+        .await?
+        .remove(&order_id)
+        .unwrap_or_default())
+}
+
+/// The timelines of many orders in six statements, whatever their number (a page of orders
+/// asking for theirs goes through the `OrderTimeline` DataLoader to here).
+pub async fn for_orders(
+    conn: &mut AsyncPgConnection,
+    order_ids: &[i64],
+) -> AppResult<HashMap<i64, Vec<TimelineEntry>>> {
+    let mut all: HashMap<i64, Vec<TimelineEntry>> = order_ids.iter().map(|id| (*id, Vec::new())).collect();
+    let ids = order_ids.to_vec();
     let transitions: Vec<OrderTransition> = order_transitions::table
-        .filter(order_transitions::order_id.eq(order_id))
+        .filter(order_transitions::order_id.eq_any(&ids))
         .select(OrderTransition::as_select())
         .load(conn)
         .await?;
     for t in transitions {
+        let out = all.entry(t.order_id).or_default();
         let from = t.from_status.as_deref().and_then(OrderStatus::parse);
         let to = OrderStatus::parse(&t.to_status);
         out.push(TimelineEntry {
@@ -40,12 +58,12 @@ pub async fn for_order(conn: &mut AsyncPgConnection, order_id: i64) -> AppResult
         });
     }
     let checks: Vec<CheckIn> = check_ins::table
-        .filter(check_ins::order_id.eq(order_id))
+        .filter(check_ins::order_id.eq_any(&ids))
         .select(CheckIn::as_select())
         .load(conn)
         .await?;
     for c in checks {
-        out.push(TimelineEntry {
+        all.entry(c.order_id).or_default().push(TimelineEntry {
             at: c.at,
             kind: "CHECK_IN".into(),
             actor: c.actor,
@@ -59,12 +77,13 @@ pub async fn for_order(conn: &mut AsyncPgConnection, order_id: i64) -> AppResult
         });
     }
     let callbacks: Vec<PaymentCallback> = payment_callbacks::table
-        .filter(payment_callbacks::order_id.eq(order_id))
+        .filter(payment_callbacks::order_id.eq_any(&ids))
         .select(PaymentCallback::as_select())
         .load(conn)
         .await?;
     for cb in callbacks {
-        out.push(TimelineEntry {
+        let Some(order_id) = cb.order_id else { continue };
+        all.entry(order_id).or_default().push(TimelineEntry {
             at: cb.received_at,
             kind: "CALLBACK".into(),
             actor: format!("provider:{}", cb.provider),
@@ -82,8 +101,9 @@ pub async fn for_order(conn: &mut AsyncPgConnection, order_id: i64) -> AppResult
     }
     let attempts: Vec<AttemptRow> = compensation_attempts::table
         .inner_join(compensation_events::table)
-        .filter(compensation_events::order_id.eq(order_id))
+        .filter(compensation_events::order_id.eq_any(&ids))
         .select((
+            compensation_events::order_id,
             compensation_attempts::at,
             compensation_attempts::ok,
             compensation_attempts::error,
@@ -94,8 +114,8 @@ pub async fn for_order(conn: &mut AsyncPgConnection, order_id: i64) -> AppResult
         ))
         .load(conn)
         .await?;
-    for (at, ok, error, ms, kind, trace, worker) in attempts {
-        out.push(TimelineEntry {
+    for (order_id, at, ok, error, ms, kind, trace, worker) in attempts {
+        all.entry(order_id).or_default().push(TimelineEntry {
             at,
             kind: "COMPENSATION_ATTEMPT".into(),
             actor: format!("system:{}", if worker.is_empty() { "worker" } else { &worker }),
@@ -108,10 +128,11 @@ pub async fn for_order(conn: &mut AsyncPgConnection, order_id: i64) -> AppResult
             trace_id: trace,
         });
     }
-    let replays: Vec<(DateTime<Utc>, String, String, String)> = compensation_replays::table
+    let replays: Vec<(i64, DateTime<Utc>, String, String, String)> = compensation_replays::table
         .inner_join(compensation_events::table)
-        .filter(compensation_events::order_id.eq(order_id))
+        .filter(compensation_events::order_id.eq_any(&ids))
         .select((
+            compensation_events::order_id,
             compensation_replays::at,
             compensation_replays::actor,
             compensation_events::kind,
@@ -119,8 +140,8 @@ pub async fn for_order(conn: &mut AsyncPgConnection, order_id: i64) -> AppResult
         ))
         .load(conn)
         .await?;
-    for (at, actor, kind, trace) in replays {
-        out.push(TimelineEntry {
+    for (order_id, at, actor, kind, trace) in replays {
+        all.entry(order_id).or_default().push(TimelineEntry {
             at,
             kind: "COMPENSATION_REPLAY".into(),
             actor,
@@ -130,9 +151,10 @@ pub async fn for_order(conn: &mut AsyncPgConnection, order_id: i64) -> AppResult
             trace_id: trace,
         });
     }
-    let tickets: Vec<(DateTime<Utc>, String, String, String)> = exception_tickets::table
-        .filter(exception_tickets::order_id.eq(order_id))
+    let tickets: Vec<TicketRow> = exception_tickets::table
+        .filter(exception_tickets::order_id.eq_any(&ids))
         .select((
+            exception_tickets::order_id,
             exception_tickets::opened_at,
             exception_tickets::kind,
             exception_tickets::status,
@@ -140,8 +162,9 @@ pub async fn for_order(conn: &mut AsyncPgConnection, order_id: i64) -> AppResult
         ))
         .load(conn)
         .await?;
-    for (at, kind, status, trace) in tickets {
-        out.push(TimelineEntry {
+    for (order_id, at, kind, status, trace) in tickets {
+        let Some(order_id) = order_id else { continue };
+        all.entry(order_id).or_default().push(TimelineEntry {
             at,
             kind: "TICKET".into(),
             actor: "system:tickets".into(),
@@ -151,6 +174,8 @@ pub async fn for_order(conn: &mut AsyncPgConnection, order_id: i64) -> AppResult
             trace_id: trace,
         });
     }
-    out.sort_by_key(|e| e.at);
-    Ok(out)
+    for out in all.values_mut() {
+        out.sort_by_key(|e| e.at);
+    }
+    Ok(all)
 }

@@ -270,7 +270,12 @@ pub async fn replay(
     .await
 }
 
-/// Replays every DEAD event (of one order, or of all); returns how many.
+/// The most DEAD events one `replayDeadCompensations` call replays (each in a transaction of
+/// its own): a call answers in bounded time however many died; the caller calls again until
+/// the answer is 0.
+pub const REPLAY_BATCH: i64 = 500;
+
+/// Replays DEAD events (of one order, or of all), the oldest [`REPLAY_BATCH`]; returns how many.
 pub async fn replay_dead(
     conn: &mut AsyncPgConnection,
     order_id: Option<i64>,
@@ -292,7 +297,7 @@ pub async fn replay_dead(
             ),
         );
     }
-    let ids: Vec<i64> = q.order(ce::id).load(conn).await?;
+    let ids: Vec<i64> = q.order(ce::id).limit(REPLAY_BATCH).load(conn).await?;
     let mut n = 0;
     for id in ids {
         match replay(conn, id, ctx, more_attempts).await {

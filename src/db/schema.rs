@@ -426,6 +426,15 @@ diesel::table! {
     }
 }
 
+diesel::table! {
+    stray_payment_refunds (provider, provider_txn_id) {
+        provider -> Text,
+        provider_txn_id -> Text,
+        ticket_id -> Int8,
+        created_at -> Timestamptz,
+    }
+}
+
 diesel::allow_tables_to_appear_in_same_query!(
     stores,
     members,

@@ -181,6 +181,40 @@ pub fn check(from: OrderStatus, to: OrderStatus, actor: ActorKind) -> Result<(),
     }
 }
 
+/// Who may close an exception ticket at all (`resolveTicket`).
+pub const TICKET_RESOLVERS: &[ActorKind] = &[ActorKind::Admin, ActorKind::Ops];
+
+/// Every action that closes a ticket and the change of status it stands for: its actors are
+/// that transition's in [`TRANSITIONS`] (among [`TICKET_RESOLVERS`]), so that the ticket screen,
+/// the order operations the actions call and the state machine cannot disagree. `None`: the
+/// action changes no order (any resolver may take it).
+pub const TICKET_ACTIONS: &[(&str, Option<(OrderStatus, OrderStatus)>)] = {
+    use OrderStatus::*;
+    &[
+        ("NO_ACTION", None),
+        ("REPLAY_COMPENSATION", None),
+        ("MARK_PAID", Some((WaitPay, Paid))),
+        ("CREDIT_SESSIONS", Some((WaitPay, Paid))),
+        // Also for money that reached no order of its own: a refund is a refund decision.
+        ("REFUND", Some((Paid, Refunded))),
+    ]
+};
+
+/// The actors of a transition in [`TRANSITIONS`] (none when the pair does not exist).
+pub fn actors_of(from: OrderStatus, to: OrderStatus) -> &'static [ActorKind] {
+    TRANSITIONS
+        .iter()
+        .find(|(f, t, ..)| *f == from && *t == to)
+        .map(|(_, _, actors, _)| *actors)
+        .unwrap_or(&[])
+}
+
+/// Whether `actor` may close a ticket with `action`; `None` for an unknown action.
+pub fn may_resolve_ticket(action: &str, actor: ActorKind) -> Option<bool> {
+    let (_, change) = TICKET_ACTIONS.iter().find(|(a, _)| *a == action)?;
+    Some(TICKET_RESOLVERS.contains(&actor) && change.is_none_or(|(from, to)| actors_of(from, to).contains(&actor)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -238,6 +272,25 @@ mod tests {
         assert!(check(Consuming, Refunded, ActorKind::Member).is_err());
         assert!(check(Paid, Refunded, ActorKind::Admin).is_ok());
         assert!(check(WaitPay, Canceled, ActorKind::System).is_ok());
+    }
+
+    #[test]
+    fn ticket_actions_follow_the_transitions() {
+        use ActorKind::*;
+        for (action, admin, ops) in [
+            ("NO_ACTION", true, true),
+            ("REPLAY_COMPENSATION", true, true),
+            ("MARK_PAID", true, false),
+            ("CREDIT_SESSIONS", true, false),
+            ("REFUND", true, true),
+        ] {
+            assert_eq!(may_resolve_ticket(action, Admin), Some(admin), "{action}");
+            assert_eq!(may_resolve_ticket(action, Ops), Some(ops), "{action}");
+            for other in [Member, Provider, System] {
+                assert_eq!(may_resolve_ticket(action, other), Some(false), "{action}");
+            }
+        }
+        assert_eq!(may_resolve_ticket("DELETE", Admin), None);
     }
 
     #[test]

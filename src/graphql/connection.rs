@@ -95,7 +95,7 @@ where
         })
         .collect();
     Connection {
-        total_count: super::int(total),
+        total_count: super::count(total),
         page_info: PageInfo {
             has_next_page: has_next,
             has_previous_page: after.is_some(),

@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use async_graphql::extensions::{Extension, ExtensionContext, ExtensionFactory, NextPrepareRequest};
+use async_graphql::extensions::{Extension, ExtensionContext, ExtensionFactory, NextPrepareRequest, NextRequest};
 use async_graphql::parser::types::{ExecutableDocument, Selection, SelectionSet};
 use async_graphql::{Request, ServerError, ServerResult};
 
@@ -187,6 +187,22 @@ impl Extension for BoundDocumentsExtension {
         let doc = request.parsed_query()?;
         check_document(doc, &self.0)?;
         next.run(ctx, request).await
+    }
+
+    /// async-graphql's own refusals of the caller's document (a syntax error, an unknown
+    /// field, a value out of range for its type, such as an `Int` past 2^31 - 1) carry no code:
+    /// they are the caller's input, `BAD_USER_INPUT`. Every error of ours has its code already.
+    async fn request(&self, ctx: &ExtensionContext<'_>, next: NextRequest<'_>) -> async_graphql::Response {
+        let mut response = next.run(ctx).await;
+        for err in &mut response.errors {
+            let coded = err.extensions.as_ref().is_some_and(|e| e.get("code").is_some());
+            if !coded {
+                err.extensions
+                    .get_or_insert_with(Default::default)
+                    .set("code", "BAD_USER_INPUT");
+            }
+        }
+        response
     }
 }
 

@@ -60,8 +60,23 @@ key!(
     OrderMembership,
     MemberCredits,
     MemberMemberships,
-    EventAttempts
+    EventAttempts,
+    OrderTimeline
 );
+
+/// The timelines of every order of a response: six statements for the whole page.
+impl Loader<OrderTimeline> for DbLoader {
+    type Value = Vec<super::TimelineEntry>;
+    type Error = LoadError;
+    async fn load(&self, keys: &[OrderTimeline]) -> Result<HashMap<OrderTimeline, Self::Value>, LoadError> {
+        let ids: Vec<i64> = keys.iter().map(|k| k.0).collect();
+        let mut conn = self.pool.get().await?;
+        let all = crate::timeline::for_orders(&mut conn, &ids)
+            .await
+            .map_err(|e| LoadError(Arc::new(e.message())))?;
+        Ok(all.into_iter().map(|(id, v)| (OrderTimeline(id), v)).collect())
+    }
+}
 
 /// Loads rows by primary key into a map keyed by the loader's key type.
 macro_rules! by_id {

@@ -127,7 +127,14 @@ pub(crate) fn parse_id(id: &async_graphql::ID, what: &str) -> AppResult<i64> {
         .ok_or_else(|| AppError::bad(format!("{what} {:?} is not an id", id.as_str())))
 }
 
-/// GraphQL Int is 32-bit; amounts are stored as 64-bit cents and never reach 2^31 in practice.
-pub(crate) fn int(v: i64) -> i32 {
-    i32::try_from(v).unwrap_or(if v < 0 { i32::MIN } else { i32::MAX })
+/// GraphQL Int is 32-bit; amounts are stored as 64-bit cents. An amount that does not fit is
+/// an error, never a wrong number (a wallet topped up past 2^31 - 1 fen answers an error on its
+/// balance, not ¥21,474,836.47).
+pub(crate) fn int(v: i64) -> AppResult<i32> {
+    i32::try_from(v).map_err(|_| AppError::internal(format!("an amount of {v} does not fit GraphQL's 32-bit Int")))
+}
+
+/// A count (rows, a connection's total): past 2^31 - 1 it is shown as 2^31 - 1.
+pub(crate) fn count(v: i64) -> i32 {
+    i32::try_from(v).unwrap_or(if v < 0 { 0 } else { i32::MAX })
 }

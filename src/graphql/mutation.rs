@@ -165,7 +165,7 @@ impl Mutation {
             let r = request(ctx);
             trades::start_payment(st, &order, channel, openid, r.client_ip.as_deref(), &r.trace)
                 .await
-                .map(|p| Some(p.into()))
+                .and_then(|p| Ok(Some(p.try_into()?)))
         } else {
             Ok(None)
         };
@@ -203,7 +203,7 @@ impl Mutation {
             &r.trace,
         )
         .await?;
-        Ok(started.into())
+        started.try_into()
     }
 
     /// Cancels a waiting order: members their own, staff any of their stores'.
@@ -395,7 +395,8 @@ impl Mutation {
         ))
     }
 
-    /// Replays every DEAD event, or those of one order; returns how many.
+    /// Replays DEAD events, or those of one order, oldest first and at most 500 per call;
+    /// returns how many it replayed (call again until it answers 0).
     async fn replay_dead_compensations(&self, ctx: &Context<'_>, order_no: Option<String>) -> AppResult<i32> {
         let v = viewer(ctx)?;
         v.require(&[Role::Admin, Role::Ops])?;

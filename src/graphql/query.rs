@@ -418,7 +418,7 @@ impl Query {
             .iter()
             .map(|cat| AnomalyStat {
                 category: *cat,
-                count: counts.get(cat.as_str()).copied().map(super::int).unwrap_or(0),
+                count: counts.get(cat.as_str()).copied().map(super::count).unwrap_or(0),
             })
             .collect())
     }

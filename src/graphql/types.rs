@@ -5,7 +5,7 @@ use async_graphql::{Context, Enum, Object, SimpleObject, ID};
 use chrono::{DateTime, NaiveDate, Utc};
 
 use super::loaders::*;
-use super::{int, request, state, viewer};
+use super::{int, request, viewer};
 use crate::auth::Role;
 use crate::compensation::{CompensationKind, CompensationStatus};
 use crate::db::models;
@@ -117,11 +117,11 @@ impl MemberNode {
     async fn store(&self, ctx: &Context<'_>) -> AppResult<StoreNode> {
         load_store(ctx, self.0.store_id).await
     }
-    async fn wallet(&self) -> WalletNode {
-        WalletNode {
-            balance_cents: int(self.0.balance_cents),
-            frozen_cents: int(self.0.frozen_cents),
-        }
+    async fn wallet(&self) -> AppResult<WalletNode> {
+        Ok(WalletNode {
+            balance_cents: int(self.0.balance_cents)?,
+            frozen_cents: int(self.0.frozen_cents)?,
+        })
     }
     /// Unused session credits over all paid orders
     async fn session_credits(&self, ctx: &Context<'_>) -> AppResult<i32> {
@@ -193,7 +193,7 @@ impl MembershipPlanNode {
     async fn duration_days(&self) -> i32 {
         self.0.duration_days
     }
-    async fn price_cents(&self) -> i32 {
+    async fn price_cents(&self) -> AppResult<i32> {
         int(self.0.price_cents)
     }
 }
@@ -211,7 +211,7 @@ impl ClassPackNode {
     async fn sessions(&self) -> i32 {
         self.0.sessions
     }
-    async fn price_cents(&self) -> i32 {
+    async fn price_cents(&self) -> AppResult<i32> {
         int(self.0.price_cents)
     }
     /// null: unlimited
@@ -242,7 +242,7 @@ impl CoachSlotNode {
     async fn remaining(&self) -> i32 {
         self.0.remaining
     }
-    async fn price_cents(&self) -> i32 {
+    async fn price_cents(&self) -> AppResult<i32> {
         int(self.0.price_cents)
     }
 }
@@ -437,11 +437,11 @@ impl ExceptionTicketNode {
     async fn provider_txn_id(&self) -> Option<&str> {
         self.0.provider_txn_id.as_deref()
     }
-    async fn local_amount_cents(&self) -> Option<i32> {
-        self.0.local_amount_cents.map(int)
+    async fn local_amount_cents(&self) -> AppResult<Option<i32>> {
+        self.0.local_amount_cents.map(int).transpose()
     }
-    async fn provider_amount_cents(&self) -> Option<i32> {
-        self.0.provider_amount_cents.map(int)
+    async fn provider_amount_cents(&self) -> AppResult<Option<i32>> {
+        self.0.provider_amount_cents.map(int).transpose()
     }
     /// JSON text with what was found
     async fn detail(&self) -> String {
@@ -495,11 +495,11 @@ impl OrderNode {
     async fn item_name(&self) -> &str {
         &self.0.item_name
     }
-    async fn amount_cents(&self) -> i32 {
+    async fn amount_cents(&self) -> AppResult<i32> {
         int(self.0.amount_cents)
     }
     /// the part paid from the wallet (MIXED and WALLET)
-    async fn wallet_amount_cents(&self) -> i32 {
+    async fn wallet_amount_cents(&self) -> AppResult<i32> {
         int(self.0.wallet_amount_cents)
     }
     async fn payment_method(&self) -> AppResult<PaymentMethod> {
@@ -541,8 +541,8 @@ impl OrderNode {
     async fn refunded_at(&self) -> Option<DateTime<Utc>> {
         self.0.refunded_at
     }
-    async fn refund_amount_cents(&self) -> Option<i32> {
-        self.0.refund_amount_cents.map(int)
+    async fn refund_amount_cents(&self) -> AppResult<Option<i32>> {
+        self.0.refund_amount_cents.map(int).transpose()
     }
     async fn provider_txn_id(&self) -> Option<&str> {
         self.0.provider_txn_id.as_deref()
@@ -556,8 +556,11 @@ impl OrderNode {
     }
     /// Status changes, callbacks, check-ins, compensation attempts and tickets, oldest first.
     async fn timeline(&self, ctx: &Context<'_>) -> AppResult<Vec<TimelineEntry>> {
-        let mut conn = state(ctx).pool.get().await?;
-        let entries = crate::timeline::for_order(&mut conn, self.0.id).await?;
+        let entries = loader(ctx)
+            .load_one(OrderTimeline(self.0.id))
+            .await
+            .map_err(LoadError::into_app)?
+            .unwrap_or_default();
         if !is_member(ctx) {
             return Ok(entries);
         }
@@ -758,16 +761,17 @@ pub struct PaymentInstruction {
     pub alipay_order_string: Option<String>,
 }
 
-impl From<crate::payments::trades::PaymentStarted> for PaymentInstruction {
-    fn from(p: crate::payments::trades::PaymentStarted) -> Self {
+impl TryFrom<crate::payments::trades::PaymentStarted> for PaymentInstruction {
+    type Error = crate::error::AppError;
+    fn try_from(p: crate::payments::trades::PaymentStarted) -> AppResult<Self> {
         let i = p.instruction;
-        PaymentInstruction {
+        Ok(PaymentInstruction {
             provider: match p.provider {
                 crate::domain::payment::Provider::WechatPay => PaymentProvider::WechatPay,
                 crate::domain::payment::Provider::Alipay => PaymentProvider::Alipay,
             },
             out_trade_no: p.out_trade_no,
-            amount_cents: super::int(p.amount_cents),
+            amount_cents: super::int(p.amount_cents)?,
             expires_at: p.expires_at,
             channel: p.channel.into(),
             wechat_jsapi: i.wechat_jsapi.map(|j| WechatJsapiParams {
@@ -790,7 +794,7 @@ impl From<crate::payments::trades::PaymentStarted> for PaymentInstruction {
             qr_code: i.qr_code,
             pay_url: i.pay_url,
             alipay_order_string: i.alipay_order_string,
-        }
+        })
     }
 }
 
@@ -857,7 +861,7 @@ impl TaskRunNode {
         self.0.finished_at
     }
     async fn rows_touched(&self) -> i32 {
-        int(self.0.rows_touched)
+        super::count(self.0.rows_touched)
     }
     async fn detail(&self) -> Option<String> {
         self.0.detail.as_deref().map(crate::error::public_text)

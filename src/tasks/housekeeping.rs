@@ -44,6 +44,13 @@ const KEY_RETENTION_DAYS: i64 = 90;
 /// Successful delivery attempts are kept this long; failures and anything a ticket needs stay.
 const ATTEMPT_RETENTION_DAYS: i64 = 90;
 const TASK_RUN_RETENTION_DAYS: i64 = 30;
+/// Delivered (SUCCEEDED) outbox events are kept this long after delivery, then pruned with
+/// their attempts — except refunds (PROVIDER_REFUND: the money's evidence, read by refund
+/// callbacks and the bills), events that were replayed by hand (their audit trail), and
+/// anything about an order an open ticket is about.
+pub const OUTBOX_RETENTION_DAYS: i64 = 90;
+/// At most this many events per run (the daily run catches up over days, in bounded statements).
+const OUTBOX_PRUNE_BATCH: i64 = 50_000;
 /// Callbacks whose signature did not verify (anybody's traffic) are kept a week, and at most
 /// this many of them (the newest): enough to look into an attack, not a way to fill the disk.
 const UNVERIFIED_RETENTION_DAYS: i64 = 7;
@@ -105,9 +112,10 @@ pub async fn alert_check(state: AppState) -> AppResult<i64> {
     Ok(stuck + raised + dead.n + backlog.n)
 }
 
-/// Prunes what is safe to prune: old idempotency keys, old successful attempt logs, old task
-/// runs, unverified callbacks past their week (or beyond the newest [`UNVERIFIED_KEEP`]) —
-/// never anything an open ticket's order needs.
+/// Prunes what is safe to prune: old idempotency keys, old successful attempt logs, delivered
+/// outbox events past [`OUTBOX_RETENTION_DAYS`] with their attempts, old task runs, unverified
+/// callbacks past their week (or beyond the newest [`UNVERIFIED_KEEP`]) — never anything an
+/// open ticket's order needs.
 pub async fn data_cleanup(state: AppState) -> AppResult<i64> {
     let mut conn = state.pool.get().await?;
     let r: N = diesel::sql_query(format!(
@@ -118,11 +126,27 @@ pub async fn data_cleanup(state: AppState) -> AppResult<i64> {
              WHERE k.callback_id = c.id AND k.created_at < now() - interval '{KEY_RETENTION_DAYS} days'
                AND (c.order_id IS NULL OR c.order_id NOT IN (SELECT order_id FROM open_orders))
             RETURNING 1
+         ), delivered AS (
+            SELECT e.id FROM compensation_events e
+             WHERE e.status = 'SUCCEEDED' AND e.updated_at < now() - interval '{OUTBOX_RETENTION_DAYS} days'
+               AND e.kind <> 'PROVIDER_REFUND'
+               AND e.order_id NOT IN (SELECT order_id FROM open_orders)
+               AND NOT EXISTS (SELECT 1 FROM compensation_replays r WHERE r.event_id = e.id)
+             ORDER BY e.updated_at
+             LIMIT {OUTBOX_PRUNE_BATCH}
          ), attempts AS (
             DELETE FROM compensation_attempts a USING compensation_events e
              WHERE a.event_id = e.id AND a.ok AND e.status = 'SUCCEEDED'
                AND a.at < now() - interval '{ATTEMPT_RETENTION_DAYS} days'
                AND e.order_id NOT IN (SELECT order_id FROM open_orders)
+               AND e.id NOT IN (SELECT id FROM delivered)
+            RETURNING 1
+         ), delivered_attempts AS (
+            DELETE FROM compensation_attempts a WHERE a.event_id IN (SELECT id FROM delivered)
+            RETURNING 1
+         ), events AS (
+            -- With their attempts: the foreign key is checked at the end of the statement.
+            DELETE FROM compensation_events e WHERE e.id IN (SELECT id FROM delivered)
             RETURNING 1
          ), unverified AS (
             DELETE FROM payment_callbacks c
@@ -137,7 +161,8 @@ pub async fn data_cleanup(state: AppState) -> AppResult<i64> {
             RETURNING 1
          )
          SELECT (SELECT count(*) FROM keys) + (SELECT count(*) FROM attempts) + (SELECT count(*) FROM runs)
-                + (SELECT count(*) FROM unverified) AS n"
+                + (SELECT count(*) FROM unverified) + (SELECT count(*) FROM events)
+                + (SELECT count(*) FROM delivered_attempts) AS n"
     ))
     .get_result(&mut conn)
     .await?;

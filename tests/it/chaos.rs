@@ -671,28 +671,82 @@ async fn the_invariant_checker_catches_broken_books() {
         check_invariants(&mut conn, &provider).await.is_empty(),
         "a clean book has no violations"
     );
-    // Now break it in every way the checker knows.
-    for sql in [
-        "ALTER TABLE members DISABLE TRIGGER USER",
-        "UPDATE members SET frozen_cents = frozen_cents + 7",
-        "UPDATE class_packs SET stock = stock - 1",
-        "UPDATE coach_slots SET remaining = remaining - 1",
-        "UPDATE orders SET sessions_used = 1",
-        "DELETE FROM compensation_events WHERE kind = 'AI_ACCESS_GRANT'",
-    ] {
-        diesel::sql_query(sql).execute(&mut conn).await.unwrap();
+    // Now break it, one invariant at a time (each in a transaction rolled back afterwards), and
+    // each check must see its own breakage: all nine checks of the books and the lost callback.
+    let breakages: [(&str, &[&str]); 9] = [
+        (
+            "illegal step in",
+            &[
+                "ALTER TABLE order_transitions DISABLE TRIGGER ALL",
+                "UPDATE order_transitions SET to_status = 'CONSUMED' WHERE from_status = 'WAIT_PAY'",
+            ],
+        ),
+        ("payments of", &["ALTER TABLE payments DISABLE TRIGGER ALL", "DELETE FROM payments"]),
+        (
+            "sessions of",
+            &["ALTER TABLE orders DISABLE TRIGGER USER", "UPDATE orders SET sessions_used = 1"],
+        ),
+        (
+            "differs from its ledger",
+            &["ALTER TABLE members DISABLE TRIGGER USER", "UPDATE members SET balance_cents = balance_cents + 7"],
+        ),
+        (
+            "frozen for waiting orders",
+            &[
+                "ALTER TABLE members DISABLE TRIGGER USER",
+                "ALTER TABLE wallet_ledger DISABLE TRIGGER ALL",
+                "UPDATE members SET frozen_cents = frozen_cents + 7",
+                // The ledger agrees (so only the frozen check can see it).
+                "INSERT INTO wallet_ledger (member_id, kind, balance_delta, frozen_delta, actor, trace_id)
+                 SELECT id, 'FREEZE', 0, 7, 'broken', 'broken' FROM members",
+            ],
+        ),
+        ("slot ", &["UPDATE coach_slots SET remaining = remaining - 1"]),
+        ("pack ", &["UPDATE class_packs SET stock = stock - 1"]),
+        (
+            "grants of",
+            &[
+                "ALTER TABLE compensation_events DISABLE TRIGGER ALL",
+                "DELETE FROM compensation_events WHERE kind = 'AI_ACCESS_GRANT'",
+            ],
+        ),
+        (
+            "late payment",
+            &["INSERT INTO payment_callbacks (provider, verified, outcome, body, headers, order_no, provider_txn_id, trace_id)
+               VALUES ('WECHAT_PAY', true, 'PAID_AFTER_CANCEL', '{}', '{}', 'FO-late', 'T-late', 'broken')"],
+        ),
+    ];
+    let clean = Provider::default();
+    for (expected, sqls) in breakages {
+        diesel::sql_query("BEGIN").execute(&mut conn).await.unwrap();
+        for sql in sqls {
+            diesel::sql_query(*sql)
+                .execute(&mut conn)
+                .await
+                .unwrap_or_else(|e| panic!("{sql}: {e}"));
+        }
+        let found = check_invariants(&mut conn, &clean).await;
+        diesel::sql_query("ROLLBACK").execute(&mut conn).await.unwrap();
+        assert!(
+            found.iter().any(|f| f.contains(expected)),
+            "the checker missed '{expected}':\n{}",
+            found.join("\n")
+        );
+        assert!(
+            !found.iter().any(|f| f.starts_with("check failed to run")),
+            "{}",
+            found.join("\n")
+        );
+        assert!(
+            check_invariants(&mut conn, &clean).await.is_empty(),
+            "rolled back, the book is clean again"
+        );
     }
+    // The tenth: a payment the provider took that never reached fitorder.
     provider.paid.insert((no.clone(), "T-never-sent".into()), 100);
     let found = check_invariants(&mut conn, &provider).await.join("\n");
-    for expected in [
-        "frozen",
-        "differs from its ledger",
-        "pack",
-        "slot",
-        "sessions of",
-        "grants of",
-        "never processed",
-    ] {
-        assert!(found.contains(expected), "the checker missed '{expected}':\n{found}");
-    }
+    assert!(
+        found.contains("never processed"),
+        "the checker missed a lost callback:\n{found}"
+    );
 }

@@ -259,7 +259,17 @@ async fn a_worker_killed_mid_call_leaves_the_event_to_another_after_its_lease() 
     fake.set(Mode::Healthy);
     let b = Worker::new(app.state.clone());
     assert_eq!(b.run_once().await.unwrap(), 0);
-    tokio::time::sleep(Duration::from_millis(6_000)).await;
+    // Wait for the lease to run out (by the database's clock, as the claim reads it), however
+    // long the worker's lease formula makes it, within a bound.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while app
+        .sql_i64("SELECT count(*) AS v FROM compensation_events WHERE locked_until > now()")
+        .await
+        > 0
+    {
+        assert!(tokio::time::Instant::now() < deadline, "the lease never ran out");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     drain(&app, &b, 10).await;
     let o = app.admin(COMPENSATIONS, json!({"no": no})).await["order"].clone();
     for e in o["compensation"].as_array().unwrap() {

@@ -14,6 +14,7 @@ mod expiry;
 mod fakes;
 mod faults;
 mod fuzz_corpus;
+mod hardening;
 mod http_surface;
 mod limits_and_roles;
 mod logs;
@@ -23,6 +24,7 @@ mod pgbouncer;
 mod place_order;
 mod platform_keys;
 mod playground;
+mod production;
 mod providers;
 mod reconciliation;
 mod sandbox_provider;
@@ -30,6 +32,10 @@ mod schema_sdl;
 mod sdk_crosscheck;
 mod security;
 mod standin;
+// The bench's counting proxy of the PostgreSQL protocol, shared rather than copied.
+#[allow(dead_code)]
+#[path = "../../bench/src/sqlcount.rs"]
+mod sqlcount;
 mod start_payment;
 mod state_machine;
 mod ws;

@@ -1,0 +1,1 @@
+DROP TABLE stray_payment_refunds;

@@ -29,6 +29,7 @@
 //! [`SandboxProvider::fail_with`], wrong-key modes, and the record of every call.
 
 mod alipay;
+mod bills;
 mod cashier;
 mod wechat;
 
@@ -48,6 +49,7 @@ use serde_json::{json, Value};
 use sha2::Sha256;
 
 use super::sandbox::{AlipaySandbox, WechatSandbox};
+pub use bills::BillControls;
 
 pub const WECHAT_PAY: &str = "WECHAT_PAY";
 pub const ALIPAY: &str = "ALIPAY";
@@ -192,6 +194,9 @@ struct State {
     delay: Duration,
     serial_mode: WechatSerialMode,
     serials_named: u64,
+    bill_controls: BillControls,
+    /// Bill download URLs handed out, by token.
+    downloads: HashMap<String, bills::Download>,
 }
 
 pub(crate) struct Inner {
@@ -348,6 +353,15 @@ impl SandboxProvider {
     /// the platform key, so it stays the same across restarts).
     pub fn wechat_cert_serial(&self) -> String {
         cert_serial(&self.inner.keys.wechat_platform_key)
+    }
+
+    /// How the bill service behaves from now on (not made yet, a wrong SHA1, a lapsing URL).
+    pub fn set_bill_controls(&self, controls: BillControls) {
+        self.inner.lock().bill_controls = controls;
+    }
+
+    pub fn bill_controls(&self) -> BillControls {
+        self.inner.lock().bill_controls
     }
 
     pub fn set_refund_flow(&self, flow: RefundFlow) {

@@ -1,0 +1,1 @@
+DROP TABLE reconciliation_heals;

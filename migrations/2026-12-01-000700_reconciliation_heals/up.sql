@@ -16,3 +16,8 @@ CREATE TABLE reconciliation_heals (
 );
 CREATE INDEX reconciliation_heals_created ON reconciliation_heals (created_at);
 CREATE INDEX reconciliation_heals_run ON reconciliation_heals (run_id);
+
+-- WAITING: the provider has not made the day's bill yet; asked again until 18:00.
+ALTER TABLE reconciliation_runs DROP CONSTRAINT reconciliation_runs_status_check;
+ALTER TABLE reconciliation_runs ADD CONSTRAINT reconciliation_runs_status_check
+    CHECK (status IN ('RUNNING', 'SUCCEEDED', 'FAILED', 'WAITING'));

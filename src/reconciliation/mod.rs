@@ -156,8 +156,12 @@ async fn bill_file(state: &AppState, provider: &str, date: NaiveDate, trace: &Tr
     if path.exists() {
         return Ok(Fetched::Ready(path));
     }
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let Some(gateway) = crate::domain::payment::Provider::parse(provider).and_then(|p| state.providers.gateway(p)) else {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let Some(gateway) = crate::domain::payment::Provider::parse(provider).and_then(|p| state.providers.gateway(p))
+    else {
         return Err(AppError::bad(format!(
             "no bill {name} in the statement directory, and {provider} is not configured to fetch it: \
              download the bill from the merchant platform into the statement directory as {name}, then run the \
@@ -165,20 +169,31 @@ async fn bill_file(state: &AppState, provider: &str, date: NaiveDate, trace: &Tr
         )));
     };
     std::fs::create_dir_all(dir).map_err(|e| {
-        AppError::internal(format!("the statement directory cannot be created ({}): check FITORDER_STATEMENT_DIR", e.kind()))
+        AppError::internal(format!(
+            "the statement directory cannot be created ({}): check FITORDER_STATEMENT_DIR",
+            e.kind()
+        ))
     })?;
     let fetched = gateway.fetch_bill(date, dir, trace.as_str()).await.map_err(|e| {
         use crate::payments::provider::ProviderError as E;
         let what = match &e {
-            E::Unreachable(_) => "the provider did not answer; it is asked again at the next run (or run the \
-                                  reconciliation again once it answers)",
-            E::Unsigned(_) => "the bill answer is not signed by the provider's key: check the configured platform \
-                               public key / certificate; nothing was reconciled",
-            E::Refused(_) | E::TradeTaken(_) => "check the merchant account's bill permission and the provider \
-                                                 configuration, or download the bill from the merchant platform",
+            E::Unreachable(_) => {
+                "the provider did not answer; it is asked again at the next run (or run the \
+                                  reconciliation again once it answers)"
+            }
+            E::Unsigned(_) => {
+                "the bill answer is not signed by the provider's key: check the configured platform \
+                               public key / certificate; nothing was reconciled"
+            }
+            E::Refused(_) | E::TradeTaken(_) => {
+                "check the merchant account's bill permission and the provider \
+                                                 configuration, or download the bill from the merchant platform"
+            }
             E::Unsupported(_) => "this provider cannot be fetched: download the bill from the merchant platform",
         };
-        AppError::bad(format!("fetching the {provider} bill of {date} failed: {e}. {what} (into {name})"))
+        AppError::bad(format!(
+            "fetching the {provider} bill of {date} failed: {e}. {what} (into {name})"
+        ))
     })?;
     let (archive, format) = match fetched {
         crate::payments::provider::BillDownload::NotReady(why) => return Ok(Fetched::NotMade(why)),
@@ -207,10 +222,14 @@ async fn bill_file(state: &AppState, provider: &str, date: NaiveDate, trace: &Tr
                  reconciliation again to download it anew, and ask the provider if it repeats"
             }
             bills::ArchiveError::Io(_) => "check the statement directory's free space and permissions, then run again",
-            _ => "the download is not a bill archive; run the reconciliation again, or download the bill from the \
-                  merchant platform",
+            _ => {
+                "the download is not a bill archive; run the reconciliation again, or download the bill from the \
+                  merchant platform"
+            }
         };
-        AppError::bad(format!("the fetched {provider} bill of {date} was refused: {e}. {what} (into {name})"))
+        AppError::bad(format!(
+            "the fetched {provider} bill of {date} was refused: {e}. {what} (into {name})"
+        ))
     })?;
     tracing::info!(provider, %date, bytes = done.bytes, sha1 = %done.sha1, "bill fetched");
     Ok(Fetched::Ready(path))
@@ -222,14 +241,27 @@ pub const WAITING_NOTE: &str = "asked again every 30 minutes until 18:00";
 /// Records the run as WAITING: the provider has not made the bill yet. In development mode a
 /// day without a sandbox payment has nothing to reconcile: that is said (INFO) and the run is
 /// done.
-async fn waiting(state: &AppState, run_id: i64, provider: &str, date: NaiveDate, why: &str) -> AppResult<ReconciliationRun> {
-    let nothing = state.config.dev_mode && (why.starts_with("NO_STATEMENT_EXIST") || why.starts_with("isp.bill_not_exist"));
+async fn waiting(
+    state: &AppState,
+    run_id: i64,
+    provider: &str,
+    date: NaiveDate,
+    why: &str,
+) -> AppResult<ReconciliationRun> {
+    let nothing =
+        state.config.dev_mode && (why.starts_with("NO_STATEMENT_EXIST") || why.starts_with("isp.bill_not_exist"));
     let (status, text) = if nothing {
         tracing::info!(provider, %date, "development: the sandbox took no payment that day, nothing to reconcile");
-        ("SUCCEEDED", format!("nothing to reconcile: the sandbox took no payment that day ({why})"))
+        (
+            "SUCCEEDED",
+            format!("nothing to reconcile: the sandbox took no payment that day ({why})"),
+        )
     } else {
         tracing::info!(provider, %date, why, "the provider has not made the bill yet: WAITING");
-        ("WAITING", format!("the provider has not made the bill yet ({why}); {WAITING_NOTE}"))
+        (
+            "WAITING",
+            format!("the provider has not made the bill yet ({why}); {WAITING_NOTE}"),
+        )
     };
     let mut conn = state.pool.get().await?;
     Ok(diesel::update(rr::table.find(run_id))
@@ -479,6 +511,12 @@ async fn match_and_ticket(
 }
 
 #[derive(diesel::QueryableByName)]
+struct TextRow {
+    #[diesel(sql_type = Text)]
+    v: String,
+}
+
+#[derive(diesel::QueryableByName)]
 struct Unbooked {
     #[diesel(sql_type = Text)]
     order_no: String,
@@ -574,8 +612,18 @@ async fn heal(
             }
         };
         tracing::info!(order_no = %u.order_no, action, "reconciliation healed a bill payment");
-        record_heal(state, run_id, provider, date, "PROVIDER_PAID_LOCAL_UNPAID", action, &u.order_no, Some(&txn), trace)
-            .await?;
+        record_heal(
+            state,
+            run_id,
+            provider,
+            date,
+            "PROVIDER_PAID_LOCAL_UNPAID",
+            action,
+            &u.order_no,
+            Some(&txn),
+            trace,
+        )
+        .await?;
     }
 
     // Local payments the bill lacks: asked of the provider.
@@ -589,6 +637,8 @@ async fn heal(
           WHERE p.method = $2 AND p.online_cents > 0 AND p.paid_at >= $3 AND p.paid_at < $4
             AND NOT EXISTS (SELECT 1 FROM bill_rows b WHERE b.run_id = $1 AND b.kind = 'PAYMENT'
                              AND b.provider_txn_id = p.provider_txn_id)
+            AND NOT EXISTS (SELECT 1 FROM reconciliation_heals h WHERE h.provider = $2
+                             AND h.category = 'LOCAL_PAID_PROVIDER_MISSING' AND h.provider_txn_id = p.provider_txn_id)
           ORDER BY p.paid_at LIMIT $5",
     )
     .bind::<BigInt, _>(run_id)
@@ -616,11 +666,32 @@ async fn heal(
         .buffer_unordered(8)
         .collect()
         .await;
-    let mut confirmed = vec![];
+    // Confirmed by an earlier run of this day: no finding either.
+    let mut confirmed: Vec<String> = diesel::sql_query(
+        "SELECT provider_txn_id AS v FROM reconciliation_heals
+          WHERE provider = $1 AND bill_date = $2 AND category = 'LOCAL_PAID_PROVIDER_MISSING'
+            AND provider_txn_id IS NOT NULL",
+    )
+    .bind::<Text, _>(provider)
+    .bind::<diesel::sql_types::Date, _>(date)
+    .load::<TextRow>(&mut state.pool.get().await?)
+    .await?
+    .into_iter()
+    .map(|r| r.v)
+    .collect();
     for (m, ok) in answers {
         if ok {
-            record_heal(state, run_id, provider, date, "LOCAL_PAID_PROVIDER_MISSING", "CONFIRMED_BY_QUERY",
-                        &m.order_no, m.provider_txn_id.as_deref(), trace)
+            record_heal(
+                state,
+                run_id,
+                provider,
+                date,
+                "LOCAL_PAID_PROVIDER_MISSING",
+                "CONFIRMED_BY_QUERY",
+                &m.order_no,
+                m.provider_txn_id.as_deref(),
+                trace,
+            )
             .await?;
             confirmed.push(m.provider_txn_id.unwrap_or_default());
         }
@@ -679,7 +750,7 @@ pub async fn healing(
                 (SELECT count(*) FROM reconciliation_heals h WHERE h.category = c.category
                     AND h.created_at >= $1 AND h.created_at < $2) AS healed,
                 (SELECT count(*) FROM exception_tickets t WHERE t.kind = c.category
-                    AND t.detail->>'source' = 'reconciliation' AND t.created_at >= $1 AND t.created_at < $2) AS ticketed
+                    AND t.detail->>'source' = 'reconciliation' AND t.opened_at >= $1 AND t.opened_at < $2) AS ticketed
            FROM unnest(ARRAY['PROVIDER_PAID_LOCAL_UNPAID', 'LOCAL_PAID_PROVIDER_MISSING', 'AMOUNT_MISMATCH',
                              'REFUND_MISMATCH']) AS c(category)",
     )
@@ -741,7 +812,11 @@ pub async fn daily(state: AppState) -> AppResult<i64> {
         drop(conn);
         for back in (1..=CATCH_UP_DAYS).rev() {
             let day = today - chrono::Duration::days(back);
-            let of_day: Vec<&str> = tried.iter().filter(|(d, _)| *d == day).map(|(_, s)| s.as_str()).collect();
+            let of_day: Vec<&str> = tried
+                .iter()
+                .filter(|(d, _)| *d == day)
+                .map(|(_, s)| s.as_str())
+                .collect();
             if of_day.iter().any(|s| matches!(*s, "SUCCEEDED" | "WAITING" | "RUNNING")) {
                 continue;
             }
@@ -814,7 +889,11 @@ pub async fn retry_waiting_at(state: &AppState, now: chrono::DateTime<Utc>) -> A
         tracing::error!(provider = %w.provider, day = %w.bill_date, "bill not made by the cut-off: FAILED");
         let mut conn = state.pool.get().await?;
         let updated = diesel::update(rr::table.find(w.id).filter(rr::status.eq("WAITING")))
-            .set((rr::status.eq("FAILED"), rr::finished_at.eq(Utc::now()), rr::error.eq(why)))
+            .set((
+                rr::status.eq("FAILED"),
+                rr::finished_at.eq(Utc::now()),
+                rr::error.eq(why),
+            ))
             .execute(&mut conn)
             .await?;
         if updated == 1 {

@@ -4,6 +4,7 @@
 mod harness;
 
 mod alerts;
+mod bill_fetch;
 mod catalog_wallet;
 mod chaos;
 mod check_in;

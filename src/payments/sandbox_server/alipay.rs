@@ -757,7 +757,14 @@ async fn bill_download(State(inner): State<Arc<Inner>>, OriginalUri(uri): Origin
             .map(|(_, v)| v.into_owned())
     });
     let bytes = token.and_then(|t| super::bills::take(&mut inner.lock(), ALIPAY, &t));
-    record(&inner, "GET", "/alipay/downloadBillFile.resource", "bill download", true, None);
+    record(
+        &inner,
+        "GET",
+        "/alipay/downloadBillFile.resource",
+        "bill download",
+        true,
+        None,
+    );
     match bytes {
         Some(b) => (StatusCode::OK, [(header::CONTENT_TYPE, "application/oct-stream")], b).into_response(),
         None => (

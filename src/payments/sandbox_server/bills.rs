@@ -59,7 +59,12 @@ fn rows(s: &State, provider: &'static str, date: NaiveDate) -> Vec<BillRow> {
         let (Some(paid), Some(txn)) = (t.paid_at, t.txn_id.as_ref()) else {
             continue;
         };
-        if day(paid).date() == date {
+        let booked = if s.booked_next_day.contains(&(provider, t.out_trade_no.clone())) {
+            day(paid).date().succ_opt().unwrap_or(date)
+        } else {
+            day(paid).date()
+        };
+        if booked == date {
             out.push(BillRow {
                 line: 0,
                 kind: BillKind::Payment,
@@ -103,7 +108,11 @@ pub(super) fn prepare(s: &mut State, provider: &'static str, date: NaiveDate, pi
         let mut detail = vec![];
         write_alipay_bill(&mut detail, &rows, true).map_err(|e| e.to_string())?;
         let sha1 = hex::encode(Sha1::digest(&detail));
-        let paid: i64 = rows.iter().filter(|r| r.kind == BillKind::Payment).map(|r| r.amount_cents).sum();
+        let paid: i64 = rows
+            .iter()
+            .filter(|r| r.kind == BillKind::Payment)
+            .map(|r| r.amount_cents)
+            .sum();
         let summary = format!(
             "#支付宝业务汇总查询\r\n#账号：[{pid}]\r\n门店编号,门店名称,交易订单总笔数,退款订单总笔数,订单金额（元）\r\n,,{},{},{}.{:02}\r\n#导出时间：[{}]\r\n",
             rows.iter().filter(|r| r.kind == BillKind::Payment).count(),
@@ -133,7 +142,14 @@ pub(super) fn prepare(s: &mut State, provider: &'static str, date: NaiveDate, pi
     };
     let lapsed = std::mem::take(&mut s.bill_controls.lapse_once);
     let token = alnum(24);
-    s.downloads.insert(token.clone(), Download { provider, bytes, lapsed });
+    s.downloads.insert(
+        token.clone(),
+        Download {
+            provider,
+            bytes,
+            lapsed,
+        },
+    );
     Ok(Bill::Ready(token, sha1))
 }
 

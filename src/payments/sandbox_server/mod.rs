@@ -197,6 +197,8 @@ struct State {
     bill_controls: BillControls,
     /// Bill download URLs handed out, by token.
     downloads: HashMap<String, bills::Download>,
+    /// Trades whose payment the bill books on the day after it was paid.
+    booked_next_day: std::collections::HashSet<(&'static str, String)>,
 }
 
 pub(crate) struct Inner {
@@ -358,6 +360,13 @@ impl SandboxProvider {
     /// How the bill service behaves from now on (not made yet, a wrong SHA1, a lapsing URL).
     pub fn set_bill_controls(&self, controls: BillControls) {
         self.inner.lock().bill_controls = controls;
+    }
+
+    /// The bill books this trade's payment on the day after it was paid (as a payment at the
+    /// stroke of midnight can be): it is missing from that day's bill.
+    pub fn book_on_next_day(&self, provider: &str, out_trade_no: &str) {
+        let Some(p) = provider_name(provider) else { return };
+        self.inner.lock().booked_next_day.insert((p, out_trade_no.to_string()));
     }
 
     pub fn bill_controls(&self) -> BillControls {

@@ -30,6 +30,7 @@ mod schema_sdl;
 mod sdk_crosscheck;
 mod security;
 mod standin;
+mod standin_bills;
 mod start_payment;
 mod state_machine;
 mod ws;

@@ -532,6 +532,10 @@ struct Unbooked {
 /// become tickets.
 const MAX_QUERIES: i64 = 500;
 
+/// At most this many bill payments are settled by one run (memory stays bounded whatever the
+/// bill holds); the rest become tickets, and a re-run settles the next ones.
+const MAX_HEALS: i64 = 5_000;
+
 /// Settles what is safe before the findings are ticketed, under the run's trace id:
 /// - a bill payment for an order still `WAIT_PAY`, for its online amount, is applied as its
 ///   callback would have been (a recorded evidence row, then `payments::apply`, which moves the
@@ -566,10 +570,11 @@ async fn heal(
             AND NOT EXISTS (SELECT 1 FROM payments p WHERE p.provider_txn_id = b.provider_txn_id AND p.method = $2)
             AND NOT EXISTS (SELECT 1 FROM exception_tickets t WHERE t.provider_txn_id = b.provider_txn_id
                              AND t.kind IN ('PAID_AFTER_CANCEL', 'UNKNOWN_ORDER', 'REJECTED_TRANSITION', 'AMOUNT_MISMATCH'))
-          ORDER BY b.line",
+          ORDER BY b.line LIMIT $3",
     )
     .bind::<BigInt, _>(run_id)
     .bind::<Text, _>(provider)
+    .bind::<BigInt, _>(MAX_HEALS)
     .load(&mut conn)
     .await?;
     drop(conn);

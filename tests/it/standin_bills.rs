@@ -17,8 +17,13 @@ async fn bills_fetched_from_the_standin_are_reconciled() {
     };
     let dir = s.dir().join("statements");
     let (d, sd) = (dir.clone(), s.dir().to_path_buf());
-    let (mch, appid, serial, v3, alipay_app) =
-        (s.mch_id(), s.wechat_app_id(), s.merchant_serial(), s.apiv3_key(), s.alipay_app_id());
+    let (mch, appid, serial, v3, alipay_app) = (
+        s.mch_id(),
+        s.wechat_app_id(),
+        s.merchant_serial(),
+        s.apiv3_key(),
+        s.alipay_app_id(),
+    );
     let (wx_serial, wx_base, ali_gw) = (s.wechat_serial(), s.wechat_base(), s.alipay_gateway());
     let (mkey, akey) = (s.merchant_key_path(), s.app_key_path());
     let app = TestApp::with_config(move |c| {
@@ -38,7 +43,9 @@ async fn bills_fetched_from_the_standin_are_reconciled() {
         c.alipay.api_base = ali_gw;
     })
     .await;
-    let today = chrono::Utc::now().with_timezone(&chrono_tz::Asia::Shanghai).date_naive();
+    let today = chrono::Utc::now()
+        .with_timezone(&chrono_tz::Asia::Shanghai)
+        .date_naive();
 
     // Not made yet at the stand-in: WAITING, for both.
     let mode = |on: bool| {
@@ -54,16 +61,22 @@ async fn bills_fetched_from_the_standin_are_reconciled() {
     };
     mode(true).await;
     for provider in ["WECHAT_PAY", "ALIPAY"] {
-        let r = reconciliation::run(&app.state, provider, today, None, &TraceId::new()).await.unwrap();
+        let r = reconciliation::run(&app.state, provider, today, None, &TraceId::new())
+            .await
+            .unwrap();
         assert_eq!(r.status, "WAITING", "{provider}: {:?}", r.error);
     }
     mode(false).await;
 
     // One paid trade each, which the books do not know: the bill is read, its row is a finding.
-    s.set_trade(Trade::wechat("FOSTANDINBILL1", "SUCCESS").amount(1_234)).await;
-    s.set_trade(Trade::alipay("FOSTANDINBILL2", "TRADE_SUCCESS").amount(5_678)).await;
+    s.set_trade(Trade::wechat("FOSTANDINBILL1", "SUCCESS").amount(1_234))
+        .await;
+    s.set_trade(Trade::alipay("FOSTANDINBILL2", "TRADE_SUCCESS").amount(5_678))
+        .await;
     for (provider, no) in [("WECHAT_PAY", "FOSTANDINBILL1"), ("ALIPAY", "FOSTANDINBILL2")] {
-        let r = reconciliation::run(&app.state, provider, today, None, &TraceId::new()).await.unwrap();
+        let r = reconciliation::run(&app.state, provider, today, None, &TraceId::new())
+            .await
+            .unwrap();
         assert_eq!(r.status, "SUCCEEDED", "{provider}: {:?}", r.error);
         assert_eq!((r.provider_rows, r.tickets_opened), (1, 1), "{provider}");
         let t = app
@@ -78,8 +91,17 @@ async fn bills_fetched_from_the_standin_are_reconciled() {
     let log = s.requests().await;
     let download = log
         .iter()
-        .find(|r| r["path"].as_str().is_some_and(|p| p.starts_with("/v3/billdownload/file")))
+        .find(|r| {
+            r["path"]
+                .as_str()
+                .is_some_and(|p| p.starts_with("/v3/billdownload/file"))
+        })
         .expect("the WeChat bill was downloaded");
-    assert_eq!(download["verified"], true, "the download is a signed request: {download:#}");
-    assert!(log.iter().any(|r| r["path"].as_str().is_some_and(|p| p.starts_with("/downloadBillFile.resource"))));
+    assert_eq!(
+        download["verified"], true,
+        "the download is a signed request: {download:#}"
+    );
+    assert!(log.iter().any(|r| r["path"]
+        .as_str()
+        .is_some_and(|p| p.starts_with("/downloadBillFile.resource"))));
 }

@@ -683,52 +683,6 @@ async fn notify_refund(inner: &Inner, key: &str) {
         .await;
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn vectors() -> Value {
-        let path = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../shared/provider-samples/alipay/notify/alipay_sdk_nodejs_notify_sign_vectors.json"
-        );
-        let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
-        serde_json::from_str(&text).unwrap()
-    }
-
-    fn params_of(v: &Value) -> Params {
-        v["params"]
-            .as_object()
-            .unwrap()
-            .iter()
-            .map(|(k, x)| (k.clone(), x.as_str().unwrap().to_string()))
-            .collect()
-    }
-
-    /// The request rule (everything but `sign`, `sign_type` kept) against a message Alipay's
-    /// SDK signs that way, with Alipay's published key.
-    #[test]
-    fn request_content_matches_the_published_vector() {
-        use rsa::pkcs8::DecodePublicKey;
-        let all = vectors();
-        let v = &all["vectors"][2];
-        assert_eq!(v["exclude_from_content"], json!(["sign"]));
-        let params = params_of(v);
-        assert_eq!(sign_content(&params), v["expected_content"].as_str().unwrap());
-        let pem = std::fs::read_to_string(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../shared/provider-samples/alipay/notify/alipay-notify-sign-public-key-v2.pem"
-        ))
-        .unwrap();
-        let key = rsa::RsaPublicKey::from_public_key_pem(pem.trim()).unwrap();
-        let sign = param(&params, "sign").unwrap();
-        assert!(rsa_verify(&key, sign_content(&params).as_bytes(), sign));
-        let mut tampered = params.clone();
-        tampered.retain(|(k, _)| k != "sign_type");
-        assert!(!rsa_verify(&key, sign_content(&tampered).as_bytes(), sign));
-    }
-}
-
 /// `alipay.data.dataservice.bill.downloadurl.query`: a URL of the day's bill zip.
 fn bill_query(inner: &Inner, biz: &Value) -> Answered {
     if text(biz, "bill_type") != "trade" {
@@ -773,5 +727,51 @@ async fn bill_download(State(inner): State<Arc<Inner>>, OriginalUri(uri): Origin
             "<html><body>下载链接已失效</body></html>",
         )
             .into_response(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn vectors() -> Value {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../shared/provider-samples/alipay/notify/alipay_sdk_nodejs_notify_sign_vectors.json"
+        );
+        let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
+        serde_json::from_str(&text).unwrap()
+    }
+
+    fn params_of(v: &Value) -> Params {
+        v["params"]
+            .as_object()
+            .unwrap()
+            .iter()
+            .map(|(k, x)| (k.clone(), x.as_str().unwrap().to_string()))
+            .collect()
+    }
+
+    /// The request rule (everything but `sign`, `sign_type` kept) against a message Alipay's
+    /// SDK signs that way, with Alipay's published key.
+    #[test]
+    fn request_content_matches_the_published_vector() {
+        use rsa::pkcs8::DecodePublicKey;
+        let all = vectors();
+        let v = &all["vectors"][2];
+        assert_eq!(v["exclude_from_content"], json!(["sign"]));
+        let params = params_of(v);
+        assert_eq!(sign_content(&params), v["expected_content"].as_str().unwrap());
+        let pem = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../shared/provider-samples/alipay/notify/alipay-notify-sign-public-key-v2.pem"
+        ))
+        .unwrap();
+        let key = rsa::RsaPublicKey::from_public_key_pem(pem.trim()).unwrap();
+        let sign = param(&params, "sign").unwrap();
+        assert!(rsa_verify(&key, sign_content(&params).as_bytes(), sign));
+        let mut tampered = params.clone();
+        tampered.retain(|(k, _)| k != "sign_type");
+        assert!(!rsa_verify(&key, sign_content(&tampered).as_bytes(), sign));
     }
 }

@@ -258,9 +258,13 @@ async fn waiting(
         )
     } else {
         tracing::info!(provider, %date, why, "the provider has not made the bill yet: WAITING");
+        let name = statement_path(Path::new(""), provider, date);
         (
             "WAITING",
-            format!("the provider has not made the bill yet ({why}); {WAITING_NOTE}"),
+            format!(
+                "the provider has not made the bill {} yet ({why}); {WAITING_NOTE}",
+                name.display()
+            ),
         )
     };
     let mut conn = state.pool.get().await?;

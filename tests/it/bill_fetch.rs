@@ -175,8 +175,16 @@ async fn a_wrong_sha1_fails_the_run_with_what_to_do_and_keeps_no_file() {
     assert!(why.contains("run the reconciliation again"), "{why}");
     assert!(!statement_path(&dir, "WECHAT_PAY", today()).exists());
     assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0, "no archive or part left");
-    // The provider's answer is right again: the next run succeeds.
+    // An answer signed by a key we do not trust is no answer: FAILED, saying what to check.
     app.sandbox.set_bill_controls(BillControls::default());
+    app.sandbox.sign_answers_with_wrong_key(true);
+    let r = reconcile(&app, "WECHAT_PAY").await;
+    assert_eq!(r.status, "FAILED");
+    let why = r.error.unwrap();
+    assert!(why.contains("not signed by the provider's key"), "{why}");
+    assert!(!statement_path(&dir, "WECHAT_PAY", today()).exists());
+    app.sandbox.sign_answers_with_wrong_key(false);
+    // The provider's answer is right again: the next run succeeds.
     assert_eq!(reconcile(&app, "WECHAT_PAY").await.status, "SUCCEEDED");
     let _ = std::fs::remove_dir_all(dir);
 }

@@ -523,7 +523,8 @@ fn reconciliation_alert(r: &RunRow) -> Alert {
     }
 }
 
-/// How long after `FITORDER_RECONCILE_AT` yesterday's bill must have been reconciled.
+/// Formerly the bill-late cut-off after `FITORDER_RECONCILE_AT`; the cut-off is now
+/// [`crate::reconciliation::WAIT_UNTIL`].
 pub const BILL_GRACE: chrono::Duration = chrono::Duration::hours(1);
 
 /// `alert:check`'s part: raises what the rows say needs people. Returns alerts raised.
@@ -599,7 +600,9 @@ pub async fn sweep(
     }
     // Yesterday's bill not reconciled by the cut-off.
     let now_local = Utc::now().with_timezone(&config.timezone);
-    let cutoff = config.reconcile_at.overflowing_add_signed(BILL_GRACE).0;
+    // The cut-off is when a bill not made yet stops being asked for (18:00): a day that has a
+    // WAITING or FAILED run gets that run's alert instead, so a late bill is alerted once.
+    let cutoff = crate::reconciliation::WAIT_UNTIL;
     if now_local.time() >= cutoff {
         let yesterday = now_local.date_naive() - chrono::Duration::days(1);
         for p in providers {
@@ -610,7 +613,7 @@ pub async fn sweep(
             }
             let d: Done = diesel::sql_query(
                 "SELECT EXISTS (SELECT 1 FROM reconciliation_runs WHERE provider = $1 AND bill_date = $2
-                                  AND status = 'SUCCEEDED') AS done",
+                                  AND status IN ('SUCCEEDED', 'WAITING', 'FAILED')) AS done",
             )
             .bind::<Text, _>(*p)
             .bind::<diesel::sql_types::Date, _>(yesterday)

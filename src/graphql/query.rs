@@ -395,6 +395,32 @@ impl Query {
         Ok(rows.into_iter().map(TaskRunNode).collect())
     }
 
+    /// Per reconciliation finding category in `[from, to)`: how many differences the runs
+    /// healed by themselves (settled, refunded as paid-after-cancel, confirmed by asking the
+    /// provider) and how many became tickets for a person.
+    async fn reconciliation_healing(
+        &self,
+        ctx: &Context<'_>,
+        from: DateTime<Utc>,
+        to: DateTime<Utc>,
+    ) -> AppResult<Vec<ReconciliationHealing>> {
+        let v = viewer(ctx)?;
+        v.require(&[Role::Admin, Role::Ops])?;
+        if to < from {
+            return Err(AppError::bad("to must not be before from"));
+        }
+        let mut c = conn(ctx).await?;
+        let rows = crate::reconciliation::healing(&mut c, from, to).await?;
+        Ok(rows
+            .into_iter()
+            .map(|(category, healed, ticketed)| ReconciliationHealing {
+                category,
+                healed: super::count(healed),
+                ticketed: super::count(ticketed),
+            })
+            .collect())
+    }
+
     /// Counts per anomaly category in `[from, to)`, computed from the recorded rows.
     async fn anomaly_stats(
         &self,
@@ -422,4 +448,13 @@ impl Query {
             })
             .collect())
     }
+}
+
+/// How many findings of one kind the reconciliation healed by itself, and how many needed a person.
+#[derive(async_graphql::SimpleObject)]
+pub struct ReconciliationHealing {
+    /// The ticket kind (`PROVIDER_PAID_LOCAL_UNPAID`, `LOCAL_PAID_PROVIDER_MISSING`, …).
+    pub category: String,
+    pub healed: i32,
+    pub ticketed: i32,
 }

@@ -47,7 +47,7 @@ text_enum!(TicketAction {
     MarkPaid = "MARK_PAID",
     NoAction = "NO_ACTION",
 });
-text_enum!(ReconciliationStatus { Running = "RUNNING", Succeeded = "SUCCEEDED", Failed = "FAILED" });
+text_enum!(ReconciliationStatus { Running = "RUNNING", Succeeded = "SUCCEEDED", Failed = "FAILED", Waiting = "WAITING" });
 text_enum!(AnomalyCategory {
     DuplicateCallback = "DUPLICATE_CALLBACK",
     BadSignature = "BAD_SIGNATURE",

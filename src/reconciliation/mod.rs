@@ -84,11 +84,21 @@ pub async fn run(
         })?;
     drop(conn);
     let run_id = started.id;
-    let path = file.unwrap_or_else(|| statement_path(&state.config.statement_dir, provider, date));
-    let outcome = match load_bill(state, run_id, provider, &path).await {
-        Ok(summary) => match_and_ticket(state, run_id, provider, date, trace)
-            .await
-            .map(|m| (summary, m)),
+    let path = match file {
+        Some(path) => Ok(path),
+        None => match bill_file(state, provider, date, trace).await {
+            Ok(Fetched::Ready(path)) => Ok(path),
+            Ok(Fetched::NotMade(why)) => return waiting(state, run_id, provider, date, &why).await,
+            Err(e) => Err(e),
+        },
+    };
+    let outcome = match path {
+        Ok(path) => match load_bill(state, run_id, provider, &path).await {
+            Ok(summary) => match_and_ticket(state, run_id, provider, date, trace)
+                .await
+                .map(|m| (summary, m)),
+            Err(e) => Err(e),
+        },
         Err(e) => Err(e),
     };
     let mut conn = state.pool.get().await?;
@@ -127,6 +137,150 @@ pub async fn run(
         }
     };
     Ok(finished)
+}
+
+/// Where a run's bill came from.
+enum Fetched {
+    /// The bill, under the contract's name in the statement dir.
+    Ready(PathBuf),
+    /// The provider has not made it yet (its words).
+    NotMade(String),
+}
+
+/// The bill of `provider` for `date`: the file in the statement dir when it is there (put by
+/// staff, or fetched before), else fetched through the provider's gateway and unpacked into
+/// that name. Errors say what staff can do.
+async fn bill_file(state: &AppState, provider: &str, date: NaiveDate, trace: &TraceId) -> AppResult<Fetched> {
+    let dir = &state.config.statement_dir;
+    let path = statement_path(dir, provider, date);
+    if path.exists() {
+        return Ok(Fetched::Ready(path));
+    }
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let Some(gateway) = crate::domain::payment::Provider::parse(provider).and_then(|p| state.providers.gateway(p))
+    else {
+        return Err(AppError::bad(format!(
+            "no bill {name} in the statement directory, and {provider} is not configured to fetch it: \
+             download the bill from the merchant platform into the statement directory as {name}, then run the \
+             reconciliation again"
+        )));
+    };
+    std::fs::create_dir_all(dir).map_err(|e| {
+        AppError::internal(format!(
+            "the statement directory cannot be created ({}): check FITORDER_STATEMENT_DIR",
+            e.kind()
+        ))
+    })?;
+    let fetched = gateway.fetch_bill(date, dir, trace.as_str()).await.map_err(|e| {
+        use crate::payments::provider::ProviderError as E;
+        let what = match &e {
+            E::Unreachable(_) => {
+                "the provider did not answer; it is asked again at the next run (or run the \
+                                  reconciliation again once it answers)"
+            }
+            E::Unsigned(_) => {
+                "the bill answer is not signed by the provider's key: check the configured platform \
+                               public key / certificate; nothing was reconciled"
+            }
+            E::Refused(_) | E::TradeTaken(_) => {
+                "check the merchant account's bill permission and the provider \
+                                                 configuration, or download the bill from the merchant platform"
+            }
+            E::Unsupported(_) => "this provider cannot be fetched: download the bill from the merchant platform",
+        };
+        AppError::bad(format!(
+            "fetching the {provider} bill of {date} failed: {e}. {what} (into {name})"
+        ))
+    })?;
+    let (archive, format) = match fetched {
+        crate::payments::provider::BillDownload::NotReady(why) => return Ok(Fetched::NotMade(why)),
+        crate::payments::provider::BillDownload::Downloaded { archive, format } => (archive, format),
+    };
+    let dest = path.clone();
+    let unpacked = tokio::task::spawn_blocking({
+        let archive = archive.clone();
+        move || -> Result<bills::Unpacked, bills::ArchiveError> {
+            let file = std::fs::File::open(&archive)?;
+            match format {
+                crate::payments::provider::BillArchive::WechatGzip { sha1 } => {
+                    bills::unpack_wechat_gz(std::io::BufReader::new(file), &dest, &sha1)
+                }
+                crate::payments::provider::BillArchive::AlipayZip => bills::unpack_alipay_zip(file, &dest),
+            }
+        }
+    })
+    .await
+    .map_err(|e| AppError::internal(format!("unpacking the bill crashed: {e}")))?;
+    let _ = std::fs::remove_file(&archive);
+    let done = unpacked.map_err(|e| {
+        let what = match &e {
+            bills::ArchiveError::Sha1Mismatch { .. } => {
+                "the download is damaged or not the bill the provider signed; nothing was reconciled — run the \
+                 reconciliation again to download it anew, and ask the provider if it repeats"
+            }
+            bills::ArchiveError::Io(_) => "check the statement directory's free space and permissions, then run again",
+            _ => {
+                "the download is not a bill archive; run the reconciliation again, or download the bill from the \
+                  merchant platform"
+            }
+        };
+        AppError::bad(format!(
+            "the fetched {provider} bill of {date} was refused: {e}. {what} (into {name})"
+        ))
+    })?;
+    tracing::info!(provider, %date, bytes = done.bytes, sha1 = %done.sha1, "bill fetched");
+    Ok(Fetched::Ready(path))
+}
+
+/// The text a WAITING run carries.
+pub const WAITING_NOTE: &str = "asked again every 30 minutes until 18:00";
+
+/// Records the run as WAITING: the provider has not made the bill yet. In development mode a
+/// day without a sandbox payment has nothing to reconcile: that is said (INFO) and the run is
+/// done.
+async fn waiting(
+    state: &AppState,
+    run_id: i64,
+    provider: &str,
+    date: NaiveDate,
+    why: &str,
+) -> AppResult<ReconciliationRun> {
+    let nothing =
+        state.config.dev_mode && (why.starts_with("NO_STATEMENT_EXIST") || why.starts_with("isp.bill_not_exist"));
+    let (status, text) = if nothing {
+        tracing::info!(provider, %date, "development: the sandbox took no payment that day, nothing to reconcile");
+        (
+            "SUCCEEDED",
+            format!("nothing to reconcile: the sandbox took no payment that day ({why})"),
+        )
+    } else {
+        tracing::info!(provider, %date, why, "the provider has not made the bill yet: WAITING");
+        let name = statement_path(Path::new(""), provider, date);
+        (
+            "WAITING",
+            format!(
+                "the provider has not made the bill {} yet ({why}); {WAITING_NOTE}",
+                name.display()
+            ),
+        )
+    };
+    let mut conn = state.pool.get().await?;
+    Ok(diesel::update(rr::table.find(run_id))
+        .set((
+            rr::status.eq(status),
+            rr::finished_at.eq(Utc::now()),
+            rr::provider_rows.eq(0),
+            rr::local_rows.eq(0),
+            rr::matched.eq(0),
+            rr::tickets_opened.eq(0),
+            rr::error.eq(text),
+        ))
+        .returning(ReconciliationRun::as_returning())
+        .get_result(&mut conn)
+        .await?)
 }
 
 /// Streams the bill into `bill_rows` with COPY. The parser runs on a blocking thread and hands
@@ -246,6 +400,9 @@ async fn match_and_ticket(
     // The staging rows were just COPYed: without statistics the planner would join a million
     // rows as if they were a handful.
     diesel::sql_query("ANALYZE bill_rows").execute(&mut conn).await?;
+    drop(conn);
+    let confirmed = heal(state, run_id, provider, date, t0, t1, trace).await?;
+    let mut conn = state.pool.get().await?;
     let findings = [
         // The provider collected money the books do not have as an applied payment.
         "INSERT INTO exception_tickets (kind, provider, order_id, order_no, store_id, provider_txn_id,
@@ -284,6 +441,7 @@ async fn match_and_ticket(
           WHERE p.method = $2 AND p.online_cents > 0 AND p.paid_at >= $5 AND p.paid_at < $6
             AND NOT EXISTS (SELECT 1 FROM bill_rows b WHERE b.run_id = $1 AND b.kind = 'PAYMENT'
                              AND b.provider_txn_id = p.provider_txn_id)
+            AND NOT (coalesce(p.provider_txn_id, '') = ANY($7))
          ON CONFLICT (finding_key) DO NOTHING RETURNING id",
         // A refund in the bill that the books do not know, or for another amount. Its status in
         // the bill does not matter: WeChat books a refund when it is asked for and never updates
@@ -316,6 +474,7 @@ async fn match_and_ticket(
             .bind::<Text, _>(trace.as_str())
             .bind::<Timestamptz, _>(t0)
             .bind::<Timestamptz, _>(t1)
+            .bind::<diesel::sql_types::Array<Text>, _>(&confirmed)
             .load(&mut conn)
             .await?;
         for id in &ids {
@@ -356,6 +515,262 @@ async fn match_and_ticket(
 }
 
 #[derive(diesel::QueryableByName)]
+struct TextRow {
+    #[diesel(sql_type = Text)]
+    v: String,
+}
+
+#[derive(diesel::QueryableByName)]
+struct Unbooked {
+    #[diesel(sql_type = Text)]
+    order_no: String,
+    #[diesel(sql_type = diesel::sql_types::Nullable<Text>)]
+    provider_txn_id: Option<String>,
+    #[diesel(sql_type = BigInt)]
+    amount_cents: i64,
+    #[diesel(sql_type = diesel::sql_types::Integer)]
+    line: i32,
+}
+
+/// At most this many local payments missing from one bill are asked of the provider; the rest
+/// become tickets.
+const MAX_QUERIES: i64 = 500;
+
+/// At most this many bill payments are settled by one run (memory stays bounded whatever the
+/// bill holds); the rest become tickets, and a re-run settles the next ones.
+const MAX_HEALS: i64 = 5_000;
+
+/// Settles what is safe before the findings are ticketed, under the run's trace id:
+/// - a bill payment for an order still `WAIT_PAY`, for its online amount, is applied as its
+///   callback would have been (a recorded evidence row, then `payments::apply`, which moves the
+///   order through the state machine and audits it);
+/// - a bill payment for a canceled order goes the same way, where it is refunded as a
+///   paid-after-cancel;
+/// - a local payment missing from the bill is asked of the provider; a signed answer saying it
+///   was paid, with the same transaction and amount, is no finding.
+///
+/// Returns the transaction ids confirmed that way (the missing-payment finding skips them).
+/// Each healed item is a `reconciliation_heals` row.
+async fn heal(
+    state: &AppState,
+    run_id: i64,
+    provider: &str,
+    date: NaiveDate,
+    t0: chrono::DateTime<Utc>,
+    t1: chrono::DateTime<Utc>,
+    trace: &TraceId,
+) -> AppResult<Vec<String>> {
+    use crate::payments::{self, Notice, Outcome, Received};
+    use futures_util::StreamExt;
+    let mut conn = state.pool.get().await?;
+    let unbooked: Vec<Unbooked> = diesel::sql_query(
+        "SELECT b.out_trade_no AS order_no, b.provider_txn_id, b.amount_cents, b.line::int AS line
+           FROM bill_rows b
+           JOIN orders o ON o.order_no = b.out_trade_no
+          WHERE b.run_id = $1 AND b.kind = 'PAYMENT'
+            AND (o.online_provider IS NULL OR o.online_provider = $2)
+            AND ((o.status = 'WAIT_PAY' AND o.amount_cents - o.wallet_amount_cents = b.amount_cents)
+                 OR o.status = 'CANCELED')
+            AND NOT EXISTS (SELECT 1 FROM payments p WHERE p.provider_txn_id = b.provider_txn_id AND p.method = $2)
+            AND NOT EXISTS (SELECT 1 FROM exception_tickets t WHERE t.provider_txn_id = b.provider_txn_id
+                             AND t.kind IN ('PAID_AFTER_CANCEL', 'UNKNOWN_ORDER', 'REJECTED_TRANSITION', 'AMOUNT_MISMATCH'))
+          ORDER BY b.line LIMIT $3",
+    )
+    .bind::<BigInt, _>(run_id)
+    .bind::<Text, _>(provider)
+    .bind::<BigInt, _>(MAX_HEALS)
+    .load(&mut conn)
+    .await?;
+    drop(conn);
+    for u in unbooked {
+        let txn = u.provider_txn_id.clone().unwrap_or_default();
+        let body = serde_json::json!({"source": "reconciliation", "billDate": date.to_string(), "line": u.line,
+                                      "out_trade_no": u.order_no, "transaction_id": txn, "amount": u.amount_cents})
+        .to_string();
+        let mut conn = state.pool.get().await?;
+        let callback_id = payments::record(
+            &mut conn,
+            Received {
+                provider,
+                verified: true,
+                event_type: Some("BILL"),
+                body: &body,
+                headers: serde_json::json!({}),
+                error: None,
+            },
+            "RECEIVED",
+            trace,
+        )
+        .await?;
+        drop(conn);
+        let notice = Notice::Paid {
+            out_trade_no: u.order_no.clone(),
+            txn_id: txn.clone(),
+            amount_cents: u.amount_cents,
+        };
+        let action = match payments::apply(state, provider, callback_id, notice, trace).await {
+            Ok(Outcome::Applied) => "SETTLED",
+            Ok(Outcome::PaidAfterCancel) => "REFUNDED_PAID_AFTER_CANCEL",
+            Ok(other) => {
+                tracing::warn!(order_no = %u.order_no, outcome = other.as_str(), "bill payment not healed");
+                continue;
+            }
+            Err(e) => {
+                tracing::warn!(order_no = %u.order_no, error = %e.message(), "bill payment not healed");
+                continue;
+            }
+        };
+        tracing::info!(order_no = %u.order_no, action, "reconciliation healed a bill payment");
+        record_heal(
+            state,
+            run_id,
+            provider,
+            date,
+            "PROVIDER_PAID_LOCAL_UNPAID",
+            action,
+            &u.order_no,
+            Some(&txn),
+            trace,
+        )
+        .await?;
+    }
+
+    // Local payments the bill lacks: asked of the provider.
+    if !state.providers.configured(provider) {
+        return Ok(vec![]);
+    }
+    let mut conn = state.pool.get().await?;
+    let missing: Vec<Unbooked> = diesel::sql_query(
+        "SELECT o.order_no, p.provider_txn_id, p.online_cents AS amount_cents, 0 AS line
+           FROM payments p JOIN orders o ON o.id = p.order_id
+          WHERE p.method = $2 AND p.online_cents > 0 AND p.paid_at >= $3 AND p.paid_at < $4
+            AND NOT EXISTS (SELECT 1 FROM bill_rows b WHERE b.run_id = $1 AND b.kind = 'PAYMENT'
+                             AND b.provider_txn_id = p.provider_txn_id)
+            AND NOT EXISTS (SELECT 1 FROM reconciliation_heals h WHERE h.provider = $2
+                             AND h.category = 'LOCAL_PAID_PROVIDER_MISSING' AND h.provider_txn_id = p.provider_txn_id)
+          ORDER BY p.paid_at LIMIT $5",
+    )
+    .bind::<BigInt, _>(run_id)
+    .bind::<Text, _>(provider)
+    .bind::<Timestamptz, _>(t0)
+    .bind::<Timestamptz, _>(t1)
+    .bind::<BigInt, _>(MAX_QUERIES)
+    .load(&mut conn)
+    .await?;
+    drop(conn);
+    let answers: Vec<(Unbooked, bool)> = futures_util::stream::iter(missing)
+        .map(|m| async move {
+            let ok = match state.providers.query(provider, &m.order_no, trace.as_str()).await {
+                Ok(crate::payments::provider::TradeState::Paid { txn_id, amount_cents }) => {
+                    m.provider_txn_id.as_deref() == Some(txn_id.as_str()) && amount_cents == m.amount_cents
+                }
+                Ok(_) => false,
+                Err(e) => {
+                    tracing::warn!(order_no = %m.order_no, error = %e, "asking the provider about a payment missing from the bill");
+                    false
+                }
+            };
+            (m, ok)
+        })
+        .buffer_unordered(8)
+        .collect()
+        .await;
+    // Confirmed by an earlier run of this day: no finding either.
+    let mut confirmed: Vec<String> = diesel::sql_query(
+        "SELECT provider_txn_id AS v FROM reconciliation_heals
+          WHERE provider = $1 AND bill_date = $2 AND category = 'LOCAL_PAID_PROVIDER_MISSING'
+            AND provider_txn_id IS NOT NULL",
+    )
+    .bind::<Text, _>(provider)
+    .bind::<diesel::sql_types::Date, _>(date)
+    .load::<TextRow>(&mut state.pool.get().await?)
+    .await?
+    .into_iter()
+    .map(|r| r.v)
+    .collect();
+    for (m, ok) in answers {
+        if ok {
+            record_heal(
+                state,
+                run_id,
+                provider,
+                date,
+                "LOCAL_PAID_PROVIDER_MISSING",
+                "CONFIRMED_BY_QUERY",
+                &m.order_no,
+                m.provider_txn_id.as_deref(),
+                trace,
+            )
+            .await?;
+            confirmed.push(m.provider_txn_id.unwrap_or_default());
+        }
+    }
+    Ok(confirmed)
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn record_heal(
+    state: &AppState,
+    run_id: i64,
+    provider: &str,
+    date: NaiveDate,
+    category: &str,
+    action: &str,
+    order_no: &str,
+    txn: Option<&str>,
+    trace: &TraceId,
+) -> AppResult<()> {
+    let mut conn = state.pool.get().await?;
+    diesel::sql_query(
+        "INSERT INTO reconciliation_heals (run_id, provider, bill_date, category, action, order_no, provider_txn_id, trace_id)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+    )
+    .bind::<BigInt, _>(run_id)
+    .bind::<Text, _>(provider)
+    .bind::<diesel::sql_types::Date, _>(date)
+    .bind::<Text, _>(category)
+    .bind::<Text, _>(action)
+    .bind::<Text, _>(order_no)
+    .bind::<diesel::sql_types::Nullable<Text>, _>(txn)
+    .bind::<Text, _>(trace.as_str())
+    .execute(&mut conn)
+    .await?;
+    Ok(())
+}
+
+/// Per finding category in `[from, to)`: how many a reconciliation healed by itself, and how
+/// many became tickets for a person.
+pub async fn healing(
+    conn: &mut diesel_async::AsyncPgConnection,
+    from: chrono::DateTime<Utc>,
+    to: chrono::DateTime<Utc>,
+) -> AppResult<Vec<(String, i64, i64)>> {
+    #[derive(diesel::QueryableByName)]
+    struct Row {
+        #[diesel(sql_type = Text)]
+        category: String,
+        #[diesel(sql_type = BigInt)]
+        healed: i64,
+        #[diesel(sql_type = BigInt)]
+        ticketed: i64,
+    }
+    let rows: Vec<Row> = diesel::sql_query(
+        "SELECT c.category,
+                (SELECT count(*) FROM reconciliation_heals h WHERE h.category = c.category
+                    AND h.created_at >= $1 AND h.created_at < $2) AS healed,
+                (SELECT count(*) FROM exception_tickets t WHERE t.kind = c.category
+                    AND t.detail->>'source' = 'reconciliation' AND t.opened_at >= $1 AND t.opened_at < $2) AS ticketed
+           FROM unnest(ARRAY['PROVIDER_PAID_LOCAL_UNPAID', 'LOCAL_PAID_PROVIDER_MISSING', 'AMOUNT_MISMATCH',
+                             'REFUND_MISMATCH']) AS c(category)",
+    )
+    .bind::<Timestamptz, _>(from)
+    .bind::<Timestamptz, _>(to)
+    .load(conn)
+    .await?;
+    Ok(rows.into_iter().map(|r| (r.category, r.healed, r.ticketed)).collect())
+}
+
+#[derive(diesel::QueryableByName)]
 struct Id {
     #[diesel(sql_type = BigInt)]
     id: i64,
@@ -373,29 +788,51 @@ fn configured_providers(state: &AppState) -> Vec<&'static str> {
     v
 }
 
-/// The 02:00 run: yesterday for each configured provider, and any of the last
-/// [`CATCH_UP_DAYS`] days that never succeeded and whose bill is there.
+/// Until when (local time) a bill that is not made yet is asked for again; then the run is
+/// FAILED and people are alerted (one alert: `alerts::sweep`'s bill-late alert leaves such days
+/// to the run's own).
+pub const WAIT_UNTIL: chrono::NaiveTime = match chrono::NaiveTime::from_hms_opt(18, 0, 0) {
+    Some(t) => t,
+    None => chrono::NaiveTime::MIN,
+};
+
+/// How often a WAITING bill is asked for again.
+pub const WAIT_RETRY_SECS: i64 = 30 * 60;
+
+/// The run at `FITORDER_RECONCILE_AT`: yesterday for each configured provider, and the missed
+/// days of the last [`CATCH_UP_DAYS`] (never run since this provider's first run, or whose
+/// bill was put in the statement dir since). Days still WAITING are left to [`retry_waiting`].
 pub async fn daily(state: AppState) -> AppResult<i64> {
     let today = Utc::now().with_timezone(&state.config.timezone).date_naive();
     let mut runs = 0;
     for provider in configured_providers(&state) {
         let mut conn = state.pool.get().await?;
-        let done: Vec<NaiveDate> = rr::table
+        let tried: Vec<(NaiveDate, String)> = rr::table
             .filter(rr::provider.eq(provider))
-            .filter(rr::status.eq("SUCCEEDED"))
             .filter(rr::bill_date.ge(today - chrono::Duration::days(CATCH_UP_DAYS)))
-            .select(rr::bill_date)
+            .select((rr::bill_date, rr::status))
             .load(&mut conn)
+            .await?;
+        let first: Option<NaiveDate> = rr::table
+            .filter(rr::provider.eq(provider))
+            .select(diesel::dsl::min(rr::bill_date))
+            .first(&mut conn)
             .await?;
         drop(conn);
         for back in (1..=CATCH_UP_DAYS).rev() {
             let day = today - chrono::Duration::days(back);
-            if done.contains(&day) {
+            let of_day: Vec<&str> = tried
+                .iter()
+                .filter(|(d, _)| *d == day)
+                .map(|(_, s)| s.as_str())
+                .collect();
+            if of_day.iter().any(|s| matches!(*s, "SUCCEEDED" | "WAITING" | "RUNNING")) {
                 continue;
             }
             let exists = statement_path(&state.config.statement_dir, provider, day).exists();
-            // Yesterday's bill must be there; older days are caught up only when it is.
-            if back > 1 && !exists {
+            let missed = of_day.is_empty() && first.is_some_and(|f| f < day);
+            // Yesterday's bill is always asked for; older days when they were missed.
+            if back > 1 && !exists && !missed {
                 continue;
             }
             let r = run(&state, provider, day, None, &TraceId::new()).await?;
@@ -406,11 +843,93 @@ pub async fn daily(state: AppState) -> AppResult<i64> {
     Ok(runs)
 }
 
-/// The scheduler's reconciliation task.
-pub fn scheduled_tasks() -> Vec<Task> {
-    vec![Task {
-        name: "reconcile:daily",
-        schedule: Schedule::DailyAt { hour: 2, minute: 0 },
-        run: |s| Box::pin(daily(s)),
-    }]
+#[derive(diesel::QueryableByName)]
+struct Waiting {
+    #[diesel(sql_type = BigInt)]
+    id: i64,
+    #[diesel(sql_type = Text)]
+    provider: String,
+    #[diesel(sql_type = diesel::sql_types::Date)]
+    bill_date: NaiveDate,
+    #[diesel(sql_type = diesel::sql_types::Nullable<Text>)]
+    error: Option<String>,
+}
+
+/// Every 30 minutes: the days whose latest run is WAITING are asked for again; from
+/// [`WAIT_UNTIL`] on (or once the next day began) they are FAILED, with an alert.
+pub async fn retry_waiting(state: AppState) -> AppResult<i64> {
+    retry_waiting_at(&state, Utc::now()).await
+}
+
+/// [`retry_waiting`] as of `now`.
+pub async fn retry_waiting_at(state: &AppState, now: chrono::DateTime<Utc>) -> AppResult<i64> {
+    let local = now.with_timezone(&state.config.timezone);
+    let mut conn = state.pool.get().await?;
+    let waiting: Vec<Waiting> = diesel::sql_query(
+        "SELECT id, provider, bill_date, error FROM (
+             SELECT DISTINCT ON (provider, bill_date) id, provider, bill_date, status, error
+               FROM reconciliation_runs ORDER BY provider, bill_date, id DESC) latest
+          WHERE status = 'WAITING' ORDER BY bill_date, provider",
+    )
+    .load(&mut conn)
+    .await?;
+    drop(conn);
+    let mut n = 0;
+    for w in waiting {
+        let late = local.time() >= WAIT_UNTIL || w.bill_date + chrono::Duration::days(1) < local.date_naive();
+        if !late {
+            let r = run(state, &w.provider, w.bill_date, None, &TraceId::new()).await?;
+            tracing::info!(provider = %w.provider, day = %w.bill_date, status = %r.status, "waiting bill asked again");
+            n += 1;
+            continue;
+        }
+        let name = statement_path(Path::new(""), &w.provider, w.bill_date);
+        let why = format!(
+            "the provider had not made the bill by {} ({}): download it from the merchant platform into the \
+             statement directory as {}, then run the reconciliation again",
+            WAIT_UNTIL.format("%H:%M"),
+            w.error
+                .as_deref()
+                .unwrap_or_default()
+                .trim_end_matches(WAITING_NOTE)
+                .trim_end_matches("; "),
+            name.display()
+        );
+        tracing::error!(provider = %w.provider, day = %w.bill_date, "bill not made by the cut-off: FAILED");
+        let mut conn = state.pool.get().await?;
+        let updated = diesel::update(rr::table.find(w.id).filter(rr::status.eq("WAITING")))
+            .set((
+                rr::status.eq("FAILED"),
+                rr::finished_at.eq(Utc::now()),
+                rr::error.eq(why),
+            ))
+            .execute(&mut conn)
+            .await?;
+        if updated == 1 {
+            crate::alerts::reconciliation_run(&mut conn, w.id).await?;
+            n += 1;
+        }
+    }
+    Ok(n)
+}
+
+/// The scheduler's reconciliation tasks: the daily run at `FITORDER_RECONCILE_AT` (local time),
+/// and the re-asking of bills not made yet.
+pub fn scheduled_tasks(config: &crate::config::Config) -> Vec<Task> {
+    use chrono::Timelike;
+    vec![
+        Task {
+            name: "reconcile:daily",
+            schedule: Schedule::DailyAt {
+                hour: config.reconcile_at.hour(),
+                minute: config.reconcile_at.minute(),
+            },
+            run: |s| Box::pin(daily(s)),
+        },
+        Task {
+            name: "reconcile:waiting",
+            schedule: Schedule::Every { secs: WAIT_RETRY_SECS },
+            run: |s| Box::pin(retry_waiting(s)),
+        },
+    ]
 }

@@ -83,7 +83,7 @@ impl Scheduler {
                 run: |s| Box::pin(housekeeping::data_cleanup(s)),
             },
         ];
-        tasks.extend(crate::reconciliation::scheduled_tasks());
+        tasks.extend(crate::reconciliation::scheduled_tasks(&state.config));
         Scheduler {
             instance: format!("{}-{}", std::process::id(), &crate::trace::TraceId::new().0[..6]),
             state,

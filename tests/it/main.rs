@@ -4,6 +4,7 @@
 mod harness;
 
 mod alerts;
+mod bill_fetch;
 mod catalog_wallet;
 mod chaos;
 mod check_in;
@@ -36,6 +37,7 @@ mod standin;
 #[allow(dead_code)]
 #[path = "../../bench/src/sqlcount.rs"]
 mod sqlcount;
+mod standin_bills;
 mod start_payment;
 mod state_machine;
 mod ws;

@@ -28,7 +28,18 @@ WeChat Pay API v3
   [W-CERT]   下载平台证书 GET /v3/certificates: https://pay.weixin.qq.com/wiki/doc/api_external/ch/apis/chapter3_2_8.shtml
              (associated_data "certificate"; a certificate being replaced is listed next to the new one)
 
+  [W-BILL]   申请交易账单 GET /v3/bill/tradebill?bill_date=&bill_type=&tar_type=GZIP
+             (https://pay.weixin.qq.com/docs/merchant/apis/combine-payment/bill-download/get-trade-bill.html):
+             answer {hash_type: SHA1, hash_value: SHA1 of the *unpacked* bill, download_url}, the URL
+             valid 30 s, fetched with a signed GET (the file itself is not signed); the bill made after
+             10:00 of the next day; the file: 明细表头, rows each cell prefixed with `, 汇总表头, 汇总
+             (the layout of provider-samples/wechat/bill/v3_tradebill_ALL_20210128.csv)
+
 Alipay open gateway
+  [A-BILL]   alipay.data.dataservice.bill.downloadurl.query (bill_type trade, bill_date yyyy-MM-dd):
+             bill_download_url valid 30 s; the zip holds {pid}_{yyyyMMdd}_业务明细.csv and
+             …_业务明细(汇总).csv, GBK, names GBK; isp.bill_not_exist when there is no bill
+             (layout of provider-samples/alipay/bill/)
   [A-SIGN]   自行实现签名 https://opendocs.alipay.com/common/02kf5q and https://opendocs.alipay.com/open/291/sign
              (request: every parameter but `sign`, empty values dropped, sorted by key, `k=v` joined by
              `&`, raw values; sign_type is in the content; RSA2 = SHA256withRSA; in certificate mode
@@ -72,6 +83,9 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+import gzip
+import io
+import zipfile
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from cryptography import x509
@@ -199,7 +213,7 @@ class Provider:
         self.lock = threading.RLock()
         self.dir = args.dir
         self.cert_mode = args.mode == "certificate"
-        self.modes = {"wrong_key": False, "unknown_serial": False, "latency_ms": 0}
+        self.modes = {"wrong_key": False, "unknown_serial": False, "latency_ms": 0, "bill_not_ready": False}
         self.requests = []
         self.wrong_key = new_rsa_key()  # signs answers in the wrong_key mode; published nowhere
 
@@ -241,6 +255,8 @@ class Provider:
         self.wechat_trades = {}
         self.wechat_refunds = {}
         self.alipay_trades = {}
+        self.bill_files = {}  # token -> (provider, bytes)
+        self.port = 0
         self.seq = 0
         self.write_material()
 
@@ -547,6 +563,19 @@ def wechat_route(p: Provider, method, path, query, body: bytes):
             if r["status"] == "PROCESSING":  # a refund settles by the time it is first queried
                 r["status"], r["success_time"] = "SUCCESS", rfc3339_now()
             return 200, wechat_refund_answer(p, r)
+    if path == "/v3/bill/tradebill" and method == "GET":
+        bill_date = query.get("bill_date", [""])[0]
+        require(re.fullmatch(r"\d{4}-\d{2}-\d{2}", bill_date), "bill_date 格式为 yyyy-MM-DD")
+        with p.lock:
+            if p.modes["bill_not_ready"]:
+                raise Answer(400, "STATEMENT_CREATING", "账单生成中，请稍后再试")
+            bill = wechat_bill(p, bill_date)
+            if bill.count(b"\r\n") <= 3:
+                raise Answer(400, "NO_STATEMENT_EXIST", "请求的账单日期不存在账单")
+            data = gzip.compress(bill) if query.get("tar_type", [""])[0] == "GZIP" else bill
+            token = bill_token(p, "wechat", data)
+        return 200, {"hash_type": "SHA1", "hash_value": hashlib.sha1(bill).hexdigest(),
+                     "download_url": f"http://127.0.0.1:{p.port}/v3/billdownload/file?token={token}"}
     if path == "/v3/certificates" and method == "GET":
         data = []
         for pl in p.platform:
@@ -696,6 +725,15 @@ def alipay_method(p: Provider, method, params):
                 o.update(out_request_no=req_no, total_amount=yuan(t["total"]),
                          refund_amount=yuan(t["refunds"][req_no]), refund_status="REFUND_SUCCESS")
             return o
+        if method == "alipay.data.dataservice.bill.downloadurl.query":
+            bill_date = biz.get("bill_date") or ""
+            if biz.get("bill_type") != "trade" or not re.fullmatch(r"\d{4}-\d{2}-\d{2}", bill_date):
+                raise AlipayError("40002", "Invalid Arguments", "isv.invalid-parameter", "bill_type/bill_date 无效")
+            made = None if p.modes["bill_not_ready"] else alipay_bill(p, bill_date)
+            if made is None:
+                raise biz_fail("isp.bill_not_exist", "账单不存在")
+            token = bill_token(p, "alipay", alipay_zip(bill_date, *made))
+            return dict(ok, bill_download_url=f"http://127.0.0.1:{p.port}/downloadBillFile.resource?fileId={token}")
     raise AlipayError("40002", "Invalid Arguments", "isv.invalid-method", "不存在的方法名")
 
 
@@ -711,6 +749,91 @@ def alipay_answer(p: Provider, method, fields) -> bytes:
         out += ',"alipay_cert_sn":"%s"' % sn
     out += ',"sign":"%s"}' % sign
     return out.encode()
+
+
+# ---------------------------------------------------------------- bills [W-BILL] [A-BILL]
+
+WECHAT_BILL_HEADER = ("交易时间,公众账号ID,商户号,特约商户号,设备号,微信订单号,商户订单号,用户标识,交易类型,交易状态,"
+                      "付款银行,货币种类,应结订单金额,代金券金额,微信退款单号,商户退款单号,退款金额,充值券退款金额,"
+                      "退款类型,退款状态,商品名称,商户数据包,手续费,费率,订单金额,申请退款金额,费率备注")
+
+
+def wechat_bill(p: Provider, bill_date: str) -> bytes:
+    """The trade bill of `bill_date` (ALL): one SUCCESS row per trade paid that day."""
+    rows, total = [], 0
+    for t in p.wechat_trades.values():
+        if t["state"] not in ("SUCCESS", "REFUND") or not t.get("success_time"):
+            continue
+        if t["success_time"][:10] != bill_date:
+            continue
+        when = t["success_time"][:19].replace("T", " ")
+        fee = "%d.%05d" % divmod(t["total"] * 6, 100000)
+        cells = [when, t["appid"], p.mchid, "0", "", t["transaction_id"], t["out_trade_no"], t.get("openid") or "",
+                 (t.get("kind") or "native").upper(), "SUCCESS", "OTHERS", "CNY", yuan(t["total"]), "0.00", "0", "0",
+                 "0.00", "0.00", "", "", "standin", "", fee, "0.60%", yuan(t["total"]), "0.00", ""]
+        rows.append(",".join("`" + c for c in cells))
+        total += t["total"]
+    fees = sum(t["total"] * 6 for t in p.wechat_trades.values()
+               if t["state"] in ("SUCCESS", "REFUND") and (t.get("success_time") or "")[:10] == bill_date)
+    lines = [WECHAT_BILL_HEADER] + rows + [
+        "总交易单数,应结订单总金额,退款总金额,充值券退款总金额,手续费总金额,订单总金额,申请退款总金额",
+        ",".join("`" + c for c in [str(len(rows)), yuan(total), "0.00", "0.00", "%d.%05d" % divmod(fees, 100000),
+                                      yuan(total), "0.00"]),
+    ]
+    return ("\r\n".join(lines) + "\r\n").encode("utf-8")
+
+
+def alipay_bill(p: Provider, bill_date: str):
+    """(detail, summary) of `bill_date`, GBK, CRLF; None when nothing was paid that day."""
+    rows, total = [], 0
+    for t in p.alipay_trades.values():
+        if not t.get("paid_at") or t["paid_at"][:10] != bill_date:
+            continue
+        a = yuan(t["total"])
+        rows.append(f"{t['trade_no']}\t,{t['out_trade_no']}\t,交易,{t.get('subject') or 'standin'},{t['created_at']},"
+                    f"{t['paid_at']},,,,,159****5620\t,{a},{a},0.00,0.00,0.00,0.00,0.00,,0.00,0.00,,0.00,0.00,")
+        total += t["total"]
+    if not rows:
+        return None
+    d = datetime.date.fromisoformat(bill_date)
+    zh = lambda x: x.strftime("%Y年%m月%d日")
+    head = ["#支付宝业务明细查询", "#账号：[2088101106499364]",
+            f"#起始日期：[{zh(d)} 00:00:00]   终止日期：[{zh(d + datetime.timedelta(days=1))} 00:00:00]",
+            "#-----------------------------------------业务明细列表----------------------------------------",
+            "支付宝交易号,商户订单号,业务类型,商品名称,创建时间,完成时间,门店编号,门店名称,操作员,终端号,对方账户,"
+            "订单金额（元）,商家实收（元）,支付宝红包（元）,集分宝（元）,支付宝优惠（元）,商家优惠（元）,券核销金额（元）,"
+            "券名称,商家红包消费金额（元）,卡消费金额（元）,退款批次号/请求号,服务费（元）,分润（元）,备注"]
+    tail = ["#-----------------------------------------业务明细列表结束------------------------------------",
+            f"#交易合计：{len(rows)}笔，商家实收共{yuan(total)}元，商家优惠共0.00元",
+            "#退款合计：0笔，商家实收退款共0.00元，商家优惠退款共0.00元",
+            "#导出时间：[" + datetime.datetime.now(CST).strftime("%Y年%m月%d日 %H:%M:%S") + "]"]
+    detail = ("\r\n".join(head + rows + tail) + "\r\n").encode("gbk")
+    summary = ("#支付宝业务汇总查询\r\n门店编号,门店名称,交易订单总笔数,退款订单总笔数,订单金额（元）\r\n"
+               f"合计,,{len(rows)},0,{yuan(total)}\r\n").encode("gbk")
+    return detail, summary
+
+
+class GbkName(zipfile.ZipInfo):
+    """A zip entry named in GBK with the UTF-8 flag unset, as Alipay's are."""
+    def _encodeFilenameFlags(self):
+        return self.filename.encode("gbk"), self.flag_bits & ~0x800
+
+
+def alipay_zip(bill_date: str, detail: bytes, summary: bytes) -> bytes:
+    stem = "2088101106499364_" + bill_date.replace("-", "")
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as z:
+        for name, data in ((stem + "_业务明细(汇总).csv", summary), (stem + "_业务明细.csv", detail)):
+            info = GbkName(name, date_time=time.localtime()[:6])
+            info.compress_type = zipfile.ZIP_DEFLATED
+            z.writestr(info, data)
+    return out.getvalue()
+
+
+def bill_token(p: Provider, provider: str, data: bytes) -> str:
+    token = secrets.token_urlsafe(18)
+    p.bill_files[token] = (provider, data)
+    return token
 
 
 # ---------------------------------------------------------------- notifications
@@ -788,7 +911,7 @@ def control(p: Provider, method, path, query, body: bytes):
         return 200, p.config
     if path == "/_standin/mode" and method == "POST":
         with p.lock:
-            for k in ("wrong_key", "unknown_serial"):
+            for k in ("wrong_key", "unknown_serial", "bill_not_ready"):
                 if k in req:
                     p.modes[k] = bool(req[k])
             if "latency_ms" in req:
@@ -905,7 +1028,18 @@ def make_handler(p: Provider):
                 time.sleep(p.modes["latency_ms"] / 1000)
             record = {"method": method, "path": self.path, "headers": dict(self.headers.items()),
                       "body": body.decode("utf-8", "replace"), "verified": False, "error": None}
-            if url.path.startswith("/v3/"):
+            if url.path == "/v3/billdownload/file":
+                record["provider"] = "wechat"
+                status, out, headers = self.wechat_download(method, query, body, record)
+            elif url.path == "/downloadBillFile.resource":
+                record["provider"] = "alipay"
+                with p.lock:
+                    f = p.bill_files.get(query.get("fileId", [""])[0])
+                if f and f[0] == "alipay":
+                    status, out, headers = 200, f[1], {"Content-Type": "application/oct-stream"}
+                else:
+                    status, out, headers = 404, "<html>链接已失效</html>".encode(), {"Content-Type": "text/html"}
+            elif url.path.startswith("/v3/"):
                 record["provider"] = "wechat"
                 status, out, headers = self.wechat(method, url, query, body, record)
             elif url.path == "/gateway.do":
@@ -915,11 +1049,28 @@ def make_handler(p: Provider):
                 record["provider"] = None
                 status, out, headers = 404, b'{"error":"unknown path"}', {}
             record["status"] = status
-            record["answer"] = out.decode("utf-8", "replace")
+            record["answer"] = out.decode("utf-8", "replace") if status != 200 or not out[:2] in (b"PK", b"\x1f\x8b") else "<binary>"
+            ctype = headers.pop("Content-Type", None) if headers else None
             with p.lock:
                 record["id"] = len(p.requests) + 1
                 p.requests.append(record)
+            if ctype:
+                return self.reply(status, out, headers, content_type=ctype)
             self.reply(status, out, headers)
+
+        def wechat_download(self, method, query, body, record):
+            """[W-BILL]: a signed GET of the download_url; the file is not signed."""
+            try:
+                wechat_verify_request(p, method, self.path, self.headers, body)
+                record["verified"] = True
+            except Answer as a:
+                record["error"] = a.code + ": " + a.message
+                return a.status, json.dumps({"code": a.code, "message": a.message}, ensure_ascii=False).encode(), {}
+            with p.lock:
+                f = p.bill_files.get(query.get("token", [""])[0])
+            if not f or f[0] != "wechat":
+                return 400, json.dumps({"code": "PARAM_ERROR", "message": "token 无效或已过期"}).encode(), {}
+            return 200, f[1], {"Content-Type": "application/octet-stream"}
 
         def wechat(self, method, url, query, body, record):
             try:
@@ -988,6 +1139,7 @@ def main():
     os.makedirs(args.dir, exist_ok=True)
     provider = Provider(args)
     server = ThreadingHTTPServer(("127.0.0.1", args.port), make_handler(provider))
+    provider.port = server.server_address[1]
     server.daemon_threads = True
     print(json.dumps({"port": server.server_address[1]}), flush=True)
     try:

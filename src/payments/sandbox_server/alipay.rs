@@ -34,6 +34,7 @@ pub(super) fn router() -> Router<Arc<Inner>> {
     Router::new()
         .route("/gateway.do", get(gateway).post(gateway))
         .route("/app-pay", post(app_pay))
+        .route("/downloadBillFile.resource", get(bill_download))
 }
 
 type Params = Vec<(String, String)>;
@@ -96,6 +97,7 @@ const METHODS: &[&str] = &[
     "alipay.trade.refund",
     "alipay.trade.fastpay.refund.query",
     "alipay.trade.wap.pay",
+    "alipay.data.dataservice.bill.downloadurl.query",
 ];
 
 /// Checks the common parameters and the signature; the method name on success. The gateway's
@@ -317,6 +319,7 @@ async fn gateway(
         "alipay.trade.query" => query(&inner, &biz),
         "alipay.trade.close" => close(&inner, &biz),
         "alipay.trade.refund" => refund(&inner, &biz),
+        "alipay.data.dataservice.bill.downloadurl.query" => bill_query(&inner, &biz),
         _ => refund_query(&inner, &biz),
     };
     match result {
@@ -678,6 +681,53 @@ async fn notify_refund(inner: &Inner, key: &str) {
     inner
         .notify_alipay(&t.out_trade_no, &t.notify_url, &format!("{status}+refund"), &fields)
         .await;
+}
+
+/// `alipay.data.dataservice.bill.downloadurl.query`: a URL of the day's bill zip.
+fn bill_query(inner: &Inner, biz: &Value) -> Answered {
+    if text(biz, "bill_type") != "trade" {
+        return Err(invalid("isv.invalid-parameter", "bill_type 仅支持 trade (sandbox)"));
+    }
+    let date = chrono::NaiveDate::parse_from_str(text(biz, "bill_date"), "%Y-%m-%d")
+        .map_err(|_| invalid("isv.invalid-parameter", "bill_date 格式为 yyyy-MM-dd"))?;
+    let prepared = super::bills::prepare(&mut inner.lock(), ALIPAY, date, SELLER_ID);
+    match prepared {
+        Ok(super::bills::Bill::Ready(token, _)) => Ok((
+            json!({"code": "10000", "msg": "Success",
+                   "bill_download_url": format!("{}/alipay/downloadBillFile.resource?bizType=trade&fileType=csv.zip&bizDates={}&fileId={token}",
+                                                inner.base_url, date.format("%Y%m%d"))}),
+            None,
+        )),
+        Ok(_) => Err(business("isp.bill_not_exist", "账单不存在")),
+        Err(why) => Err(business("isp.unknow-error", &why)),
+    }
+}
+
+/// The bill zip behind a `bill_download_url`; a lapsed link answers an error page.
+async fn bill_download(State(inner): State<Arc<Inner>>, OriginalUri(uri): OriginalUri) -> Response {
+    let token = uri.query().and_then(|q| {
+        form_urlencoded::parse(q.as_bytes())
+            .find(|(k, _)| k == "fileId")
+            .map(|(_, v)| v.into_owned())
+    });
+    let bytes = token.and_then(|t| super::bills::take(&mut inner.lock(), ALIPAY, &t));
+    record(
+        &inner,
+        "GET",
+        "/alipay/downloadBillFile.resource",
+        "bill download",
+        true,
+        None,
+    );
+    match bytes {
+        Some(b) => (StatusCode::OK, [(header::CONTENT_TYPE, "application/oct-stream")], b).into_response(),
+        None => (
+            StatusCode::OK,
+            [(header::CONTENT_TYPE, "text/html;charset=utf-8")],
+            "<html><body>下载链接已失效</body></html>",
+        )
+            .into_response(),
+    }
 }
 
 #[cfg(test)]

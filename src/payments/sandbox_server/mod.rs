@@ -29,6 +29,7 @@
 //! [`SandboxProvider::fail_with`], wrong-key modes, and the record of every call.
 
 mod alipay;
+mod bills;
 mod cashier;
 mod wechat;
 
@@ -48,6 +49,7 @@ use serde_json::{json, Value};
 use sha2::Sha256;
 
 use super::sandbox::{AlipaySandbox, WechatSandbox};
+pub use bills::BillControls;
 
 pub const WECHAT_PAY: &str = "WECHAT_PAY";
 pub const ALIPAY: &str = "ALIPAY";
@@ -192,6 +194,11 @@ struct State {
     delay: Duration,
     serial_mode: WechatSerialMode,
     serials_named: u64,
+    bill_controls: BillControls,
+    /// Bill download URLs handed out, by token.
+    downloads: HashMap<String, bills::Download>,
+    /// Trades whose payment the bill books on the day after it was paid.
+    booked_next_day: std::collections::HashSet<(&'static str, String)>,
 }
 
 pub(crate) struct Inner {
@@ -348,6 +355,22 @@ impl SandboxProvider {
     /// the platform key, so it stays the same across restarts).
     pub fn wechat_cert_serial(&self) -> String {
         cert_serial(&self.inner.keys.wechat_platform_key)
+    }
+
+    /// How the bill service behaves from now on (not made yet, a wrong SHA1, a lapsing URL).
+    pub fn set_bill_controls(&self, controls: BillControls) {
+        self.inner.lock().bill_controls = controls;
+    }
+
+    /// The bill books this trade's payment on the day after it was paid (as a payment at the
+    /// stroke of midnight can be): it is missing from that day's bill.
+    pub fn book_on_next_day(&self, provider: &str, out_trade_no: &str) {
+        let Some(p) = provider_name(provider) else { return };
+        self.inner.lock().booked_next_day.insert((p, out_trade_no.to_string()));
+    }
+
+    pub fn bill_controls(&self) -> BillControls {
+        self.inner.lock().bill_controls
     }
 
     pub fn set_refund_flow(&self, flow: RefundFlow) {

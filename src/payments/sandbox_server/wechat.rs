@@ -39,6 +39,86 @@ pub(super) fn router() -> Router<Arc<Inner>> {
         .route("/v3/refund/domestic/refunds", post(refund))
         .route("/v3/refund/domestic/refunds/{no}", get(refund_query))
         .route("/v3/certificates", get(certificates))
+        .route("/v3/bill/tradebill", get(trade_bill))
+        .route("/v3/billdownload/file", get(bill_download))
+}
+
+// ----- bills -----
+
+/// `GET /v3/bill/tradebill`: the SHA1 and download URL of a day's trade bill.
+async fn trade_bill(State(inner): State<Arc<Inner>>, OriginalUri(uri): OriginalUri, headers: HeaderMap) -> Response {
+    let req = Req::new(Method::GET, &uri, headers, Bytes::new());
+    run(inner, req, "/v3/bill/tradebill", |inner, req| {
+        let Some(date) = req
+            .query("bill_date")
+            .and_then(|d| chrono::NaiveDate::parse_from_str(&d, "%Y-%m-%d").ok())
+        else {
+            return param_error("bill_date", "bill_date 格式为 YYYY-MM-DD");
+        };
+        if req.query("tar_type").is_some_and(|t| t != "GZIP") {
+            return param_error("tar_type", "tar_type 仅支持 GZIP");
+        }
+        let prepared = super::bills::prepare(&mut inner.lock(), WECHAT_PAY, date, &inner.keys.mch_id);
+        match prepared {
+            Ok(super::bills::Bill::NotReady) => fail(StatusCode::BAD_REQUEST, "STATEMENT_CREATING", "账单生成中"),
+            Ok(super::bills::Bill::Nothing) => fail(
+                StatusCode::BAD_REQUEST,
+                "NO_STATEMENT_EXIST",
+                "账单不存在，请检查当前商户号在指定日期内是否有成功的交易",
+            ),
+            Ok(super::bills::Bill::Ready(token, sha1)) => ok(json!({
+                "hash_type": "SHA1",
+                "hash_value": sha1,
+                "download_url": format!("{}/wechatpay/v3/billdownload/file?token={token}", inner.base_url),
+            })),
+            Err(why) => fail(StatusCode::INTERNAL_SERVER_ERROR, "SYSTEM_ERROR", &why),
+        }
+    })
+    .await
+}
+
+/// `GET {download_url}`: the gzip, to a signed request; the answer itself is not signed.
+async fn bill_download(State(inner): State<Arc<Inner>>, OriginalUri(uri): OriginalUri, headers: HeaderMap) -> Response {
+    let mut req = Req::new(Method::GET, &uri, headers, Bytes::new());
+    let verified = authenticate(&inner.keys, &mut req, Utc::now().timestamp());
+    let bytes = match &verified {
+        Ok(()) => req
+            .query("token")
+            .and_then(|t| super::bills::take(&mut inner.lock(), WECHAT_PAY, &t)),
+        Err(_) => None,
+    };
+    let (status, code) = match (&verified, &bytes) {
+        (Err(_), _) => (StatusCode::UNAUTHORIZED, Some("SIGN_ERROR")),
+        (Ok(()), None) => (StatusCode::BAD_REQUEST, Some("INVALID_REQUEST")),
+        (Ok(()), Some(_)) => (StatusCode::OK, None),
+    };
+    inner.record(SandboxCall {
+        provider: WECHAT_PAY.into(),
+        method: "GET".into(),
+        path: req.path_and_query.clone(),
+        api: "/v3/billdownload/file".into(),
+        verified: verified.is_ok(),
+        status: status.as_u16(),
+        code: code.map(str::to_string),
+    });
+    match bytes {
+        Some(b) => Response::builder()
+            .status(StatusCode::OK)
+            .header("content-type", "application/octet-stream")
+            .body(Body::from(b))
+            .expect("a valid response"),
+        None => {
+            let body = match verified {
+                Err(why) => error_json("SIGN_ERROR", &format!("签名错误 (sandbox: {why})")),
+                Ok(()) => error_json("INVALID_REQUEST", "下载链接已过期，请重新申请账单"),
+            };
+            Response::builder()
+                .status(status)
+                .header("content-type", "application/json; charset=utf-8")
+                .body(Body::from(body.to_string()))
+                .expect("a valid response")
+        }
+    }
 }
 
 /// A received call: what the signature covers.

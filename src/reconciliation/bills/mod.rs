@@ -54,7 +54,7 @@ use chrono::NaiveDateTime;
 pub use alipay::parse_alipay;
 pub use archive::{save_wechat_bill, unpack_alipay_zip, unpack_wechat_gz, ArchiveError, Unpacked};
 pub use wechat::parse_wechat;
-pub use write::write_wechat_bill;
+pub use write::{write_alipay_bill, write_wechat_bill};
 
 /// The longest line accepted (1 MiB). Real bill lines are a few hundred bytes.
 pub const MAX_LINE_BYTES: usize = 1 << 20;

@@ -2,10 +2,8 @@
 
 use std::io::{self, BufWriter, Write};
 
-#[cfg(test)]
 use chrono::NaiveDate;
 use chrono::{Datelike, NaiveDateTime, Timelike};
-#[cfg(test)]
 use encoding_rs::GBK;
 
 use super::{BillKind, BillRow};
@@ -154,7 +152,6 @@ fn format_fee(units: i64) -> String {
 }
 
 /// The header of an Alipay business detail bill as the provider writes it (25 columns).
-#[cfg(test)]
 pub(super) const ALIPAY_HEADER: [&str; 25] = [
     "支付宝交易号",
     "商户订单号",
@@ -189,8 +186,7 @@ pub(super) const ALIPAY_HEADER: [&str; 25] = [
 /// Payment rows are `交易`, refund rows `退款` with negative amounts, other rows `其他` with the
 /// amount as is. 商家实收 equals 订单金额 (no discounts). The dates in the comment header come
 /// from the earliest trade time. Text GBK cannot represent is an `InvalidData` error.
-#[cfg(test)]
-pub(super) fn write_alipay_bill<W: Write>(out: W, rows: &[BillRow], gbk: bool) -> io::Result<()> {
+pub fn write_alipay_bill<W: Write>(out: W, rows: &[BillRow], gbk: bool) -> io::Result<()> {
     let mut out = BufWriter::new(out);
     let day = rows
         .iter()
@@ -296,13 +292,11 @@ pub(super) fn write_alipay_bill<W: Write>(out: W, rows: &[BillRow], gbk: bool) -
 /// GB hanzi with a slow table search (fine in release, seconds per 100k rows in a debug build),
 /// and bill cells repeat (业务类型, 商品名称), so each distinct piece is encoded once. The memory
 /// stays bounded: the cache is dropped when it gets large.
-#[cfg(test)]
 #[derive(Default)]
 struct GbkCells {
     cache: std::collections::HashMap<String, Vec<u8>>,
 }
 
-#[cfg(test)]
 impl GbkCells {
     const MAX_CACHED: usize = 256;
 

@@ -18,6 +18,7 @@ use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
 
 use crate::fakes::{FakeDownstream, Mode};
+use crate::harness::wait_ready;
 use crate::providers;
 
 const SECRET: &str = "chaos-secret";
@@ -233,11 +234,10 @@ async fn chaos_keeps_the_books_right() {
         .unwrap();
     let urls = cluster.urls();
     for u in &urls {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while !matches!(http.get(format!("{u}/readyz")).send().await, Ok(r) if r.status().is_success()) {
-            assert!(Instant::now() < deadline, "{u} never became ready");
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+        assert!(
+            wait_ready(&http, u, Duration::from_secs(60)).await,
+            "{u} never became ready"
+        );
     }
     let admin = issue_token(SECRET, Role::Admin, "chaos", None, Duration::from_secs(3600));
     let mut w = World {

@@ -510,6 +510,25 @@ pub struct Studio {
     pub slot: String,
 }
 
+/// Waits (at most `within`) until the `fitorder` process at `base` answers `/readyz` with 200.
+pub async fn wait_ready(http: &reqwest::Client, base: &str, within: std::time::Duration) -> bool {
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        if http
+            .get(format!("{base}/readyz"))
+            .send()
+            .await
+            .is_ok_and(|r| r.status().is_success())
+        {
+            return true;
+        }
+        if std::time::Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
 pub fn error_code(r: &Value) -> String {
     r["errors"][0]["extensions"]["code"]
         .as_str()

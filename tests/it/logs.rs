@@ -42,19 +42,7 @@ async fn json_log_lines_carry_the_trace_id_of_the_rows_of_the_same_request() {
         .unwrap();
     let http = reqwest::Client::new();
     let base = format!("http://127.0.0.1:{port}");
-    let mut ready = false;
-    for _ in 0..200 {
-        if http
-            .get(format!("{base}/readyz"))
-            .send()
-            .await
-            .is_ok_and(|r| r.status() == 200)
-        {
-            ready = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let ready = wait_ready(&http, &base, Duration::from_secs(20)).await;
     assert!(ready);
     let trace = format!("logtest{:025}", port);
     let r: Value = http

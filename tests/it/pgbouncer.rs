@@ -175,16 +175,7 @@ async fn place_pay_expire_deliver_and_subscribe_through_pgbouncer() {
             .expect("start fitorder"),
     );
     let http = reqwest::Client::new();
-    let mut ready = false;
-    for _ in 0..200 {
-        if let Ok(r) = http.get(format!("{base}/readyz")).send().await {
-            if r.status() == 200 {
-                ready = true;
-                break;
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let ready = wait_ready(&http, &base, Duration::from_secs(20)).await;
     assert!(
         ready,
         "fitorder behind PgBouncer never got ready: {}",

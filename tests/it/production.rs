@@ -95,19 +95,7 @@ async fn serve_logs_no_secret_key_or_password_while_it_takes_a_payment() {
         .unwrap();
     let http = reqwest::Client::new();
     let base = format!("http://127.0.0.1:{port}");
-    let mut ready = false;
-    for _ in 0..200 {
-        if http
-            .get(format!("{base}/readyz"))
-            .send()
-            .await
-            .is_ok_and(|r| r.status() == 200)
-        {
-            ready = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let ready = wait_ready(&http, &base, Duration::from_secs(20)).await;
     assert!(ready, "{}", std::fs::read_to_string(&log_path).unwrap_or_default());
     let token = fitorder::auth::issue_token(
         JWT_SECRET,

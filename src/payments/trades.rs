@@ -15,6 +15,9 @@ use crate::domain::payment::{PayChannel, Provider};
 use crate::error::{AppError, AppResult};
 use crate::trace::TraceId;
 
+/// Why a JSAPI payment cannot start (checked before placing and again when it starts).
+const NO_OPENID: &str = "WECHAT_JSAPI needs wechatOpenId, the payer's openid under the merchant's appid";
+
 /// The contract's `PaymentInstruction`.
 #[derive(Debug, Clone)]
 pub struct PaymentStarted {
@@ -78,9 +81,7 @@ pub async fn check_payable(
         )));
     }
     if channel == PayChannel::WechatJsapi && openid.is_none() && stored_openid(conn, member_id).await?.is_none() {
-        return Err(AppError::bad(
-            "WECHAT_JSAPI needs wechatOpenId, the payer's openid under the merchant's appid",
-        ));
+        return Err(AppError::bad(NO_OPENID));
     }
     Ok(())
 }
@@ -160,9 +161,7 @@ pub async fn start_payment(
         None => stored_openid(&mut conn, order.member_id).await?,
     };
     if channel == PayChannel::WechatJsapi && openid.is_none() {
-        return Err(AppError::bad(
-            "WECHAT_JSAPI needs wechatOpenId, the payer's openid under the merchant's appid",
-        ));
+        return Err(AppError::bad(NO_OPENID));
     }
     drop(conn);
     let gateway = state

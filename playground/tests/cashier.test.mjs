@@ -11,8 +11,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
-import { chromium } from 'playwright-core';
-import { BIN, startServer, freePort, eventually } from './support.mjs';
+import { BIN, launchChromium, startServer, freePort, eventually } from './support.mjs';
 
 let sandbox;
 let sandboxLog = '';
@@ -51,10 +50,7 @@ before(async () => {
   const env = await startSandbox();
   assert.match(env.WECHATPAY_API_BASE, /^http:\/\/127\.0\.0\.1:\d+\/wechatpay$/);
   server = await startServer(env);
-  browser = await chromium.launch({
-    executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
-    args: ['--no-sandbox', '--disable-gpu', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'],
-  });
+  browser = await launchChromium();
 });
 
 after(async () => {

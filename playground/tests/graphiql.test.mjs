@@ -4,28 +4,17 @@
 
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { chromium } from 'playwright-core';
-import { startServer } from './support.mjs';
+import { launchChromium, startServer } from './support.mjs';
 
 let server;
 let browser;
 
 before(async () => {
   server = await startServer();
-  browser = await chromium.launch({
-    executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
-    args: [
-      '--no-sandbox',
-      '--disable-gpu',
-      '--disable-quic',
-      '--no-first-run',
-      '--disable-background-networking',
-      '--disable-component-update',
-      '--disable-sync',
-      // Anything that is not loopback resolves to nothing, even if a route were missed.
-      '--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1',
-    ],
-  });
+  browser = await launchChromium([
+    // Anything that is not loopback resolves to nothing, even if a route were missed.
+    '--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1',
+  ]);
 });
 
 after(async () => {

@@ -7,8 +7,7 @@ import assert from 'node:assert/strict';
 import { createServer } from 'node:http';
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
-import { chromium } from 'playwright-core';
-import { startServer, placeWalletOrder, OPS_DOC } from './support.mjs';
+import { launchChromium, startServer, placeWalletOrder, OPS_DOC } from './support.mjs';
 
 const PAGE_FILE = new URL('../ops/index.html', import.meta.url);
 const SCREENSHOT = fileURLToPath(new URL('./ops-page.png', import.meta.url));
@@ -39,18 +38,7 @@ before(async () => {
     FITORDER_MAX_ATTEMPTS: '2',
     FITORDER_DOWNSTREAM_TIMEOUT: '2s',
   });
-  browser = await chromium.launch({
-    executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
-    args: [
-      '--no-sandbox',
-      '--disable-gpu',
-      '--disable-quic',
-      '--no-first-run',
-      '--disable-background-networking',
-      '--disable-component-update',
-      '--disable-sync',
-    ],
-  });
+  browser = await launchChromium();
 });
 
 after(async () => {

@@ -169,3 +169,21 @@ export async function eventually(fn, what, ms = 15000) {
     await sleep(100);
   }
 }
+
+/** Debian's Chromium, headless, with nothing that reaches beyond this machine on its own. */
+export async function launchChromium(extraArgs = []) {
+  const { chromium } = await import('playwright-core');
+  return chromium.launch({
+    executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
+    args: [
+      '--no-sandbox',
+      '--disable-gpu',
+      '--disable-quic',
+      '--no-first-run',
+      '--disable-background-networking',
+      '--disable-component-update',
+      '--disable-sync',
+      ...extraArgs,
+    ],
+  });
+}

@@ -80,7 +80,7 @@ impl Bench {
         )
         .await?;
         pg.drop_leftovers().await?;
-        let template = format!("{DB_PREFIX}template");
+        let template = format!("{DB_PREFIX}{}_template", std::process::id());
         let mut bench = Bench {
             pg,
             bin,
@@ -117,8 +117,10 @@ impl Bench {
         self.create_db(suffix, Some(&template)).await
     }
 
+    /// `fitorder_bench_<pid>_<suffix>`: runs of the bench side by side on one PostgreSQL (other
+    /// worktrees) keep to their own databases.
     pub fn db_name(&self, suffix: &str) -> String {
-        format!("{DB_PREFIX}{suffix}")
+        format!("{DB_PREFIX}{}_{suffix}", std::process::id())
     }
 
     pub async fn cleanup(&mut self, keep: bool) {

@@ -79,20 +79,34 @@ impl Pg {
         Ok(())
     }
 
-    /// Drops what an earlier, interrupted run left behind.
+    /// Drops what an earlier, interrupted run left behind: `fitorder_bench_<pid>_…` databases of
+    /// a bench process that is gone (another run going on beside this one keeps its own), and
+    /// the unnumbered ones of older versions of the bench when nobody is connected to them.
     pub async fn drop_leftovers(&self) -> Result<()> {
         let admin = self.admin().await?;
         let rows = admin
             .query(
-                "SELECT datname FROM pg_database WHERE datname LIKE $1",
+                "SELECT datname, EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.datname = d.datname)
+                   FROM pg_database d WHERE datname LIKE $1",
                 &[&format!("{DB_PREFIX}%")],
             )
             .await?;
         for r in rows {
             let name: String = r.get(0);
-            admin
-                .batch_execute(&format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)"))
-                .await?;
+            let in_use: bool = r.get(1);
+            let owner = name[DB_PREFIX.len()..]
+                .split('_')
+                .next()
+                .and_then(|p| p.parse::<u32>().ok());
+            let gone = match owner {
+                Some(pid) => !std::path::Path::new(&format!("/proc/{pid}")).exists(),
+                None => !in_use,
+            };
+            if gone {
+                admin
+                    .batch_execute(&format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)"))
+                    .await?;
+            }
         }
         Ok(())
     }

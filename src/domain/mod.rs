@@ -2,6 +2,7 @@
 //! decided from its arguments, so it is tested exhaustively with plain unit tests.
 
 pub mod actor;
+pub mod effect;
 pub mod money;
 pub mod order_status;
 pub mod payment;
@@ -10,3 +11,4 @@ pub mod schedule;
 
 pub use actor::{Actor, ActorKind, Ctx, TraceId};
 pub use order_status::{OrderStatus, TransitionError, TIMEOUT_REASON};
+pub use effect::{CompensationKind, CompensationStatus, Effect};

@@ -25,7 +25,6 @@ use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
 use serde_json::json;
 
 use crate::app::AppState;
-use crate::compensation;
 use crate::db::models::Order;
 use crate::db::schema::{payment_callbacks, payment_keys};
 use crate::domain::money::format_yuan;
@@ -33,6 +32,7 @@ use crate::domain::Ctx;
 use crate::domain::{Actor, OrderStatus};
 use crate::error::{AppError, AppResult};
 use crate::orders::{self, PaymentApplied};
+use crate::outbox::{self, Effect, RefundPayload};
 use crate::tickets::NewTicket;
 use crate::trace::TraceId;
 
@@ -480,19 +480,16 @@ async fn apply_paid(
             let detail = json!({"canceledAt": order.canceled_at, "cancelReason": order.cancel_reason,
                                 "action": "refund to the payer queued as PROVIDER_REFUND"});
             p.ticket(conn, "PAID_AFTER_CANCEL", Some(&order), detail, ctx).await?;
-            compensation::enqueue_provider_refund(
-                conn,
-                &order,
-                p.provider,
-                &format!("PAC{callback_id}"),
-                p.amount_cents,
-                p.amount_cents,
-                Some(p.txn_id),
-                "paid after the order was canceled",
-                ctx,
-                config.max_attempts,
-            )
-            .await?;
+            let refund = Effect::ProviderRefund(RefundPayload {
+                order: (&order).into(),
+                provider: p.provider.to_string(),
+                refund_no: format!("PAC{callback_id}"),
+                amount_cents: p.amount_cents,
+                total_cents: p.amount_cents,
+                provider_txn_id: Some(p.txn_id.to_string()),
+                reason: "paid after the order was canceled".into(),
+            });
+            outbox::enqueue(conn, order.id, &[refund], &ctx.trace, config.max_attempts).await?;
             Ok((Outcome::PaidAfterCancel, Some(order)))
         }
         other => {

@@ -7,7 +7,7 @@ use diesel_async::RunQueryDsl;
 use serde_json::json;
 
 use crate::harness::*;
-use crate::sqlcount::{upstream_of, via, SqlCounter};
+use crate::sqlcount::{upstream_of, via, Counts, SqlCounter};
 
 #[tokio::test]
 async fn a_static_query_is_parsed_once_per_connection_and_sql_query_every_time() {
@@ -73,12 +73,29 @@ async fn the_payment_callbacks_statements_are_prepared_once_per_connection() {
         c.db_pool_size = pool_size;
     })
     .await;
+    // Counted apart after the first (which prepares): first deliveries and the provider's
+    // retries, each recorded as a duplicate in one statement.
+    let (mut first, mut retried) = (Counts::default(), Counts::default());
     for (i, no) in orders.iter().enumerate() {
         let txn = format!("42000000000000000000000{:05}", 90_000 + i);
+        let before = counter.counts();
         assert_eq!(counted.wechat_paid(no, &txn, 10_000).await, StatusCode::NO_CONTENT);
-        // The provider's retry: recorded as a duplicate in one statement.
+        let between = counter.counts();
         assert_eq!(counted.wechat_paid(no, &txn, 10_000).await, StatusCode::NO_CONTENT);
+        if i > 0 {
+            first = add(first, between.since(&before));
+            retried = add(retried, counter.counts().since(&between));
+        }
     }
+    let n = orders.len() - 1;
+    eprintln!("first deliveries: {}", first.per(n, "payment"));
+    eprintln!("retries: {}", retried.per(n, "duplicate"));
+    assert_eq!(
+        (retried.statements, retried.round_trips, retried.parses),
+        (n as u64, n as u64, 0),
+        "a duplicate is one prepared statement in one round trip: {}",
+        retried.per(n, "duplicate")
+    );
     for no in &orders {
         assert_eq!(app.order(no).await["status"], "PAID");
     }
@@ -109,4 +126,14 @@ async fn the_payment_callbacks_statements_are_prepared_once_per_connection() {
         .collect();
     assert!(per_call.is_empty(), "prepared on every call: {per_call:#?}");
     drop(counted);
+}
+
+fn add(a: Counts, b: Counts) -> Counts {
+    Counts {
+        statements: a.statements + b.statements,
+        transaction_control: a.transaction_control + b.transaction_control,
+        pings: a.pings + b.pings,
+        round_trips: a.round_trips + b.round_trips,
+        parses: a.parses + b.parses,
+    }
 }

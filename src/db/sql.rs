@@ -139,7 +139,8 @@ diesel::define_sql_function! {
     fn pg_advisory_xact_lock(key: diesel::sql_types::BigInt) -> Void;
 }
 
-/// The advisory lock keys fitorder takes, in one place so that two never collide.
+/// The advisory lock keys fitorder takes, in one place so that two never collide (the test
+/// harness takes 7_250_002 while it builds its template database).
 pub mod lock_keys {
     /// Migrations (session-level, on the migrating connection).
     pub const MIGRATIONS: i64 = 7_250_001;

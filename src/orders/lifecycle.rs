@@ -11,7 +11,7 @@ use crate::config::Config;
 use crate::db::models::{Membership, Order};
 use crate::db::schema::{memberships, payments, refunds};
 use crate::domain::{money, order_status, OrderStatus};
-use crate::error::{AppError, AppResult};
+use crate::error::{AppError, AppResult, OnViolation, Violation};
 use crate::wallet::{wallet_move, WalletMove};
 use crate::outbox::{self, Effect, RefundPayload};
 
@@ -64,7 +64,13 @@ pub async fn apply_payment(
             payments::trace_id.eq(ctx.trace.as_str()),
         ))
         .execute(conn)
-        .await?;
+        .await
+        .on_violation(|v| match v {
+            Violation::Unique("payments_one_per_order" | "payments_idempotency_key") => {
+                Some(AppError::Conflict("order already paid".into()))
+            }
+            _ => None,
+        })?;
     if order.payment_method == "MIXED" && order.wallet_amount_cents > 0 {
         let w = order.wallet_amount_cents;
         wallet_move(
@@ -301,7 +307,11 @@ pub async fn refund_order(
             ))
             .returning(refunds::id)
             .get_result(conn)
-            .await?;
+            .await
+            .on_violation(|v| match v {
+                Violation::Unique("refunds_one_per_order") => Some(AppError::Conflict("order already refunded".into())),
+                _ => None,
+            })?;
         if wallet_back > 0 {
             wallet_move(
                 conn,

@@ -112,7 +112,7 @@ impl Order {
     }
 
     pub fn is_expired(&self, now: DateTime<Utc>) -> bool {
-        self.cancel_reason.as_deref() == Some(crate::orders::TIMEOUT_REASON)
+        self.cancel_reason.as_deref() == Some(crate::domain::TIMEOUT_REASON)
             || (self.status() == OrderStatus::WaitPay && self.expires_at.is_some_and(|t| t <= now))
     }
 }

@@ -11,6 +11,8 @@
 
 use std::fmt;
 
+use super::actor::ActorKind;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, async_graphql::Enum)]
 #[graphql(rename_items = "SCREAMING_SNAKE_CASE")]
 pub enum OrderStatus {
@@ -20,17 +22,6 @@ pub enum OrderStatus {
     Consumed,
     Canceled,
     Refunded,
-}
-
-/// Who asks for a change. Members act on their own orders, staff from the admin console, ops
-/// from the ops screen, providers through signed callbacks, and the system from background tasks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum ActorKind {
-    Member,
-    Admin,
-    Ops,
-    Provider,
-    System,
 }
 
 /// Every transition that exists, with the actors allowed to cause it and what it means.
@@ -118,59 +109,8 @@ impl fmt::Display for OrderStatus {
     }
 }
 
-/// The actor of a change, as recorded in the audit trail (`member:42`, `admin:staff-7`,
-/// `provider:WECHAT_PAY`, `system:expiry`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Actor {
-    pub kind: ActorKind,
-    pub id: String,
-}
-
-impl Actor {
-    pub fn member(id: i64) -> Actor {
-        Actor {
-            kind: ActorKind::Member,
-            id: id.to_string(),
-        }
-    }
-    pub fn admin(id: impl Into<String>) -> Actor {
-        Actor {
-            kind: ActorKind::Admin,
-            id: id.into(),
-        }
-    }
-    pub fn ops(id: impl Into<String>) -> Actor {
-        Actor {
-            kind: ActorKind::Ops,
-            id: id.into(),
-        }
-    }
-    pub fn provider(name: &str) -> Actor {
-        Actor {
-            kind: ActorKind::Provider,
-            id: name.to_string(),
-        }
-    }
-    pub fn system(task: &str) -> Actor {
-        Actor {
-            kind: ActorKind::System,
-            id: task.to_string(),
-        }
-    }
-}
-
-impl fmt::Display for Actor {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let kind = match self.kind {
-            ActorKind::Member => "member",
-            ActorKind::Admin => "admin",
-            ActorKind::Ops => "ops",
-            ActorKind::Provider => "provider",
-            ActorKind::System => "system",
-        };
-        write!(f, "{kind}:{}", self.id)
-    }
-}
+/// The cancel reason of an order that timed out.
+pub const TIMEOUT_REASON: &str = "TIMEOUT";
 
 /// Decides whether `actor` may move an order from `from` to `to`.
 pub fn check(from: OrderStatus, to: OrderStatus, actor: ActorKind) -> Result<(), TransitionError> {

@@ -3,15 +3,11 @@
 
 use async_graphql::{Context, InputObject, Object, OneofObject, ID};
 use chrono::{DateTime, Utc};
-use diesel::prelude::*;
-use diesel::OptionalExtension;
-use diesel_async::RunQueryDsl;
 
 use super::types::*;
 use super::{actor_ctx, conn, parse_id, request, state, viewer};
 use crate::auth::Role;
 use crate::catalog;
-use crate::db::schema::anomaly_events;
 use crate::db::DbConn;
 use crate::error::{AppError, AppResult};
 use crate::orders::{self, PlaceOrder, PlacedItem};
@@ -97,25 +93,9 @@ pub struct CreateCoachSlotInput {
     pub price_cents: i32,
 }
 
-/// A refused status change leaves no row in the failed transaction; count it separately so
-/// that anomalyStats shows how often callers try.
+/// The change's result, with a refused status change counted (`anomalyStats`).
 async fn noted<T>(ctx: &Context<'_>, c: &mut DbConn, order_no: &str, r: AppResult<T>) -> AppResult<T> {
-    if let Err(AppError::IllegalTransition { from, to }) = &r {
-        {
-            let order = orders::find_order(c, order_no).await.ok().flatten();
-            let _ = diesel::insert_into(anomaly_events::table)
-                .values((
-                    anomaly_events::category.eq("ILLEGAL_TRANSITION"),
-                    anomaly_events::order_id.eq(order.as_ref().map(|o| o.id)),
-                    anomaly_events::store_id.eq(order.as_ref().map(|o| o.store_id)),
-                    anomaly_events::detail.eq(format!("{order_no}: {from} -> {to}")),
-                    anomaly_events::trace_id.eq(request(ctx).trace.as_str()),
-                ))
-                .execute(c)
-                .await;
-        }
-    }
-    r
+    crate::anomalies::note_refused(c, order_no, &request(ctx).trace, r).await
 }
 
 /// Longest ticket note (refused above, not cut).
@@ -215,7 +195,7 @@ impl Mutation {
             .map(|r| r.trim().chars().take(500).collect::<String>())
             .filter(|r| !r.is_empty())
             .unwrap_or_else(|| format!("canceled by {}", v.role.as_str()));
-        if reason == orders::TIMEOUT_REASON {
+        if reason == crate::domain::TIMEOUT_REASON {
             return Err(AppError::bad("TIMEOUT is the reason of expired orders only"));
         }
         let mut c = conn(ctx).await?;
@@ -331,7 +311,7 @@ impl Mutation {
         let member = super::loaders::load_member(ctx, id).await?;
         v.require_store(member.0.store_id)?;
         Ok(MemberNode(
-            catalog::top_up_wallet(&mut c, id, amount_cents, &reference, &actx).await?,
+            crate::wallet::top_up(&mut c, id, amount_cents, &reference, &actx).await?,
         ))
     }
 
@@ -378,20 +358,9 @@ impl Mutation {
         let actx = actor_ctx(ctx)?;
         let id = parse_id(&id, "id")?;
         let mut c = conn(ctx).await?;
-        let order_store: Option<i64> = crate::db::schema::compensation_events::table
-            .inner_join(crate::db::schema::orders::table)
-            .filter(crate::db::schema::compensation_events::id.eq(id))
-            .select(crate::db::schema::orders::store_id)
-            .get_result(&mut c)
-            .await
-            .optional()?;
-        match order_store {
-            Some(s) if v.sees_store(s) => {}
-            _ => return Err(AppError::NotFound(format!("compensation event {id}"))),
-        }
         let more = state(ctx).config.max_attempts;
         Ok(CompensationEventNode(
-            crate::compensation::replay(&mut c, id, &actx, more).await?,
+            crate::compensation::replay_seen_by(&mut c, v, id, &actx, more).await?,
         ))
     }
 
@@ -436,7 +405,7 @@ impl Mutation {
         let actx = actor_ctx(ctx)?;
         let id = parse_id(&id, "id")?;
         let mut c = conn(ctx).await?;
-        let t = crate::tickets::resolve(
+        let t = crate::ticket_resolution::resolve(
             &mut c,
             &state(ctx).config,
             v,

@@ -22,7 +22,7 @@ const CLOSE_FORBIDDEN: u16 = 4403;
 fn viewer_from(secret: &str, header: Option<&str>) -> Result<Option<Viewer>, String> {
     match header {
         None => Ok(None),
-        Some(h) => auth::verify(secret, h).map(Some).map_err(|e| e.message()),
+        Some(h) => auth::verify(secret, h).map(Some).map_err(|e| e.public_message()),
     }
 }
 
@@ -58,8 +58,10 @@ pub async fn graphql(
         })
         .data(DbLoader::new(s.app.pool.clone()));
     let schema = if might_be_introspection(&request.query)
-        && crate::graphql::is_introspection_only(&request.query, &s.app.config.document_limits())
-    {
+        && crate::graphql::is_introspection_only(
+            &request.query,
+            &crate::graphql::limits::DocumentLimits::from_config(&s.app.config),
+        ) {
         &s.introspection
     } else {
         &s.schema

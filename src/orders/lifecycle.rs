@@ -5,14 +5,15 @@ use chrono::Utc;
 use diesel::prelude::*;
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
 
-use super::{lock_order, release_item, transition, wallet_move, Changes, Ctx, WalletMove};
+use super::{lock_order, release_item, transition, Changes, Ctx};
 use crate::auth::{Role, Viewer};
-use crate::compensation;
 use crate::config::Config;
 use crate::db::models::{Membership, Order};
 use crate::db::schema::{memberships, payments, refunds};
 use crate::domain::{money, order_status, OrderStatus};
-use crate::error::{AppError, AppResult};
+use crate::error::{AppError, AppResult, OnViolation, Violation};
+use crate::wallet::{wallet_move, WalletMove};
+use crate::outbox::{self, Effect, RefundPayload};
 
 /// A payment about to be applied to a waiting order.
 #[derive(Debug, Clone)]
@@ -63,7 +64,13 @@ pub async fn apply_payment(
             payments::trace_id.eq(ctx.trace.as_str()),
         ))
         .execute(conn)
-        .await?;
+        .await
+        .on_violation(|v| match v {
+            Violation::Unique("payments_one_per_order" | "payments_idempotency_key") => {
+                Some(AppError::Conflict("order already paid".into()))
+            }
+            _ => None,
+        })?;
     if order.payment_method == "MIXED" && order.wallet_amount_cents > 0 {
         let w = order.wallet_amount_cents;
         wallet_move(
@@ -83,7 +90,7 @@ pub async fn apply_payment(
     if let (Some(plan_id), Some(days)) = (order.membership_plan_id, order.plan_days) {
         open_membership(conn, &paid, plan_id, days).await?;
     }
-    compensation::enqueue_grants(conn, &paid, ctx, config.max_attempts).await?;
+    outbox::enqueue(conn, paid.id, &outbox::grants(&paid), &ctx.trace, config.max_attempts).await?;
     Ok(paid)
 }
 
@@ -300,7 +307,11 @@ pub async fn refund_order(
             ))
             .returning(refunds::id)
             .get_result(conn)
-            .await?;
+            .await
+            .on_violation(|v| match v {
+                Violation::Unique("refunds_one_per_order") => Some(AppError::Conflict("order already refunded".into())),
+                _ => None,
+            })?;
         if wallet_back > 0 {
             wallet_move(
                 conn,
@@ -318,19 +329,16 @@ pub async fn refund_order(
         }
         if online_back > 0 {
             let provider = order.online_provider.as_deref().unwrap_or("WECHAT_PAY");
-            compensation::enqueue_provider_refund(
-                conn,
-                &refunded,
-                provider,
-                &format!("RF{}", refund_id),
-                online_back,
-                order.online_cents(),
-                order.provider_txn_id.as_deref(),
-                reason,
-                ctx,
-                config.max_attempts,
-            )
-            .await?;
+            let refund = Effect::ProviderRefund(RefundPayload {
+                order: (&refunded).into(),
+                provider: provider.to_string(),
+                refund_no: format!("RF{}", refund_id),
+                amount_cents: online_back,
+                total_cents: order.online_cents(),
+                provider_txn_id: order.provider_txn_id.clone(),
+                reason: reason.to_string(),
+            });
+            outbox::enqueue(conn, refunded.id, &[refund], &ctx.trace, config.max_attempts).await?;
         }
         if membership.is_some() {
             diesel::update(memberships::table.filter(memberships::order_id.eq(order.id)))
@@ -339,7 +347,14 @@ pub async fn refund_order(
                 .await?;
         }
         release_item(conn, &order).await?;
-        compensation::enqueue_revokes(conn, &refunded, ctx, config.max_attempts).await?;
+        outbox::enqueue(
+            conn,
+            refunded.id,
+            &outbox::revokes(&refunded),
+            &ctx.trace,
+            config.max_attempts,
+        )
+        .await?;
         Ok(refunded)
     })
     .await

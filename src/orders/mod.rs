@@ -17,19 +17,9 @@ use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use crate::auth::{Role, Viewer};
 use crate::db::models::Order;
 use crate::db::schema::orders;
-use crate::domain::{order_status, Actor, OrderStatus};
+use crate::db::sql::StaticQuery;
+use crate::domain::{order_status, Ctx, OrderStatus};
 use crate::error::{AppError, AppResult};
-use crate::trace::TraceId;
-
-/// The cancel reason of an order that timed out.
-pub const TIMEOUT_REASON: &str = "TIMEOUT";
-
-/// Who is acting and under which trace id: passed to everything that writes.
-#[derive(Debug, Clone)]
-pub struct Ctx {
-    pub actor: Actor,
-    pub trace: TraceId,
-}
 
 /// What a transition sets besides the status.
 #[derive(Debug, Default)]
@@ -53,41 +43,20 @@ pub async fn transition(
 ) -> AppResult<Order> {
     let from = order.status();
     order_status::check(from, to, ctx.actor.kind)?;
-    let moved: Option<Order> = diesel::sql_query(
-        "WITH moved AS (
-            UPDATE orders SET
-                status = $2,
-                updated_at = now(),
-                paid_at = CASE WHEN $2 = 'PAID' THEN now() ELSE paid_at END,
-                expires_at = CASE WHEN $2 = 'PAID' THEN NULL ELSE expires_at END,
-                provider_txn_id = COALESCE($6, provider_txn_id),
-                canceled_at = CASE WHEN $2 = 'CANCELED' THEN now() ELSE canceled_at END,
-                cancel_reason = CASE WHEN $2 = 'CANCELED' THEN $7 ELSE cancel_reason END,
-                refunded_at = CASE WHEN $2 = 'REFUNDED' THEN now() ELSE refunded_at END,
-                refund_amount_cents = CASE WHEN $2 = 'REFUNDED' THEN $8 ELSE refund_amount_cents END,
-                sessions_used = sessions_used + $9
-            WHERE id = $1 AND status = $3
-            RETURNING *
-        ), audit AS (
-            INSERT INTO order_transitions (order_id, from_status, to_status, actor, reason, trace_id)
-            SELECT id, $3, $2, $4, $5, $10 FROM moved
-            RETURNING id
-        )
-        SELECT moved.* FROM moved, (SELECT pg_notify('fitorder_events', 'order:' || id) FROM audit) AS announced",
-    )
-    .bind::<BigInt, _>(order.id)
-    .bind::<Text, _>(to.as_str())
-    .bind::<Text, _>(from.as_str())
-    .bind::<Text, _>(ctx.actor.to_string())
-    .bind::<Text, _>(reason)
-    .bind::<Nullable<Text>, _>(changes.provider_txn_id)
-    .bind::<Nullable<Text>, _>(changes.cancel_reason)
-    .bind::<Nullable<BigInt>, _>(changes.refund_amount_cents)
-    .bind::<Integer, _>(changes.sessions_delta)
-    .bind::<Text, _>(ctx.trace.as_str())
-    .get_result(conn)
-    .await
-    .optional()?;
+    let moved: Option<Order> = StaticQuery::new(include_str!("transition.sql"))
+        .bind::<BigInt, _>(order.id) // $1
+        .bind::<Text, _>(to.as_str()) // $2
+        .bind::<Text, _>(from.as_str()) // $3
+        .bind::<Text, _>(ctx.actor.to_string()) // $4
+        .bind::<Text, _>(reason) // $5
+        .bind::<Nullable<Text>, _>(changes.provider_txn_id) // $6
+        .bind::<Nullable<Text>, _>(changes.cancel_reason) // $7
+        .bind::<Nullable<BigInt>, _>(changes.refund_amount_cents) // $8
+        .bind::<Integer, _>(changes.sessions_delta) // $9
+        .bind::<Text, _>(ctx.trace.as_str()) // $10
+        .get_result(conn)
+        .await
+        .optional()?;
     match moved {
         Some(o) => {
             metrics::counter!("fitorder_transitions_total", "from" => from.as_str(), "to" => to.as_str()).increment(1);
@@ -159,37 +128,6 @@ pub async fn release_item(conn: &mut AsyncPgConnection, order: &Order) -> AppRes
             .execute(conn)
             .await?;
     }
-    Ok(())
-}
-
-/// One movement of wallet money: what it is, how it changes the spendable balance and the
-/// frozen amount, and what it belongs to.
-pub struct WalletMove<'a> {
-    pub member_id: i64,
-    /// TOP_UP, PAY, FREEZE, UNFREEZE, CAPTURE or REFUND.
-    pub kind: &'a str,
-    pub balance_delta: i64,
-    pub frozen_delta: i64,
-    pub order_id: Option<i64>,
-    pub reference: Option<&'a str>,
-}
-
-/// Writes a wallet movement; the ledger trigger applies it to the member's balances.
-pub async fn wallet_move(conn: &mut AsyncPgConnection, m: WalletMove<'_>, ctx: &Ctx) -> AppResult<()> {
-    use crate::db::schema::wallet_ledger as wl;
-    diesel::insert_into(wl::table)
-        .values((
-            wl::member_id.eq(m.member_id),
-            wl::kind.eq(m.kind),
-            wl::balance_delta.eq(m.balance_delta),
-            wl::frozen_delta.eq(m.frozen_delta),
-            wl::order_id.eq(m.order_id),
-            wl::reference.eq(m.reference),
-            wl::actor.eq(ctx.actor.to_string()),
-            wl::trace_id.eq(ctx.trace.as_str()),
-        ))
-        .execute(conn)
-        .await?;
     Ok(())
 }
 

@@ -18,93 +18,24 @@ pub mod sandbox_server;
 pub mod trades;
 pub mod wechat;
 
+pub use provider::{evidence_header, evidence_text, Notice};
+
 use diesel::prelude::*;
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
 use serde_json::json;
 
 use crate::app::AppState;
-use crate::compensation;
 use crate::db::models::Order;
 use crate::db::schema::{payment_callbacks, payment_keys};
+use crate::db::sql::StaticQuery;
 use crate::domain::money::format_yuan;
+use crate::domain::Ctx;
 use crate::domain::{Actor, OrderStatus};
 use crate::error::{AppError, AppResult};
-use crate::orders::{self, Ctx, PaymentApplied};
-use crate::tickets::{self, NewTicket};
+use crate::orders::{self, PaymentApplied};
+use crate::outbox::{self, Effect, RefundPayload};
+use crate::tickets::NewTicket;
 use crate::trace::TraceId;
-
-/// What a verified notification says, in the providers' common terms.
-#[derive(Debug, Clone)]
-pub enum Notice {
-    /// Money was collected for `out_trade_no`.
-    Paid {
-        out_trade_no: String,
-        txn_id: String,
-        amount_cents: i64,
-    },
-    /// A refund finished (or failed) at the provider.
-    Refund {
-        out_trade_no: String,
-        refund_no: String,
-        refund_id: String,
-        ok: bool,
-        status: String,
-        amount_cents: i64,
-    },
-    /// Alipay says a refund of `out_trade_no` went through: `refund_no` (its `out_biz_no`) names
-    /// our refund, `refunded_total_cents` (its `refund_fee`) is how much of the trade has been
-    /// refunded in all so far, not this refund's own amount. It confirms a refund we asked for;
-    /// it is never a payment.
-    RefundConfirmed {
-        out_trade_no: String,
-        refund_no: String,
-        trade_no: String,
-        refunded_total_cents: i64,
-        /// `TRADE_SUCCESS` after a partial refund, `TRADE_CLOSED` after a full one.
-        trade_status: String,
-    },
-    /// Nothing to apply (a closed trade, a state we only record).
-    Other { out_trade_no: Option<String>, what: String },
-}
-
-impl Notice {
-    /// The idempotency key of a notice that changes something; None for the ones only recorded.
-    pub fn key(&self) -> Option<String> {
-        match self {
-            Notice::Paid {
-                out_trade_no, txn_id, ..
-            } => Some(format!("{out_trade_no}:{txn_id}")),
-            Notice::Refund {
-                out_trade_no,
-                refund_no,
-                refund_id,
-                status,
-                ..
-            } => Some(format!("refund:{out_trade_no}:{refund_no}:{refund_id}:{status}")),
-            // The key Alipay refunds had as `Refund` notices, so retries of notifications received
-            // before that change are still duplicates.
-            Notice::RefundConfirmed {
-                out_trade_no,
-                refund_no,
-                trade_no,
-                trade_status,
-                ..
-            } => Some(format!(
-                "refund:{out_trade_no}:{refund_no}:{trade_no}:REFUND:{trade_status}"
-            )),
-            Notice::Other { .. } => None,
-        }
-    }
-
-    fn out_trade_no(&self) -> Option<&str> {
-        match self {
-            Notice::Paid { out_trade_no, .. }
-            | Notice::Refund { out_trade_no, .. }
-            | Notice::RefundConfirmed { out_trade_no, .. } => Some(out_trade_no),
-            Notice::Other { out_trade_no, .. } => out_trade_no.as_deref(),
-        }
-    }
-}
 
 /// How a callback ended; stored on the callback row and shown in `Order.callbacks`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -150,32 +81,6 @@ pub struct Received<'a> {
     pub body: &'a str,
     pub headers: serde_json::Value,
     pub error: Option<&'a str>,
-}
-
-/// Text fit for a PostgreSQL `text` or `jsonb` string: invalid UTF-8 replaced, NUL (which
-/// neither type stores) escaped as `\u0000`. With `limit`, cut at a character boundary
-/// and marked with the original length.
-pub fn evidence_text(bytes: &[u8], limit: Option<usize>) -> String {
-    let text = String::from_utf8_lossy(bytes);
-    let mut out = match limit {
-        Some(max) if text.len() > max => {
-            let mut cut = max;
-            while !text.is_char_boundary(cut) {
-                cut -= 1;
-            }
-            format!("{}…[{} bytes received, first {} kept]", &text[..cut], bytes.len(), cut)
-        }
-        _ => text.into_owned(),
-    };
-    if out.contains('\0') {
-        out = out.replace('\0', "\\u0000");
-    }
-    out
-}
-
-/// An unverified callback's header, as kept: at most 256 bytes.
-pub fn evidence_header(value: Option<&str>) -> Option<String> {
-    value.map(|v| evidence_text(v.as_bytes(), Some(256)))
 }
 
 /// Writes the raw callback in a transaction of its own and returns its id.
@@ -236,31 +141,20 @@ pub async fn record_checked(
     };
     // `conn` comes from the evidence pool (asynchronous commit): see `db::evidence_pool`.
     let key = notice.key();
-    let out_trade_no = notice.out_trade_no().map(str::to_string);
-    let rec: Recorded = diesel::sql_query(
-        "WITH seen AS (SELECT $9::text IS NOT NULL AND EXISTS (SELECT 1 FROM payment_keys WHERE key = $9) AS dup),
-              o AS (SELECT id, store_id FROM orders WHERE order_no = $10)
-         INSERT INTO payment_callbacks (provider, verified, outcome, event_type, body, headers, error, trace_id,
-                                        idempotency_key, order_id, order_no, store_id, provider_txn_id, amount_cents)
-         SELECT $1, $2, CASE WHEN seen.dup THEN 'DUPLICATE' ELSE 'RECEIVED' END, $3, $4, $5, $6, $7,
-                CASE WHEN seen.dup THEN $9 END, CASE WHEN seen.dup THEN (SELECT id FROM o) END, $10,
-                CASE WHEN seen.dup THEN (SELECT store_id FROM o) END, $8, $11
-           FROM seen
-         RETURNING id, outcome = 'DUPLICATE' AS duplicate",
-    )
-    .bind::<Text, _>(r.provider)
-    .bind::<Bool, _>(r.verified)
-    .bind::<Nullable<Text>, _>(r.event_type)
-    .bind::<Text, _>(r.body)
-    .bind::<Jsonb, _>(r.headers)
-    .bind::<Nullable<Text>, _>(r.error)
-    .bind::<Text, _>(trace.as_str())
-    .bind::<Nullable<Text>, _>(txn)
-    .bind::<Nullable<Text>, _>(key.as_deref())
-    .bind::<Nullable<Text>, _>(out_trade_no.as_deref())
-    .bind::<Nullable<diesel::sql_types::BigInt>, _>(amount)
-    .get_result(conn)
-    .await?;
+    let rec: Recorded = StaticQuery::new(include_str!("record_checked.sql"))
+        .bind::<Text, _>(r.provider) // $1
+        .bind::<Bool, _>(r.verified) // $2
+        .bind::<Nullable<Text>, _>(r.event_type) // $3
+        .bind::<Text, _>(r.body) // $4
+        .bind::<Jsonb, _>(r.headers) // $5
+        .bind::<Nullable<Text>, _>(r.error) // $6
+        .bind::<Text, _>(trace.as_str()) // $7
+        .bind::<Nullable<Text>, _>(txn) // $8
+        .bind::<Nullable<Text>, _>(key.as_deref()) // $9
+        .bind::<Nullable<Text>, _>(notice.out_trade_no()) // $10
+        .bind::<Nullable<diesel::sql_types::BigInt>, _>(amount) // $11
+        .get_result(conn)
+        .await?;
     if rec.duplicate {
         metrics::counter!("fitorder_callbacks_total", "provider" => r.provider.to_string(), "outcome" => "DUPLICATE")
             .increment(1);
@@ -318,7 +212,7 @@ pub async fn apply(
                     } else if *ok {
                         Outcome::RefundRecorded
                     } else {
-                        tickets::open(
+                        crate::alerts::open_ticket(
                             conn,
                             NewTicket {
                                 kind: "REFUND_MISMATCH",
@@ -377,26 +271,53 @@ pub async fn apply(
                     (Outcome::Recorded, order, None, None, None)
                 }
             };
-            diesel::update(payment_callbacks::table.find(callback_id))
-                .set((
-                    payment_callbacks::outcome.eq(outcome.as_str()),
-                    payment_callbacks::order_id.eq(order.as_ref().map(|o| o.id)),
-                    payment_callbacks::order_no.eq(order
-                        .as_ref()
-                        .map(|o| o.order_no.clone())
-                        .or(notice.out_trade_no().map(str::to_string))),
-                    payment_callbacks::store_id.eq(order.as_ref().map(|o| o.store_id)),
-                    payment_callbacks::idempotency_key.eq(key),
-                    payment_callbacks::provider_txn_id.eq(txn),
-                    payment_callbacks::amount_cents.eq(amount),
-                ))
+            use diesel::sql_types::{BigInt, Nullable, Text};
+            StaticQuery::new(include_str!("record_outcome.sql"))
+                .bind::<BigInt, _>(callback_id) // $1
+                .bind::<Text, _>(outcome.as_str()) // $2
+                .bind::<Nullable<BigInt>, _>(order.as_ref().map(|o| o.id)) // $3
+                .bind::<Nullable<Text>, _>(order.as_ref().map(|o| o.order_no.as_str()).or(notice.out_trade_no())) // $4
+                .bind::<Nullable<BigInt>, _>(order.as_ref().map(|o| o.store_id)) // $5
+                .bind::<Nullable<Text>, _>(key) // $6
+                .bind::<Nullable<Text>, _>(txn) // $7
+                .bind::<Nullable<BigInt>, _>(amount) // $8
                 .execute(conn)
                 .await?;
             Ok(outcome)
         })
-        .await?;
+        .await;
+    let outcome = match outcome {
+        Ok(o) => o,
+        Err(e) => {
+            note_unapplied(state, callback_id, &e).await;
+            return Err(e);
+        }
+    };
     metrics::counter!("fitorder_callbacks_total", "provider" => provider, "outcome" => outcome.as_str()).increment(1);
     Ok(outcome)
+}
+
+/// Writes why a recorded callback could not be applied on its row, which stays RECEIVED (the
+/// provider retries): the whole text, for the people who look into it; the provider is told
+/// only to retry. Best effort: the log has it either way.
+async fn note_unapplied(state: &AppState, callback_id: i64, e: &AppError) {
+    let detail = evidence_text(e.message().as_bytes(), Some(1024));
+    let noted = async {
+        let mut conn = state.evidence.get().await?;
+        diesel::update(
+            payment_callbacks::table
+                .find(callback_id)
+                .filter(payment_callbacks::outcome.eq("RECEIVED")),
+        )
+        .set(payment_callbacks::error.eq(&detail))
+        .execute(&mut conn)
+        .await?;
+        Ok::<_, AppError>(())
+    }
+    .await;
+    if let Err(not) = noted {
+        tracing::warn!(callback_id, error = %not.message(), "why the callback was not applied is not recorded");
+    }
 }
 
 /// Claims an idempotency key: true for the first claimant, false for every later one. The
@@ -433,17 +354,12 @@ impl ConfirmedRefund<'_> {
             #[diesel(sql_type = diesel::sql_types::BigInt)]
             all_cents: i64,
         }
-        let asked: Asked = diesel::sql_query(
-            "SELECT max((payload->>'amountCents')::bigint) FILTER (WHERE payload->>'refundNo' = $3) AS this_cents,
-                    coalesce(sum((payload->>'amountCents')::bigint), 0)::bigint AS all_cents
-               FROM compensation_events
-              WHERE kind = 'PROVIDER_REFUND' AND payload->>'provider' = $1 AND payload->>'orderNo' = $2",
-        )
-        .bind::<diesel::sql_types::Text, _>(self.provider)
-        .bind::<diesel::sql_types::Text, _>(self.out_trade_no)
-        .bind::<diesel::sql_types::Text, _>(self.refund_no)
-        .get_result(conn)
-        .await?;
+        let asked: Asked = StaticQuery::new(include_str!("refunds_asked.sql"))
+            .bind::<diesel::sql_types::Text, _>(self.provider) // $1
+            .bind::<diesel::sql_types::Text, _>(self.out_trade_no) // $2
+            .bind::<diesel::sql_types::Text, _>(self.refund_no) // $3
+            .get_result(conn)
+            .await?;
         let why = match asked.this_cents {
             None => "the provider confirms a refund fitorder never asked for".to_string(),
             Some(this) if self.refunded_total_cents < this || self.refunded_total_cents > asked.all_cents => format!(
@@ -454,7 +370,7 @@ impl ConfirmedRefund<'_> {
             ),
             Some(_) => return Ok(Outcome::RefundRecorded),
         };
-        tickets::open(
+        crate::alerts::open_ticket(
             conn,
             NewTicket {
                 kind: "REFUND_MISMATCH",
@@ -499,7 +415,7 @@ impl Paid<'_> {
         ctx: &Ctx,
     ) -> AppResult<()> {
         detail["source"] = json!("callback");
-        tickets::open(
+        crate::alerts::open_ticket(
             conn,
             NewTicket {
                 kind,
@@ -576,19 +492,16 @@ async fn apply_paid(
             let detail = json!({"canceledAt": order.canceled_at, "cancelReason": order.cancel_reason,
                                 "action": "refund to the payer queued as PROVIDER_REFUND"});
             p.ticket(conn, "PAID_AFTER_CANCEL", Some(&order), detail, ctx).await?;
-            compensation::enqueue_provider_refund(
-                conn,
-                &order,
-                p.provider,
-                &format!("PAC{callback_id}"),
-                p.amount_cents,
-                p.amount_cents,
-                Some(p.txn_id),
-                "paid after the order was canceled",
-                ctx,
-                config.max_attempts,
-            )
-            .await?;
+            let refund = Effect::ProviderRefund(RefundPayload {
+                order: (&order).into(),
+                provider: p.provider.to_string(),
+                refund_no: format!("PAC{callback_id}"),
+                amount_cents: p.amount_cents,
+                total_cents: p.amount_cents,
+                provider_txn_id: Some(p.txn_id.to_string()),
+                reason: "paid after the order was canceled".into(),
+            });
+            outbox::enqueue(conn, order.id, &[refund], &ctx.trace, config.max_attempts).await?;
             Ok((Outcome::PaidAfterCancel, Some(order)))
         }
         other => {

@@ -166,7 +166,7 @@ fn pack(
 ) -> Result<(Vec<u8>, String), String> {
     Ok(if provider == ALIPAY {
         let mut detail = vec![];
-        write_alipay_bill(&mut detail, &rows, true).map_err(|e| e.to_string())?;
+        write_alipay_bill(&mut detail, rows, true).map_err(|e| e.to_string())?;
         let sha1 = hex::encode(Sha1::digest(&detail));
         let paid: i64 = rows
             .iter()
@@ -189,7 +189,7 @@ fn pack(
         (zip, sha1)
     } else {
         let mut bill = vec![];
-        write_wechat_bill(&mut bill, &rows, true, false).map_err(|e| e.to_string())?;
+        write_wechat_bill(&mut bill, rows, true, false).map_err(|e| e.to_string())?;
         let sha1 = hex::encode(Sha1::digest(&bill));
         let mut gz = flate2::write::GzEncoder::new(Vec::new(), level);
         gz.write_all(&bill).map_err(|e| e.to_string())?;

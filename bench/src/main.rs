@@ -51,7 +51,7 @@ fitorder-bench: fitorder's hot paths as ratios to PostgreSQL on the same machine
 Usage:
   cargo run --release -p fitorder-bench -- [--quick] [--only B1,B3] [--keep] [--perf] [--out FILE]
 
-  --quick        small sizes: a smoke run in under two minutes (after the build)
+  --quick        small sizes: a smoke run of about five minutes (after the build)
   --only LIST    run only these benchmarks (B1 runs whenever B1b, B2, B8 or B10 does: it is
                  their baseline or their server)
   --keep         keep the databases (fitorder_bench_*) and the temp dir for inspection

@@ -63,8 +63,9 @@ async fn members(db: &tokio_postgres::Client) -> Result<Vec<(i64, i64, i64)>> {
         .collect())
 }
 
-/// `n` signed Native prepay requests to the sandbox, as fitorder's client makes them.
-fn standin_requests(bench: &Bench, n: usize) -> Vec<Prepared> {
+/// `n` signed Native prepay requests to the sandbox, as fitorder's client makes them, for trades
+/// `FB9S<first>`… (each a new out_trade_no: a repeated one is `OUT_TRADE_NO_USED`).
+fn standin_requests(bench: &Bench, n: usize, first: usize) -> Vec<Prepared> {
     let merchant = Merchant {
         mch_id: DEV_MCH_ID,
         serial: DEV_MERCHANT_SERIAL,
@@ -82,7 +83,7 @@ fn standin_requests(bench: &Bench, n: usize) -> Vec<Prepared> {
                 "appid": DEV_WECHAT_APP_ID,
                 "mchid": DEV_MCH_ID,
                 "description": "AI strength · 10 sessions",
-                "out_trade_no": format!("FB9S{i:010}"),
+                "out_trade_no": format!("FB9S{:010}", first + i),
                 "time_expire": expire,
                 "notify_url": "http://127.0.0.1:9/pay/wechat/notify",
                 "amount": {"total": 99_900, "currency": "CNY"},
@@ -188,11 +189,11 @@ pub async fn run(bench: &mut Bench, s: &Sizes) -> Result<Row> {
     // Warm-up on both sides (connections, the server's pool, the sandbox's first answers).
     let warm = Arc::new(place_requests(bench, &server.base, &doc, &members, 20, "b9-warm"));
     load::run(warm, CONNECTIONS, Until::Exhausted, 200, true).await?;
-    let warm = Arc::new(standin_requests(bench, 20));
+    let warm = Arc::new(standin_requests(bench, 20, 1_000_000));
     load::run(warm, CONNECTIONS, Until::Exhausted, 200, false).await?;
 
     say!("B9: the stand-in's own latency, {n} signed Native prepay requests straight to it ...");
-    let direct = Arc::new(tokio::task::block_in_place(|| standin_requests(bench, n)));
+    let direct = Arc::new(tokio::task::block_in_place(|| standin_requests(bench, n, 0)));
     let calls_before = bench.sandbox.calls().len();
     let standin = load::run(direct, CONNECTIONS, Until::Exhausted, 200, false).await?;
     say!("B9: stand-in {}", latencies(&standin));

@@ -9,12 +9,13 @@ use diesel::sql_types::{Array, BigInt, Nullable, Text, Timestamptz};
 use diesel::QueryableByName;
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 
+use crate::domain::AnomalyCategory;
 use crate::error::AppResult;
 
 #[derive(QueryableByName)]
 struct Row {
     #[diesel(sql_type = Text)]
-    category: String,
+    category: AnomalyCategory,
     #[diesel(sql_type = BigInt)]
     n: i64,
 }
@@ -26,7 +27,7 @@ pub async fn count(
     to: DateTime<Utc>,
     store: Option<i64>,
     scope: Option<Vec<i64>>,
-) -> AppResult<HashMap<String, i64>> {
+) -> AppResult<HashMap<AnomalyCategory, i64>> {
     let rows: Vec<Row> = diesel::sql_query(
         "WITH f AS (SELECT $1::timestamptz AS t0, $2::timestamptz AS t1),
          counted(category, store_id) AS (

@@ -6,6 +6,7 @@ use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
 
 use crate::db::models::{ClassPack, CoachSlot, Member, MembershipPlan, Store};
 use crate::db::schema::{class_packs, coach_slots, members, membership_plans, stores, wallet_ledger};
+use crate::domain::WalletMoveKind;
 use crate::error::{AppError, AppResult};
 use crate::orders::{wallet_move, Ctx, WalletMove};
 
@@ -184,7 +185,7 @@ pub async fn top_up_wallet(
             .ok_or_else(|| AppError::NotFound(format!("member {member_id}")))?;
         let earlier: Option<i64> = wallet_ledger::table
             .filter(wallet_ledger::member_id.eq(member_id))
-            .filter(wallet_ledger::kind.eq("TOP_UP"))
+            .filter(wallet_ledger::kind.eq(WalletMoveKind::TopUp))
             .filter(wallet_ledger::reference.eq(reference))
             .select(wallet_ledger::balance_delta)
             .get_result(conn)
@@ -203,7 +204,7 @@ pub async fn top_up_wallet(
             conn,
             WalletMove {
                 member_id,
-                kind: "TOP_UP",
+                kind: WalletMoveKind::TopUp,
                 balance_delta: i64::from(amount_cents),
                 frozen_delta: 0,
                 order_id: None,

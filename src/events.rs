@@ -13,6 +13,7 @@ use tokio::sync::{broadcast, Notify};
 use crate::db::models::{CompensationEvent, ExceptionTicket};
 use crate::db::schema::{compensation_events, exception_tickets, order_transitions, orders};
 use crate::db::DbPool;
+use crate::domain::OrderStatus;
 
 /// Channel of row changes subscribers see (`order:<transition id>`, `comp:<event id>`,
 /// `ticket:<ticket id>`).
@@ -27,8 +28,8 @@ pub struct StatusChange {
     pub order_no: String,
     pub store_id: i64,
     pub member_id: i64,
-    pub from_status: Option<String>,
-    pub to_status: String,
+    pub from_status: Option<OrderStatus>,
+    pub to_status: OrderStatus,
     pub at: chrono::DateTime<chrono::Utc>,
     pub actor: String,
     pub trace_id: String,
@@ -137,8 +138,8 @@ type TransitionRow = (
     String,
     i64,
     i64,
-    Option<String>,
-    String,
+    Option<OrderStatus>,
+    OrderStatus,
     chrono::DateTime<chrono::Utc>,
     String,
     String,

@@ -18,7 +18,7 @@ use serde_json::json;
 
 use crate::app::AppState;
 use crate::db::schema::orders;
-use crate::domain::{order_status, ActorKind, OrderStatus};
+use crate::domain::{order_status, ActorKind, OrderStatus, Provider};
 use crate::error::AppResult;
 use crate::payments::api::{ProviderApi, TradeState};
 use crate::payments::{self, Notice, Received};
@@ -102,7 +102,7 @@ struct Due {
     #[diesel(sql_type = Text)]
     order_no: String,
     #[diesel(sql_type = diesel::sql_types::Nullable<Text>)]
-    online_provider: Option<String>,
+    online_provider: Option<Provider>,
     #[diesel(sql_type = diesel::sql_types::Timestamptz)]
     expires_at: chrono::DateTime<Utc>,
 }
@@ -111,12 +111,12 @@ struct Due {
 /// another instance is claiming right now are skipped, claims that lapsed are taken over.
 async fn claim_due(
     conn: &mut AsyncPgConnection,
-    providers: &[&str],
+    providers: &[Provider],
     lease: Duration,
     who: &str,
 ) -> AppResult<Vec<Due>> {
     Ok(diesel::sql_query(include_str!("expiry/claim_due.sql"))
-        .bind::<Array<Text>, _>(providers.iter().map(|p| p.to_string()).collect::<Vec<_>>())
+        .bind::<Array<Text>, _>(providers)
         .bind::<BigInt, _>(CLAIM_BATCH)
         .bind::<diesel::sql_types::Interval, _>(diesel::data_types::PgInterval::from_microseconds(
             lease.as_micros() as i64
@@ -134,10 +134,7 @@ async fn claim_due(
 pub async fn expire_due(state: &AppState, api: &ProviderApi) -> AppResult<i64> {
     let trace = TraceId::new();
     let who = format!("{}:{}", std::process::id(), trace.as_str());
-    let asked: Vec<&str> = ["WECHAT_PAY", "ALIPAY"]
-        .into_iter()
-        .filter(|p| api.configured(p))
-        .collect();
+    let asked: Vec<Provider> = Provider::ALL.into_iter().filter(|p| api.configured(*p)).collect();
     // Long enough for a batch of queries and closes, each bounded by the downstream timeout.
     let lease = state.config.downstream_timeout * 4 * (CLAIM_BATCH as u32 / QUERY_CONCURRENCY as u32 + 1)
         + Duration::from_secs(10);
@@ -155,8 +152,11 @@ pub async fn expire_due(state: &AppState, api: &ProviderApi) -> AppResult<i64> {
             .map(|d| {
                 let (state, api, trace) = (state.clone(), api.clone(), trace.clone());
                 async move {
-                    let provider = d.online_provider.unwrap_or_default();
-                    let verdict = settle_with_provider(&state, &api, &provider, &d.order_no, &trace).await;
+                    // Claimed orders are those of a provider asked here.
+                    let verdict = match d.online_provider {
+                        Some(provider) => settle_with_provider(&state, &api, provider, &d.order_no, &trace).await,
+                        None => Settle::Cancel,
+                    };
                     (d.id, verdict, d.expires_at)
                 }
             })
@@ -198,14 +198,14 @@ pub async fn expire_due(state: &AppState, api: &ProviderApi) -> AppResult<i64> {
 }
 
 /// Cancels due orders whose provider is not one of `asked` (WALLET/OFFLINE never expire).
-async fn cancel_unasked(conn: &mut AsyncPgConnection, asked: &[&str], trace: &TraceId) -> AppResult<i64> {
+async fn cancel_unasked(conn: &mut AsyncPgConnection, asked: &[Provider], trace: &TraceId) -> AppResult<i64> {
     let ids: Vec<i64> = orders::table
-        .filter(orders::status.eq("WAIT_PAY"))
+        .filter(orders::status.eq(OrderStatus::WaitPay))
         .filter(orders::expires_at.le(Utc::now()))
         .filter(
             orders::online_provider
                 .is_null()
-                .or(orders::online_provider.ne_all(asked.iter().map(|p| p.to_string()).collect::<Vec<_>>())),
+                .or(orders::online_provider.ne_all(asked.to_vec())),
         )
         .order(orders::expires_at)
         .limit(BATCH)
@@ -239,7 +239,7 @@ enum Settle {
 async fn settle_with_provider(
     state: &AppState,
     api: &ProviderApi,
-    provider: &str,
+    provider: Provider,
     order_no: &str,
     trace: &TraceId,
 ) -> Settle {
@@ -349,7 +349,7 @@ pub async fn run_timer(state: AppState, mut shutdown: tokio::sync::watch::Receiv
 async fn next_deadline(state: &AppState) -> AppResult<Option<chrono::DateTime<Utc>>> {
     let mut conn = state.pool.get().await?;
     Ok(orders::table
-        .filter(orders::status.eq("WAIT_PAY"))
+        .filter(orders::status.eq(OrderStatus::WaitPay))
         .filter(orders::expires_at.is_not_null())
         .select(diesel::dsl::min(orders::expires_at))
         .get_result(&mut conn)

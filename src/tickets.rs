@@ -6,12 +6,13 @@ use diesel_async::{AsyncPgConnection, RunQueryDsl};
 
 use crate::db::models::{ExceptionTicket, Order};
 use crate::db::schema::exception_tickets as et;
+use crate::domain::{OrderStatus, PaymentMethod, Provider, TicketAction, TicketKind, TicketStatus};
 use crate::error::AppResult;
 use crate::trace::TraceId;
 
 pub struct NewTicket<'a> {
-    pub kind: &'a str,
-    pub provider: Option<&'a str>,
+    pub kind: TicketKind,
+    pub provider: Option<Provider>,
     pub order: Option<&'a Order>,
     pub order_no: Option<&'a str>,
     pub provider_txn_id: Option<&'a str>,
@@ -49,8 +50,8 @@ pub async fn open(
         .await
         .optional()?;
     if let Some(ticket) = &opened {
-        tracing::warn!(ticket = ticket.id, kind = t.kind, order_no = ?ticket.order_no, "exception ticket opened");
-        metrics::counter!("fitorder_tickets_opened_total", "kind" => t.kind.to_string()).increment(1);
+        tracing::warn!(ticket = ticket.id, kind = %t.kind, order_no = ?ticket.order_no, "exception ticket opened");
+        metrics::counter!("fitorder_tickets_opened_total", "kind" => t.kind.as_str()).increment(1);
         crate::events::notify_sql(&format!("ticket:{}", ticket.id))
             .execute(conn)
             .await?;
@@ -92,18 +93,18 @@ async fn lock(conn: &mut AsyncPgConnection, id: i64, viewer: &Viewer) -> AppResu
 pub async fn start(conn: &mut AsyncPgConnection, id: i64, viewer: &Viewer, ctx: &Ctx) -> AppResult<ExceptionTicket> {
     conn.transaction(async |conn| -> AppResult<ExceptionTicket> {
         let t = lock(conn, id, viewer).await?;
-        match t.status.as_str() {
-            "IN_PROGRESS" => Ok(t),
-            "OPEN" => Ok(diesel::update(et::table.find(id))
+        match t.status {
+            TicketStatus::InProgress => Ok(t),
+            TicketStatus::Open => Ok(diesel::update(et::table.find(id))
                 .set((
-                    et::status.eq("IN_PROGRESS"),
+                    et::status.eq(TicketStatus::InProgress),
                     et::resolved_by.eq(ctx.actor.to_string()),
                     et::updated_at.eq(diesel::dsl::now),
                 ))
                 .returning(ExceptionTicket::as_returning())
                 .get_result(conn)
                 .await?),
-            _ => Err(locked_ticket_error(&t)),
+            TicketStatus::Resolved | TicketStatus::Dismissed => Err(locked_ticket_error(&t)),
         }
     })
     .await
@@ -120,7 +121,7 @@ pub async fn resolve(
     config: &Config,
     viewer: &Viewer,
     id: i64,
-    action: &str,
+    action: TicketAction,
     note: Option<&str>,
     ctx: &Ctx,
 ) -> AppResult<ExceptionTicket> {
@@ -128,19 +129,15 @@ pub async fn resolve(
         .map(|n| n.trim().chars().take(2000).collect::<String>())
         .filter(|n| !n.is_empty());
     // The one table of who may take which action (the state machine's transitions).
-    match crate::domain::order_status::may_resolve_ticket(action, viewer.actor().kind) {
-        None => return Err(AppError::bad(format!("unknown action {action}"))),
-        Some(false) => {
-            return Err(AppError::Forbidden(format!(
-                "role {} may not resolve a ticket with {action}",
-                viewer.role.as_str()
-            )))
-        }
-        Some(true) => {}
+    if !crate::domain::order_status::may_resolve_ticket(action, viewer.actor().kind) {
+        return Err(AppError::Forbidden(format!(
+            "role {} may not resolve a ticket with {action}",
+            viewer.role.as_str()
+        )));
     }
     conn.transaction(async |conn| -> AppResult<ExceptionTicket> {
         let t = lock(conn, id, viewer).await?;
-        if t.status == "RESOLVED" || t.status == "DISMISSED" {
+        if t.status.is_closed() {
             return Err(locked_ticket_error(&t));
         }
         let order = match t.order_id {
@@ -148,26 +145,27 @@ pub async fn resolve(
             None => None,
         };
         match action {
-            "NO_ACTION" => {}
-            "REPLAY_COMPENSATION" => {
+            TicketAction::NoAction => {}
+            TicketAction::ReplayCompensation => {
                 let event_id = t.detail["eventId"]
                     .as_str()
                     .and_then(|s| s.parse::<i64>().ok())
-                    .filter(|_| t.kind == "COMPENSATION_DEAD")
-                    .ok_or_else(|| AppError::bad("REPLAY_COMPENSATION is for COMPENSATION_DEAD tickets"))?;
+                    .filter(|_| t.kind == TicketKind::CompensationDead)
+                    .ok_or_else(|| {
+                        AppError::bad(format!("{action} is for {} tickets", TicketKind::CompensationDead))
+                    })?;
                 crate::compensation::replay(conn, event_id, ctx, config.max_attempts).await?;
             }
-            "MARK_PAID" | "CREDIT_SESSIONS" => {
+            TicketAction::MarkPaid | TicketAction::CreditSessions => {
                 let order = order.ok_or_else(|| AppError::bad("this ticket has no order to mark paid"))?;
                 let locked = orders::lock_order(conn, &order.order_no, Some(viewer)).await?;
-                if locked.status() != crate::domain::OrderStatus::WaitPay {
-                    return Err(AppError::illegal(locked.status(), crate::domain::OrderStatus::Paid));
+                if locked.status != OrderStatus::WaitPay {
+                    return Err(AppError::illegal(locked.status, OrderStatus::Paid));
                 }
                 let method = t
                     .provider
-                    .clone()
-                    .or_else(|| locked.online_provider.clone())
-                    .unwrap_or_else(|| "OFFLINE".into());
+                    .or(locked.online_provider)
+                    .map_or(PaymentMethod::Offline, PaymentMethod::from);
                 let key = match &t.provider_txn_id {
                     Some(txn) => format!("{}:{txn}", locked.order_no),
                     None => format!("ticket:{}", t.id),
@@ -177,7 +175,7 @@ pub async fn resolve(
                     config,
                     &locked,
                     PaymentApplied {
-                        method: &method,
+                        method,
                         idempotency_key: key,
                         provider_txn_id: t.provider_txn_id.as_deref(),
                         reference: Some(&format!("ticket {}", t.id)),
@@ -188,15 +186,14 @@ pub async fn resolve(
                 )
                 .await?;
             }
-            "REFUND" => {
+            TicketAction::Refund => {
                 let order = order.ok_or_else(|| {
                     AppError::bad(
                         "no order to refund through: refund at the provider by hand and resolve with NO_ACTION",
                     )
                 })?;
-                let own_payment = order.status().is_live()
-                    && t.provider_txn_id.is_some()
-                    && t.provider_txn_id == order.provider_txn_id;
+                let own_payment =
+                    order.status.is_live() && t.provider_txn_id.is_some() && t.provider_txn_id == order.provider_txn_id;
                 if own_payment {
                     orders::refund_order(
                         conn,
@@ -209,11 +206,9 @@ pub async fn resolve(
                     )
                     .await?;
                 } else {
-                    let (Some(provider), Some(txn), Some(amount)) = (
-                        t.provider.as_deref(),
-                        t.provider_txn_id.as_deref(),
-                        t.provider_amount_cents,
-                    ) else {
+                    let (Some(provider), Some(txn), Some(amount)) =
+                        (t.provider, t.provider_txn_id.as_deref(), t.provider_amount_cents)
+                    else {
                         return Err(AppError::bad("this ticket names no provider payment to refund"));
                     };
                     // The transaction's one refund: claimed by key, so that concurrent
@@ -232,7 +227,10 @@ pub async fn resolve(
                         == 1;
                     // A refund of the same transaction queued another way (paid after cancel).
                     let already: i64 = crate::db::schema::compensation_events::table
-                        .filter(crate::db::schema::compensation_events::kind.eq("PROVIDER_REFUND"))
+                        .filter(
+                            crate::db::schema::compensation_events::kind
+                                .eq(crate::compensation::CompensationKind::ProviderRefund.as_str()),
+                        )
                         .filter(
                             diesel::dsl::sql::<diesel::sql_types::Bool>("payload->>'providerTxnId' = ")
                                 .bind::<diesel::sql_types::Text, _>(txn),
@@ -244,7 +242,7 @@ pub async fn resolve(
                         crate::compensation::enqueue_provider_refund(
                             conn,
                             &order,
-                            provider,
+                            provider.as_str(),
                             &format!("TK{}", t.id),
                             amount,
                             amount,
@@ -257,12 +255,10 @@ pub async fn resolve(
                     }
                 }
             }
-            other => return Err(AppError::bad(format!("unknown action {other}"))),
         }
-        let status = if action == "NO_ACTION" { "DISMISSED" } else { "RESOLVED" };
         Ok(diesel::update(et::table.find(id))
             .set((
-                et::status.eq(status),
+                et::status.eq(action.closes_as()),
                 et::resolution.eq(action),
                 et::resolved_at.eq(diesel::dsl::now),
                 et::resolved_by.eq(ctx.actor.to_string()),

@@ -9,7 +9,6 @@ use diesel_async::{AsyncPgConnection, RunQueryDsl};
 
 use crate::db::models::{CheckIn, OrderTransition, PaymentCallback};
 use crate::db::schema::*;
-use crate::domain::OrderStatus;
 use crate::error::AppResult;
 use crate::graphql::TimelineEntry;
 
@@ -40,17 +39,15 @@ pub async fn for_orders(
         .await?;
     for t in transitions {
         let out = all.entry(t.order_id).or_default();
-        let from = t.from_status.as_deref().and_then(OrderStatus::parse);
-        let to = OrderStatus::parse(&t.to_status);
         out.push(TimelineEntry {
             at: t.at,
             kind: "STATUS_CHANGE".into(),
             actor: t.actor,
-            from_status: from,
-            to_status: to,
+            from_status: t.from_status.map(Into::into),
+            to_status: Some(t.to_status.into()),
             summary: format!(
                 "{} -> {}: {}",
-                t.from_status.as_deref().unwrap_or("NONE"),
+                t.from_status.map_or("NONE", |s| s.as_str()),
                 t.to_status,
                 t.reason
             ),

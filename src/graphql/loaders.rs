@@ -13,6 +13,7 @@ use super::types::{MemberNode, OrderNode, StoreNode};
 use crate::db::models::*;
 use crate::db::schema::*;
 use crate::db::DbPool;
+use crate::domain::OrderStatus;
 use crate::error::AppError;
 
 pub struct DbLoader {
@@ -211,7 +212,7 @@ impl Loader<MemberCredits> for DbLoader {
         let mut conn = self.pool.get().await?;
         let rows: Vec<(i64, Option<i64>)> = orders::table
             .filter(orders::member_id.eq_any(ids))
-            .filter(orders::status.eq_any(["PAID", "CONSUMING"]))
+            .filter(orders::status.eq_any([OrderStatus::Paid, OrderStatus::Consuming]))
             .group_by(orders::member_id)
             .select((
                 orders::member_id,

@@ -13,6 +13,7 @@ use crate::auth::Role;
 use crate::catalog;
 use crate::db::schema::anomaly_events;
 use crate::db::DbConn;
+use crate::domain;
 use crate::error::{AppError, AppResult};
 use crate::orders::{self, PlaceOrder, PlacedItem};
 use crate::payments::trades;
@@ -105,7 +106,7 @@ async fn noted<T>(ctx: &Context<'_>, c: &mut DbConn, order_no: &str, r: AppResul
             let order = orders::find_order(c, order_no).await.ok().flatten();
             let _ = diesel::insert_into(anomaly_events::table)
                 .values((
-                    anomaly_events::category.eq("ILLEGAL_TRANSITION"),
+                    anomaly_events::category.eq(domain::AnomalyCategory::IllegalTransition),
                     anomaly_events::order_id.eq(order.as_ref().map(|o| o.id)),
                     anomaly_events::store_id.eq(order.as_ref().map(|o| o.store_id)),
                     anomaly_events::detail.eq(format!("{order_no}: {from} -> {to}")),
@@ -137,11 +138,9 @@ impl Mutation {
             OrderItemInput::ClassPackId(id) => PlacedItem::ClassPack(parse_id(id, "classPackId")?),
             OrderItemInput::CoachSlotId(id) => PlacedItem::CoachSlot(parse_id(id, "coachSlotId")?),
         };
-        let method = input.payment_method.as_str();
-        let channel = input.channel.map(crate::domain::payment::PayChannel::from);
-        let legacy = input
-            .online_provider
-            .and_then(|p| crate::domain::payment::Provider::parse(p.as_str()));
+        let method = domain::PaymentMethod::from(input.payment_method);
+        let channel = input.channel.map(domain::PayChannel::from);
+        let legacy = input.online_provider.map(domain::Provider::from);
         let provider = trades::online_provider(method, channel, legacy)?;
         let openid = input.wechat_open_id.as_deref().map(trades::check_openid).transpose()?;
         let member_id = input.member_id.as_ref().map(|m| parse_id(m, "memberId")).transpose()?;
@@ -149,10 +148,10 @@ impl Mutation {
             idempotency_key: input.idempotency_key,
             store_id: parse_id(&input.store_id, "storeId")?,
             item,
-            payment_method: method.to_string(),
+            payment_method: method,
             wallet_amount_cents: input.wallet_amount_cents.map(i64::from),
             member_id,
-            online_provider: provider.map(|p| p.as_str().to_string()),
+            online_provider: provider,
         };
         let st = state(ctx);
         let mut c = conn(ctx).await?;
@@ -161,7 +160,7 @@ impl Mutation {
         }
         let order = orders::place_order(&mut c, &st.config, v, req, &actx).await?;
         drop(c);
-        let payment = if order.status == "WAIT_PAY" && order.online_cents() > 0 {
+        let payment = if order.status == domain::OrderStatus::WaitPay && order.online_cents() > 0 {
             let r = request(ctx);
             trades::start_payment(st, &order, channel, openid, r.client_ip.as_deref(), &r.trace)
                 .await
@@ -215,8 +214,11 @@ impl Mutation {
             .map(|r| r.trim().chars().take(500).collect::<String>())
             .filter(|r| !r.is_empty())
             .unwrap_or_else(|| format!("canceled by {}", v.role.as_str()));
-        if reason == orders::TIMEOUT_REASON {
-            return Err(AppError::bad("TIMEOUT is the reason of expired orders only"));
+        if reason == domain::TIMEOUT_REASON {
+            return Err(AppError::bad(format!(
+                "{} is the reason of expired orders only",
+                domain::TIMEOUT_REASON
+            )));
         }
         let mut c = conn(ctx).await?;
         let r = orders::cancel_order(&mut c, Some(v), &order_no, &reason, &actx).await;
@@ -436,16 +438,8 @@ impl Mutation {
         let actx = actor_ctx(ctx)?;
         let id = parse_id(&id, "id")?;
         let mut c = conn(ctx).await?;
-        let t = crate::tickets::resolve(
-            &mut c,
-            &state(ctx).config,
-            v,
-            id,
-            action.as_str(),
-            note.as_deref(),
-            &actx,
-        )
-        .await?;
+        let t =
+            crate::tickets::resolve(&mut c, &state(ctx).config, v, id, action.into(), note.as_deref(), &actx).await?;
         Ok(ExceptionTicketNode(t))
     }
 
@@ -475,7 +469,7 @@ impl Mutation {
             ));
         }
         let trace = request(ctx).trace.clone();
-        let run = crate::reconciliation::run(state(ctx), provider.as_str(), date.0, None, &trace).await?;
+        let run = crate::reconciliation::run(state(ctx), provider.into(), date.0, None, &trace).await?;
         Ok(ReconciliationRunNode(run))
     }
 }

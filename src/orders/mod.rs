@@ -17,12 +17,9 @@ use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use crate::auth::{Role, Viewer};
 use crate::db::models::Order;
 use crate::db::schema::orders;
-use crate::domain::{order_status, Actor, OrderStatus};
+use crate::domain::{order_status, Actor, OrderStatus, WalletMoveKind};
 use crate::error::{AppError, AppResult};
 use crate::trace::TraceId;
-
-/// The cancel reason of an order that timed out.
-pub const TIMEOUT_REASON: &str = "TIMEOUT";
 
 /// Who is acting and under which trace id: passed to everything that writes.
 #[derive(Debug, Clone)]
@@ -51,7 +48,7 @@ pub async fn transition(
     reason: &str,
     changes: Changes<'_>,
 ) -> AppResult<Order> {
-    let from = order.status();
+    let from = order.status;
     order_status::check(from, to, ctx.actor.kind)?;
     let moved: Option<Order> = diesel::sql_query(
         "WITH moved AS (
@@ -76,8 +73,8 @@ pub async fn transition(
         SELECT moved.* FROM moved, (SELECT pg_notify('fitorder_events', 'order:' || id) FROM audit) AS announced",
     )
     .bind::<BigInt, _>(order.id)
-    .bind::<Text, _>(to.as_str())
-    .bind::<Text, _>(from.as_str())
+    .bind::<Text, _>(to)
+    .bind::<Text, _>(from)
     .bind::<Text, _>(ctx.actor.to_string())
     .bind::<Text, _>(reason)
     .bind::<Nullable<Text>, _>(changes.provider_txn_id)
@@ -96,7 +93,7 @@ pub async fn transition(
         // Someone else changed it first (only possible when the caller did not lock the row).
         None => {
             let now = load_order_by_id(conn, order.id).await?;
-            Err(AppError::illegal(now.status(), to))
+            Err(AppError::illegal(now.status, to))
         }
     }
 }
@@ -166,8 +163,7 @@ pub async fn release_item(conn: &mut AsyncPgConnection, order: &Order) -> AppRes
 /// frozen amount, and what it belongs to.
 pub struct WalletMove<'a> {
     pub member_id: i64,
-    /// TOP_UP, PAY, FREEZE, UNFREEZE, CAPTURE or REFUND.
-    pub kind: &'a str,
+    pub kind: WalletMoveKind,
     pub balance_delta: i64,
     pub frozen_delta: i64,
     pub order_id: Option<i64>,
@@ -199,8 +195,8 @@ pub async fn transition_audit_birth(conn: &mut AsyncPgConnection, order: &Order,
     let id: i64 = diesel::insert_into(ot::table)
         .values((
             ot::order_id.eq(order.id),
-            ot::from_status.eq(None::<String>),
-            ot::to_status.eq("WAIT_PAY"),
+            ot::from_status.eq(None::<OrderStatus>),
+            ot::to_status.eq(OrderStatus::WaitPay),
             ot::actor.eq(ctx.actor.to_string()),
             ot::reason.eq("order placed"),
             ot::trace_id.eq(ctx.trace.as_str()),

@@ -27,7 +27,7 @@ use crate::compensation;
 use crate::db::models::Order;
 use crate::db::schema::{payment_callbacks, payment_keys};
 use crate::domain::money::format_yuan;
-use crate::domain::{Actor, OrderStatus};
+use crate::domain::{Actor, OrderStatus, PaymentMethod, Provider, TicketKind};
 use crate::error::{AppError, AppResult};
 use crate::orders::{self, Ctx, PaymentApplied};
 use crate::tickets::{self, NewTicket};
@@ -143,7 +143,7 @@ impl Outcome {
 
 /// The raw evidence of one callback, as received.
 pub struct Received<'a> {
-    pub provider: &'a str,
+    pub provider: Provider,
     pub verified: bool,
     pub event_type: Option<&'a str>,
     /// Decrypted where the provider encrypts.
@@ -194,7 +194,7 @@ pub async fn record(conn: &mut AsyncPgConnection, r: Received<'_>, outcome: &str
         .returning(payment_callbacks::id)
         .get_result(conn)
         .await?;
-    metrics::counter!("fitorder_callbacks_total", "provider" => r.provider.to_string(), "outcome" => outcome.to_string())
+    metrics::counter!("fitorder_callbacks_total", "provider" => r.provider.as_str(), "outcome" => outcome.to_string())
         .increment(u64::from(outcome != "RECEIVED"));
     Ok(id)
 }
@@ -262,7 +262,7 @@ pub async fn record_checked(
     .get_result(conn)
     .await?;
     if rec.duplicate {
-        metrics::counter!("fitorder_callbacks_total", "provider" => r.provider.to_string(), "outcome" => "DUPLICATE")
+        metrics::counter!("fitorder_callbacks_total", "provider" => r.provider.as_str(), "outcome" => "DUPLICATE")
             .increment(1);
     }
     Ok((rec.id, rec.duplicate))
@@ -272,7 +272,7 @@ pub async fn record_checked(
 /// means nothing was applied and the provider should retry (5xx).
 pub async fn apply(
     state: &AppState,
-    provider: &str,
+    provider: Provider,
     callback_id: i64,
     notice: Notice,
     trace: &TraceId,
@@ -283,7 +283,6 @@ pub async fn apply(
         actor: Actor::provider(provider),
         trace: trace.clone(),
     };
-    let provider = provider.to_string();
     let outcome = conn
         .transaction(async |conn| -> AppResult<Outcome> {
             let (outcome, order, key, txn, amount) = match &notice {
@@ -294,7 +293,7 @@ pub async fn apply(
                 } => {
                     let key = notice.key().expect("a payment has a key");
                     let paid = Paid {
-                        provider: &provider,
+                        provider,
                         out_trade_no,
                         txn_id,
                         amount_cents: *amount_cents,
@@ -321,8 +320,8 @@ pub async fn apply(
                         tickets::open(
                             conn,
                             NewTicket {
-                                kind: "REFUND_MISMATCH",
-                                provider: Some(&provider),
+                                kind: TicketKind::RefundMismatch,
+                                provider: Some(provider),
                                 order: order.as_ref(),
                                 order_no: Some(out_trade_no),
                                 provider_txn_id: Some(refund_id),
@@ -352,7 +351,7 @@ pub async fn apply(
                         Outcome::Duplicate
                     } else {
                         let confirmed = ConfirmedRefund {
-                            provider: &provider,
+                            provider,
                             out_trade_no,
                             refund_no,
                             trade_no,
@@ -395,7 +394,8 @@ pub async fn apply(
             Ok(outcome)
         })
         .await?;
-    metrics::counter!("fitorder_callbacks_total", "provider" => provider, "outcome" => outcome.as_str()).increment(1);
+    metrics::counter!("fitorder_callbacks_total", "provider" => provider.as_str(), "outcome" => outcome.as_str())
+        .increment(1);
     Ok(outcome)
 }
 
@@ -412,7 +412,7 @@ async fn claim_key(conn: &mut AsyncPgConnection, key: &str, callback_id: i64) ->
 
 /// A refund the provider confirmed by our refund number, with the trade's refunded total.
 struct ConfirmedRefund<'a> {
-    provider: &'a str,
+    provider: Provider,
     out_trade_no: &'a str,
     refund_no: &'a str,
     trade_no: &'a str,
@@ -457,7 +457,7 @@ impl ConfirmedRefund<'_> {
         tickets::open(
             conn,
             NewTicket {
-                kind: "REFUND_MISMATCH",
+                kind: TicketKind::RefundMismatch,
                 provider: Some(self.provider),
                 order,
                 order_no: Some(self.out_trade_no),
@@ -481,7 +481,7 @@ impl ConfirmedRefund<'_> {
 
 /// A verified payment notice, and what makes it unique.
 struct Paid<'a> {
-    provider: &'a str,
+    provider: Provider,
     out_trade_no: &'a str,
     txn_id: &'a str,
     amount_cents: i64,
@@ -493,7 +493,7 @@ impl Paid<'_> {
     async fn ticket(
         &self,
         conn: &mut AsyncPgConnection,
-        kind: &str,
+        kind: TicketKind,
         order: Option<&Order>,
         mut detail: serde_json::Value,
         ctx: &Ctx,
@@ -534,7 +534,7 @@ async fn apply_paid(
         Err(AppError::NotFound(_)) => {
             p.ticket(
                 conn,
-                "UNKNOWN_ORDER",
+                TicketKind::UnknownOrder,
                 None,
                 json!({"why": "paid for an order fitorder does not know"}),
                 ctx,
@@ -544,13 +544,14 @@ async fn apply_paid(
         }
         Err(e) => return Err(e),
     };
-    match order.status() {
+    match order.status {
         // Only a payment that would be applied must match the amount; money for a canceled
         // order goes back whatever it was.
         OrderStatus::WaitPay if p.amount_cents != order.online_cents() => {
-            let why =
-                json!({"status": order.status, "why": "the provider collected another amount than the order asks"});
-            p.ticket(conn, "AMOUNT_MISMATCH", Some(&order), why, ctx).await?;
+            let why = json!({"status": order.status.as_str(),
+                             "why": "the provider collected another amount than the order asks"});
+            p.ticket(conn, TicketKind::AmountMismatch, Some(&order), why, ctx)
+                .await?;
             Ok((Outcome::AmountMismatch, Some(order)))
         }
         OrderStatus::WaitPay => {
@@ -559,7 +560,7 @@ async fn apply_paid(
                 config,
                 &order,
                 PaymentApplied {
-                    method: p.provider,
+                    method: PaymentMethod::from(p.provider),
                     idempotency_key: p.key.to_string(),
                     provider_txn_id: Some(p.txn_id),
                     reference: None,
@@ -575,11 +576,12 @@ async fn apply_paid(
             // The order stays canceled; the money goes back to the payer.
             let detail = json!({"canceledAt": order.canceled_at, "cancelReason": order.cancel_reason,
                                 "action": "refund to the payer queued as PROVIDER_REFUND"});
-            p.ticket(conn, "PAID_AFTER_CANCEL", Some(&order), detail, ctx).await?;
+            p.ticket(conn, TicketKind::PaidAfterCancel, Some(&order), detail, ctx)
+                .await?;
             compensation::enqueue_provider_refund(
                 conn,
                 &order,
-                p.provider,
+                p.provider.as_str(),
                 &format!("PAC{callback_id}"),
                 p.amount_cents,
                 p.amount_cents,
@@ -595,7 +597,8 @@ async fn apply_paid(
             // Already paid (by another transaction), used or refunded: a second payment.
             let detail = json!({"status": other.as_str(), "firstTxnId": order.provider_txn_id,
                                 "why": format!("payment {} arrived for an order that is {other}", p.txn_id)});
-            p.ticket(conn, "REJECTED_TRANSITION", Some(&order), detail, ctx).await?;
+            p.ticket(conn, TicketKind::RejectedTransition, Some(&order), detail, ctx)
+                .await?;
             Ok((Outcome::RejectedTransition, Some(order)))
         }
     }

@@ -260,7 +260,7 @@ async fn settle_with_provider(
                         headers: json!({}),
                         error: None,
                     },
-                    "RECEIVED",
+                    payments::Outcome::Received,
                     trace,
                 )
                 .await

@@ -13,6 +13,7 @@ use diesel::pg::{Pg, PgValue};
 use diesel::serialize::{self, IsNull, Output, ToSql};
 use diesel::sql_types::Text;
 
+use crate::domain::payment::CallbackOutcome;
 use crate::domain::{
     AnomalyCategory, MembershipStatus, OrderKind, OrderStatus, PayChannel, PaymentMethod, Provider,
     ReconciliationStatus, TicketAction, TicketKind, TicketStatus, WalletMoveKind,
@@ -46,6 +47,7 @@ macro_rules! text_columns {
 
 text_columns!(
     AnomalyCategory,
+    CallbackOutcome,
     MembershipStatus,
     OrderKind,
     OrderStatus,

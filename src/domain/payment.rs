@@ -70,6 +70,26 @@ impl PayChannel {
     }
 }
 
+vocabulary! {
+    /// How a payment callback ended (`payment_callbacks.outcome`, shown in `Order.callbacks`).
+    pub enum CallbackOutcome {
+        /// Recorded, not yet applied (its key is claimed when it is).
+        Received = "RECEIVED",
+        Applied = "APPLIED",
+        Duplicate = "DUPLICATE",
+        PaidAfterCancel = "PAID_AFTER_CANCEL",
+        AmountMismatch = "AMOUNT_MISMATCH",
+        RejectedTransition = "REJECTED_TRANSITION",
+        UnknownOrder = "UNKNOWN_ORDER",
+        BadSignature = "BAD_SIGNATURE",
+        RefundRecorded = "REFUND_RECORDED",
+        RefundFailed = "REFUND_FAILED",
+        /// The provider confirmed a refund fitorder did not ask for, or for more than it asked.
+        RefundMismatch = "REFUND_MISMATCH",
+        Recorded = "RECORDED",
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -170,7 +170,7 @@ async fn record_only(s: &HttpState, rec: Received<'_>, trace: &TraceId) -> Resul
         tracing::error!(error = %e, "refused callback not recorded: database unavailable");
         format!("database unavailable: {e}")
     })?;
-    payments::record(&mut conn, rec, Outcome::BadSignature.as_str(), trace)
+    payments::record(&mut conn, rec, Outcome::BadSignature, trace)
         .await
         .map(|_| ())
         .map_err(|e| {

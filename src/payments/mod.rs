@@ -106,40 +106,8 @@ impl Notice {
     }
 }
 
-/// How a callback ended; stored on the callback row and shown in `Order.callbacks`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
-    Applied,
-    Duplicate,
-    PaidAfterCancel,
-    AmountMismatch,
-    RejectedTransition,
-    UnknownOrder,
-    BadSignature,
-    RefundRecorded,
-    RefundFailed,
-    /// The provider confirmed a refund fitorder did not ask for, or for more than it asked.
-    RefundMismatch,
-    Recorded,
-}
-
-impl Outcome {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Outcome::Applied => "APPLIED",
-            Outcome::Duplicate => "DUPLICATE",
-            Outcome::PaidAfterCancel => "PAID_AFTER_CANCEL",
-            Outcome::AmountMismatch => "AMOUNT_MISMATCH",
-            Outcome::RejectedTransition => "REJECTED_TRANSITION",
-            Outcome::UnknownOrder => "UNKNOWN_ORDER",
-            Outcome::BadSignature => "BAD_SIGNATURE",
-            Outcome::RefundRecorded => "REFUND_RECORDED",
-            Outcome::RefundFailed => "REFUND_FAILED",
-            Outcome::RefundMismatch => "REFUND_MISMATCH",
-            Outcome::Recorded => "RECORDED",
-        }
-    }
-}
+/// How a callback ended (the domain's word; `Outcome` here, where callbacks are applied).
+pub use crate::domain::payment::CallbackOutcome as Outcome;
 
 /// The raw evidence of one callback, as received.
 pub struct Received<'a> {
@@ -179,7 +147,12 @@ pub fn evidence_header(value: Option<&str>) -> Option<String> {
 }
 
 /// Writes the raw callback in a transaction of its own and returns its id.
-pub async fn record(conn: &mut AsyncPgConnection, r: Received<'_>, outcome: &str, trace: &TraceId) -> AppResult<i64> {
+pub async fn record(
+    conn: &mut AsyncPgConnection,
+    r: Received<'_>,
+    outcome: Outcome,
+    trace: &TraceId,
+) -> AppResult<i64> {
     let id = diesel::insert_into(payment_callbacks::table)
         .values((
             payment_callbacks::provider.eq(r.provider),
@@ -194,8 +167,8 @@ pub async fn record(conn: &mut AsyncPgConnection, r: Received<'_>, outcome: &str
         .returning(payment_callbacks::id)
         .get_result(conn)
         .await?;
-    metrics::counter!("fitorder_callbacks_total", "provider" => r.provider.as_str(), "outcome" => outcome.to_string())
-        .increment(u64::from(outcome != "RECEIVED"));
+    metrics::counter!("fitorder_callbacks_total", "provider" => r.provider.as_str(), "outcome" => outcome.as_str())
+        .increment(u64::from(outcome != Outcome::Received));
     Ok(id)
 }
 
@@ -262,7 +235,7 @@ pub async fn record_checked(
     .get_result(conn)
     .await?;
     if rec.duplicate {
-        metrics::counter!("fitorder_callbacks_total", "provider" => r.provider.as_str(), "outcome" => "DUPLICATE")
+        metrics::counter!("fitorder_callbacks_total", "provider" => r.provider.as_str(), "outcome" => Outcome::Duplicate.as_str())
             .increment(1);
     }
     Ok((rec.id, rec.duplicate))
@@ -378,7 +351,7 @@ pub async fn apply(
             };
             diesel::update(payment_callbacks::table.find(callback_id))
                 .set((
-                    payment_callbacks::outcome.eq(outcome.as_str()),
+                    payment_callbacks::outcome.eq(outcome),
                     payment_callbacks::order_id.eq(order.as_ref().map(|o| o.id)),
                     payment_callbacks::order_no.eq(order
                         .as_ref()

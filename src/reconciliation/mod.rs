@@ -577,7 +577,7 @@ async fn heal(
                 headers: serde_json::json!({}),
                 error: None,
             },
-            "RECEIVED",
+            Outcome::Received,
             trace,
         )
         .await?;

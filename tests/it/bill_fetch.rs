@@ -375,7 +375,7 @@ async fn safe_differences_heal_under_the_runs_trace_and_the_rest_are_tickets() {
                 headers: json!({}),
                 error: None,
             },
-            "RECEIVED",
+            fitorder::payments::Outcome::Received,
             &TraceId::new(),
         )
         .await

@@ -21,7 +21,7 @@ pub use anomaly::AnomalyCategory;
 pub use membership::MembershipStatus;
 pub use order::{OrderKind, PaymentMethod, TIMEOUT_REASON};
 pub use order_status::{Actor, ActorKind, OrderStatus, TransitionError};
-pub use payment::{PayChannel, Provider};
+pub use payment::{CallbackOutcome, PayChannel, Provider};
 pub use reconciliation::ReconciliationStatus;
 pub use ticket::{TicketAction, TicketKind, TicketStatus};
 pub use wallet::WalletMoveKind;

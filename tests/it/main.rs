@@ -40,4 +40,5 @@ mod sqlcount;
 mod standin_bills;
 mod start_payment;
 mod state_machine;
+mod vocabulary;
 mod ws;

@@ -1,14 +1,12 @@
-//! Stores, members and what the studios sell; wallet top-ups.
+//! Stores, members and what the studios sell.
 
 use chrono::{DateTime, Utc};
 use diesel::prelude::*;
-use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
+use diesel_async::{AsyncPgConnection, RunQueryDsl};
 
 use crate::db::models::{ClassPack, CoachSlot, Member, MembershipPlan, Store};
-use crate::db::schema::{class_packs, coach_slots, members, membership_plans, stores, wallet_ledger};
-use crate::domain::WalletMoveKind;
+use crate::db::schema::{class_packs, coach_slots, members, membership_plans, stores};
 use crate::error::{AppError, AppResult};
-use crate::orders::{wallet_move, Ctx, WalletMove};
 
 fn name_ok(field: &str, value: &str) -> AppResult<String> {
     let v = value.trim();
@@ -159,65 +157,4 @@ pub async fn create_coach_slot(
         .returning(CoachSlot::as_returning())
         .get_result(conn)
         .await?)
-}
-
-/// Adds money to a wallet. The reference (the desk's receipt number, the payment serial) makes
-/// it idempotent: the same reference for the same member is applied once.
-pub async fn top_up_wallet(
-    conn: &mut AsyncPgConnection,
-    member_id: i64,
-    amount_cents: i32,
-    reference: &str,
-    ctx: &Ctx,
-) -> AppResult<Member> {
-    if amount_cents <= 0 {
-        return Err(AppError::bad("amountCents must be positive"));
-    }
-    let reference = crate::error::required_text(reference, 128, "reference")?;
-    conn.transaction(async |conn| -> AppResult<Member> {
-        let member: Member = members::table
-            .find(member_id)
-            .select(Member::as_select())
-            .for_update()
-            .get_result(conn)
-            .await
-            .optional()?
-            .ok_or_else(|| AppError::NotFound(format!("member {member_id}")))?;
-        let earlier: Option<i64> = wallet_ledger::table
-            .filter(wallet_ledger::member_id.eq(member_id))
-            .filter(wallet_ledger::kind.eq(WalletMoveKind::TopUp))
-            .filter(wallet_ledger::reference.eq(reference))
-            .select(wallet_ledger::balance_delta)
-            .get_result(conn)
-            .await
-            .optional()?;
-        match earlier {
-            Some(amount) if amount == i64::from(amount_cents) => return Ok(member),
-            Some(amount) => {
-                return Err(AppError::Conflict(format!(
-                    "reference {reference} was already used for a top-up of {amount} cents"
-                )))
-            }
-            None => {}
-        }
-        wallet_move(
-            conn,
-            WalletMove {
-                member_id,
-                kind: WalletMoveKind::TopUp,
-                balance_delta: i64::from(amount_cents),
-                frozen_delta: 0,
-                order_id: None,
-                reference: Some(reference),
-            },
-            ctx,
-        )
-        .await?;
-        Ok(members::table
-            .find(member_id)
-            .select(Member::as_select())
-            .get_result(conn)
-            .await?)
-    })
-    .await
 }

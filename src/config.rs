@@ -6,6 +6,8 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 
+pub mod alert_channels;
+
 /// `Debug` is written out below: it never shows a secret (the JWT secret, the APIv3 key, a
 /// database password, an alert channel's URL or signing secret).
 #[derive(Clone)]
@@ -47,7 +49,7 @@ pub struct Config {
     /// transaction pooling; `None`: `database_url`.
     pub listen_database_url: Option<String>,
     /// Chat groups and webhooks that alerts are sent to (`FITORDER_ALERT_WEBHOOKS`).
-    pub alert_channels: Vec<crate::alerts::channels::Channel>,
+    pub alert_channels: Vec<alert_channels::Channel>,
     /// First retry delay of an alert delivery (doubling, ±20 %).
     pub alert_retry_base: Duration,
     /// Attempts of one alert delivery before it is DEAD.
@@ -264,7 +266,7 @@ impl Config {
             db_pool_size: number("FITORDER_DB_POOL_SIZE", 16)?,
             statement_timeout: duration("FITORDER_STATEMENT_TIMEOUT", "60s")?,
             listen_database_url: var("FITORDER_LISTEN_DATABASE_URL"),
-            alert_channels: crate::alerts::channels::parse_list(&var("FITORDER_ALERT_WEBHOOKS").unwrap_or_default())
+            alert_channels: alert_channels::parse_list(&var("FITORDER_ALERT_WEBHOOKS").unwrap_or_default())
                 .map_err(|e| anyhow::anyhow!("FITORDER_ALERT_WEBHOOKS: {e}"))?,
             alert_retry_base: duration("FITORDER_ALERT_RETRY_BASE", "5s")?,
             alert_max_attempts: number("FITORDER_ALERT_MAX_ATTEMPTS", 8)?.max(1),
@@ -322,15 +324,6 @@ impl Config {
             http_header_timeout: Duration::from_secs(10),
             http_body_timeout: Duration::from_secs(30),
             unverified_callback_bytes: 4_096,
-        }
-    }
-
-    pub fn document_limits(&self) -> crate::graphql::limits::DocumentLimits {
-        crate::graphql::limits::DocumentLimits {
-            max_bytes: self.max_document_bytes,
-            max_selections: self.max_selections,
-            max_spreads: self.max_fragment_spreads,
-            max_fragments: 200,
         }
     }
 
@@ -551,7 +544,7 @@ mod redaction_tests {
         c.listen_database_url = Some("postgresql://app:pgPASSWORD2@db.internal/fitorder?sslmode=require".into());
         c.door_access_url = Some("https://svc:doorPASSWORD@door.internal/grant".into());
         c.wechatpay.apiv3_key = Some("APIV3keyVALUE0123456789abcdefghij".into());
-        c.alert_channels = crate::alerts::channels::parse_list(
+        c.alert_channels = alert_channels::parse_list(
             "dingtalk:https://oapi.dingtalk.com/robot/send?access_token=ROBOTtoken#SECsigning",
         )
         .unwrap();

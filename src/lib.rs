@@ -25,6 +25,8 @@ pub mod reconciliation;
 pub mod seed;
 pub mod server;
 pub mod tasks;
+pub mod ticket_resolution;
 pub mod tickets;
 pub mod timeline;
 pub mod trace;
+pub mod wallet;

@@ -8,8 +8,8 @@ use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use crate::catalog;
 use crate::db::schema::{members, stores};
 use crate::domain::Actor;
+use crate::domain::Ctx;
 use crate::error::AppResult;
-use crate::orders::Ctx;
 use crate::trace::TraceId;
 
 pub struct Seeded {
@@ -58,7 +58,7 @@ pub async fn seed(conn: &mut AsyncPgConnection) -> AppResult<Seeded> {
     ] {
         let m = catalog::create_member(conn, sh.id, name, phone).await?;
         if money > 0 {
-            catalog::top_up_wallet(conn, m.id, money, &format!("seed-{}", m.id), &ctx).await?;
+            crate::wallet::top_up(conn, m.id, money, &format!("seed-{}", m.id), &ctx).await?;
         }
         member_ids.push(m.id);
     }

@@ -131,12 +131,7 @@ async fn run_with_database(config: Config, opts: ServeOptions, url: &str, dev_mo
     }
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let background = if opts.workers {
-        let mut tasks = crate::compensation::worker::spawn(&state, 2, &stop_rx);
-        tasks.push(tokio::spawn(crate::expiry::run_timer(state.clone(), stop_rx.clone())));
-        tasks.push(tokio::spawn(
-            crate::tasks::Scheduler::standard(state.clone()).run(stop_rx.clone()),
-        ));
-        tasks
+        crate::tasks::spawn_background(&state, &stop_rx)
     } else {
         vec![]
     };

@@ -9,15 +9,28 @@ use diesel_async::{AsyncPgConnection, RunQueryDsl};
 
 use crate::db::models::{CheckIn, OrderTransition, PaymentCallback};
 use crate::db::schema::*;
+use crate::domain::OrderStatus;
 use crate::error::AppResult;
-use crate::graphql::TimelineEntry;
+
+/// One happening in an order's chain.
+#[derive(Clone, Debug)]
+pub struct Entry {
+    pub at: DateTime<Utc>,
+    /// STATUS_CHANGE, CALLBACK, COMPENSATION_ATTEMPT, COMPENSATION_REPLAY, CHECK_IN, TICKET
+    pub kind: String,
+    pub actor: String,
+    pub from_status: Option<OrderStatus>,
+    pub to_status: Option<OrderStatus>,
+    pub summary: String,
+    pub trace_id: String,
+}
 
 /// order, at, ok, error, duration, event kind, event trace id, worker.
 type AttemptRow = (i64, DateTime<Utc>, bool, Option<String>, i32, String, String, String);
 /// order, opened at, kind, status, trace id.
 type TicketRow = (Option<i64>, DateTime<Utc>, String, String, String);
 
-pub async fn for_order(conn: &mut AsyncPgConnection, order_id: i64) -> AppResult<Vec<TimelineEntry>> {
+pub async fn for_order(conn: &mut AsyncPgConnection, order_id: i64) -> AppResult<Vec<Entry>> {
     Ok(for_orders(conn, &[order_id])
         .await?
         .remove(&order_id)
@@ -26,11 +39,8 @@ pub async fn for_order(conn: &mut AsyncPgConnection, order_id: i64) -> AppResult
 
 /// The timelines of many orders in six statements, whatever their number (a page of orders
 /// asking for theirs goes through the `OrderTimeline` DataLoader to here).
-pub async fn for_orders(
-    conn: &mut AsyncPgConnection,
-    order_ids: &[i64],
-) -> AppResult<HashMap<i64, Vec<TimelineEntry>>> {
-    let mut all: HashMap<i64, Vec<TimelineEntry>> = order_ids.iter().map(|id| (*id, Vec::new())).collect();
+pub async fn for_orders(conn: &mut AsyncPgConnection, order_ids: &[i64]) -> AppResult<HashMap<i64, Vec<Entry>>> {
+    let mut all: HashMap<i64, Vec<Entry>> = order_ids.iter().map(|id| (*id, Vec::new())).collect();
     let ids = order_ids.to_vec();
     let transitions: Vec<OrderTransition> = order_transitions::table
         .filter(order_transitions::order_id.eq_any(&ids))
@@ -39,12 +49,12 @@ pub async fn for_orders(
         .await?;
     for t in transitions {
         let out = all.entry(t.order_id).or_default();
-        out.push(TimelineEntry {
+        out.push(Entry {
             at: t.at,
             kind: "STATUS_CHANGE".into(),
             actor: t.actor,
-            from_status: t.from_status.map(Into::into),
-            to_status: Some(t.to_status.into()),
+            from_status: t.from_status,
+            to_status: Some(t.to_status),
             summary: format!(
                 "{} -> {}: {}",
                 t.from_status.map_or("NONE", |s| s.as_str()),
@@ -60,7 +70,7 @@ pub async fn for_orders(
         .load(conn)
         .await?;
     for c in checks {
-        all.entry(c.order_id).or_default().push(TimelineEntry {
+        all.entry(c.order_id).or_default().push(Entry {
             at: c.at,
             kind: "CHECK_IN".into(),
             actor: c.actor,
@@ -80,7 +90,7 @@ pub async fn for_orders(
         .await?;
     for cb in callbacks {
         let Some(order_id) = cb.order_id else { continue };
-        all.entry(order_id).or_default().push(TimelineEntry {
+        all.entry(order_id).or_default().push(Entry {
             at: cb.received_at,
             kind: "CALLBACK".into(),
             actor: format!("provider:{}", cb.provider),
@@ -112,7 +122,7 @@ pub async fn for_orders(
         .load(conn)
         .await?;
     for (order_id, at, ok, error, ms, kind, trace, worker) in attempts {
-        all.entry(order_id).or_default().push(TimelineEntry {
+        all.entry(order_id).or_default().push(Entry {
             at,
             kind: "COMPENSATION_ATTEMPT".into(),
             actor: format!("system:{}", if worker.is_empty() { "worker" } else { &worker }),
@@ -138,7 +148,7 @@ pub async fn for_orders(
         .load(conn)
         .await?;
     for (order_id, at, actor, kind, trace) in replays {
-        all.entry(order_id).or_default().push(TimelineEntry {
+        all.entry(order_id).or_default().push(Entry {
             at,
             kind: "COMPENSATION_REPLAY".into(),
             actor,
@@ -161,7 +171,7 @@ pub async fn for_orders(
         .await?;
     for (order_id, at, kind, status, trace) in tickets {
         let Some(order_id) = order_id else { continue };
-        all.entry(order_id).or_default().push(TimelineEntry {
+        all.entry(order_id).or_default().push(Entry {
             at,
             kind: "TICKET".into(),
             actor: "system:tickets".into(),

@@ -3,8 +3,9 @@
 
 use axum::http::HeaderMap;
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TraceId(pub String);
+/// The id itself is a plain newtype in `domain` (it travels in [`crate::domain::Ctx`]); making
+/// one up and reading it from headers is here.
+pub use crate::domain::TraceId;
 
 impl TraceId {
     pub fn new() -> TraceId {
@@ -31,20 +32,10 @@ impl TraceId {
         }
         TraceId::new()
     }
-
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
 }
 
 impl Default for TraceId {
     fn default() -> Self {
         TraceId::new()
-    }
-}
-
-impl std::fmt::Display for TraceId {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
     }
 }

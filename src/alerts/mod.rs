@@ -176,6 +176,21 @@ pub async fn raise(conn: &mut AsyncPgConnection, a: Alert) -> AppResult<Option<i
     Ok(None)
 }
 
+/// Opens a ticket ([`crate::tickets::open`]) and, when it is about money that needs a person now
+/// ([`Alert::ticket`]), raises its alert in the same transaction. Returns the ticket when newly
+/// opened.
+pub async fn open_ticket(
+    conn: &mut AsyncPgConnection,
+    t: crate::tickets::NewTicket<'_>,
+    trace: &crate::trace::TraceId,
+) -> AppResult<Option<ExceptionTicket>> {
+    let opened = crate::tickets::open(conn, t, trace).await?;
+    if let Some(alert) = opened.as_ref().and_then(Alert::ticket) {
+        raise(conn, alert).await?;
+    }
+    Ok(opened)
+}
+
 use diesel::OptionalExtension;
 
 #[derive(QueryableByName, Debug, Clone)]
@@ -530,7 +545,7 @@ fn reconciliation_alert(r: &RunRow) -> Alert {
 }
 
 /// Formerly the bill-late cut-off after `FITORDER_RECONCILE_AT`; the cut-off is now
-/// [`crate::reconciliation::WAIT_UNTIL`].
+/// [`crate::domain::schedule::BILL_WAIT_UNTIL`].
 pub const BILL_GRACE: chrono::Duration = chrono::Duration::hours(1);
 
 /// `alert:check`'s part: raises what the rows say needs people. Returns alerts raised.
@@ -608,7 +623,7 @@ pub async fn sweep(
     let now_local = Utc::now().with_timezone(&config.timezone);
     // The cut-off is when a bill not made yet stops being asked for (18:00): a day that has a
     // WAITING or FAILED run gets that run's alert instead, so a late bill is alerted once.
-    let cutoff = crate::reconciliation::WAIT_UNTIL;
+    let cutoff = crate::domain::schedule::BILL_WAIT_UNTIL;
     if now_local.time() >= cutoff {
         let yesterday = now_local.date_naive() - chrono::Duration::days(1);
         for p in providers {

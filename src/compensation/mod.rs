@@ -11,8 +11,8 @@ use serde_json::json;
 use crate::db::models::CompensationEvent;
 use crate::db::models::Order;
 use crate::db::schema::compensation_events as ce;
+use crate::domain::Ctx;
 use crate::error::{AppError, AppResult};
-use crate::orders::Ctx;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, async_graphql::Enum)]
 #[graphql(rename_items = "SCREAMING_SNAKE_CASE")]
@@ -268,6 +268,29 @@ pub async fn replay(
         Ok(replayed)
     })
     .await
+}
+
+/// [`replay`] for a staff member: an event of an order outside their stores is answered as not
+/// found, like one that does not exist.
+pub async fn replay_seen_by(
+    conn: &mut AsyncPgConnection,
+    viewer: &crate::auth::Viewer,
+    event_id: i64,
+    ctx: &Ctx,
+    more_attempts: i32,
+) -> AppResult<CompensationEvent> {
+    use crate::db::schema::orders;
+    let order_store: Option<i64> = ce::table
+        .inner_join(orders::table)
+        .filter(ce::id.eq(event_id))
+        .select(orders::store_id)
+        .get_result(conn)
+        .await
+        .optional()?;
+    match order_store {
+        Some(s) if viewer.sees_store(s) => replay(conn, event_id, ctx, more_attempts).await,
+        _ => Err(AppError::NotFound(format!("compensation event {event_id}"))),
+    }
 }
 
 /// The most DEAD events one `replayDeadCompensations` call replays (each in a transaction of

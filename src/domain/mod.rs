@@ -4,6 +4,7 @@
 //! The studio's vocabulary lives here too, one enum per kind of word ([`vocabulary`]); the
 //! database and the GraphQL API map these enums, they do not define words of their own.
 
+pub mod actor;
 pub mod anomaly;
 pub mod membership;
 pub mod money;
@@ -17,10 +18,11 @@ pub mod ticket;
 pub mod vocabulary;
 pub mod wallet;
 
+pub use actor::{Actor, ActorKind, Ctx, TraceId};
 pub use anomaly::AnomalyCategory;
 pub use membership::MembershipStatus;
 pub use order::{OrderKind, PaymentMethod, TIMEOUT_REASON};
-pub use order_status::{Actor, ActorKind, OrderStatus, TransitionError};
+pub use order_status::{OrderStatus, TransitionError};
 pub use payment::{CallbackOutcome, PayChannel, Provider};
 pub use reconciliation::ReconciliationStatus;
 pub use ticket::{TicketAction, TicketKind, TicketStatus};

@@ -9,9 +9,7 @@
 //! CANCELED    REFUNDED   REFUNDED
 //! ```
 
-use std::fmt;
-
-use super::payment::Provider;
+use super::actor::ActorKind;
 use super::ticket::TicketAction;
 use super::vocabulary::vocabulary;
 
@@ -25,17 +23,6 @@ vocabulary! {
         Canceled = "CANCELED",
         Refunded = "REFUNDED",
     }
-}
-
-/// Who asks for a change. Members act on their own orders, staff from the admin console, ops
-/// from the ops screen, providers through signed callbacks, and the system from background tasks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum ActorKind {
-    Member,
-    Admin,
-    Ops,
-    Provider,
-    System,
 }
 
 /// Every transition that exists, with the actors allowed to cause it and what it means.
@@ -90,60 +77,6 @@ impl OrderStatus {
 
     pub fn is_final(self) -> bool {
         self.allowed_next().is_empty()
-    }
-}
-
-/// The actor of a change, as recorded in the audit trail (`member:42`, `admin:staff-7`,
-/// `provider:WECHAT_PAY`, `system:expiry`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Actor {
-    pub kind: ActorKind,
-    pub id: String,
-}
-
-impl Actor {
-    pub fn member(id: i64) -> Actor {
-        Actor {
-            kind: ActorKind::Member,
-            id: id.to_string(),
-        }
-    }
-    pub fn admin(id: impl Into<String>) -> Actor {
-        Actor {
-            kind: ActorKind::Admin,
-            id: id.into(),
-        }
-    }
-    pub fn ops(id: impl Into<String>) -> Actor {
-        Actor {
-            kind: ActorKind::Ops,
-            id: id.into(),
-        }
-    }
-    pub fn provider(provider: Provider) -> Actor {
-        Actor {
-            kind: ActorKind::Provider,
-            id: provider.as_str().to_string(),
-        }
-    }
-    pub fn system(task: &str) -> Actor {
-        Actor {
-            kind: ActorKind::System,
-            id: task.to_string(),
-        }
-    }
-}
-
-impl fmt::Display for Actor {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let kind = match self.kind {
-            ActorKind::Member => "member",
-            ActorKind::Admin => "admin",
-            ActorKind::Ops => "ops",
-            ActorKind::Provider => "provider",
-            ActorKind::System => "system",
-        };
-        write!(f, "{kind}:{}", self.id)
     }
 }
 

@@ -5,6 +5,14 @@
 use chrono::{DateTime, Duration, NaiveTime, TimeZone, Utc};
 use chrono_tz::Tz;
 
+/// Until when (local time) a provider's bill that is not made yet is asked for again; then the
+/// reconciliation run is FAILED and people are alerted (one alert: the alert sweep's bill-late
+/// alert leaves such days to the run's own).
+pub const BILL_WAIT_UNTIL: NaiveTime = match NaiveTime::from_hms_opt(18, 0, 0) {
+    Some(t) => t,
+    None => NaiveTime::MIN,
+};
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Schedule {
     /// Every `secs` seconds, aligned to the Unix epoch.

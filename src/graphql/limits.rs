@@ -26,6 +26,17 @@ pub struct DocumentLimits {
     pub max_fragments: usize,
 }
 
+impl DocumentLimits {
+    pub fn from_config(config: &crate::config::Config) -> DocumentLimits {
+        DocumentLimits {
+            max_bytes: config.max_document_bytes,
+            max_selections: config.max_selections,
+            max_spreads: config.max_fragment_spreads,
+            max_fragments: 200,
+        }
+    }
+}
+
 #[derive(Debug, Default, Clone, Copy)]
 struct Cost {
     selections: u64,

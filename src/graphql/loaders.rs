@@ -65,6 +65,18 @@ key!(
     OrderTimeline
 );
 
+fn timeline_entry(e: crate::timeline::Entry) -> super::TimelineEntry {
+    super::TimelineEntry {
+        at: e.at,
+        kind: e.kind,
+        actor: e.actor,
+        from_status: e.from_status.map(Into::into),
+        to_status: e.to_status.map(Into::into),
+        summary: e.summary,
+        trace_id: e.trace_id,
+    }
+}
+
 /// The timelines of every order of a response: six statements for the whole page.
 impl Loader<OrderTimeline> for DbLoader {
     type Value = Vec<super::TimelineEntry>;
@@ -75,7 +87,10 @@ impl Loader<OrderTimeline> for DbLoader {
         let all = crate::timeline::for_orders(&mut conn, &ids)
             .await
             .map_err(|e| LoadError(Arc::new(e.message())))?;
-        Ok(all.into_iter().map(|(id, v)| (OrderTimeline(id), v)).collect())
+        Ok(all
+            .into_iter()
+            .map(|(id, v)| (OrderTimeline(id), v.into_iter().map(timeline_entry).collect()))
+            .collect())
     }
 }
 

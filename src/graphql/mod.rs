@@ -18,8 +18,8 @@ pub use types::TimelineEntry;
 use crate::app::AppState;
 use crate::auth::Viewer;
 use crate::db::DbConn;
+use crate::domain::Ctx;
 use crate::error::{AppError, AppResult};
-use crate::orders::Ctx;
 use crate::trace::TraceId;
 
 pub type AppSchema = Schema<query::Query, mutation::Mutation, subscription::Subscription>;
@@ -75,7 +75,7 @@ pub fn is_introspection_only(query: &str, limits: &limits::DocumentLimits) -> bo
 
 fn build_schema_with_depth(state: AppState, max_depth: usize) -> AppSchema {
     let max_complexity = state.config.max_complexity;
-    let state_limits = state.config.document_limits();
+    let state_limits = limits::DocumentLimits::from_config(&state.config);
     Schema::build(query::Query, mutation::Mutation, subscription::Subscription)
         .data(state)
         .limit_depth(max_depth)

@@ -3,15 +3,11 @@
 
 use async_graphql::{Context, InputObject, Object, OneofObject, ID};
 use chrono::{DateTime, Utc};
-use diesel::prelude::*;
-use diesel::OptionalExtension;
-use diesel_async::RunQueryDsl;
 
 use super::types::*;
 use super::{actor_ctx, conn, parse_id, request, state, viewer};
 use crate::auth::Role;
 use crate::catalog;
-use crate::db::schema::anomaly_events;
 use crate::db::DbConn;
 use crate::domain;
 use crate::error::{AppError, AppResult};
@@ -98,25 +94,9 @@ pub struct CreateCoachSlotInput {
     pub price_cents: i32,
 }
 
-/// A refused status change leaves no row in the failed transaction; count it separately so
-/// that anomalyStats shows how often callers try.
+/// The change's result, with a refused status change counted (`anomalyStats`).
 async fn noted<T>(ctx: &Context<'_>, c: &mut DbConn, order_no: &str, r: AppResult<T>) -> AppResult<T> {
-    if let Err(AppError::IllegalTransition { from, to }) = &r {
-        {
-            let order = orders::find_order(c, order_no).await.ok().flatten();
-            let _ = diesel::insert_into(anomaly_events::table)
-                .values((
-                    anomaly_events::category.eq(domain::AnomalyCategory::IllegalTransition),
-                    anomaly_events::order_id.eq(order.as_ref().map(|o| o.id)),
-                    anomaly_events::store_id.eq(order.as_ref().map(|o| o.store_id)),
-                    anomaly_events::detail.eq(format!("{order_no}: {from} -> {to}")),
-                    anomaly_events::trace_id.eq(request(ctx).trace.as_str()),
-                ))
-                .execute(c)
-                .await;
-        }
-    }
-    r
+    crate::anomalies::note_refused(c, order_no, &request(ctx).trace, r).await
 }
 
 /// Longest ticket note (refused above, not cut).
@@ -333,7 +313,7 @@ impl Mutation {
         let member = super::loaders::load_member(ctx, id).await?;
         v.require_store(member.0.store_id)?;
         Ok(MemberNode(
-            catalog::top_up_wallet(&mut c, id, amount_cents, &reference, &actx).await?,
+            crate::wallet::top_up(&mut c, id, amount_cents, &reference, &actx).await?,
         ))
     }
 
@@ -380,20 +360,9 @@ impl Mutation {
         let actx = actor_ctx(ctx)?;
         let id = parse_id(&id, "id")?;
         let mut c = conn(ctx).await?;
-        let order_store: Option<i64> = crate::db::schema::compensation_events::table
-            .inner_join(crate::db::schema::orders::table)
-            .filter(crate::db::schema::compensation_events::id.eq(id))
-            .select(crate::db::schema::orders::store_id)
-            .get_result(&mut c)
-            .await
-            .optional()?;
-        match order_store {
-            Some(s) if v.sees_store(s) => {}
-            _ => return Err(AppError::NotFound(format!("compensation event {id}"))),
-        }
         let more = state(ctx).config.max_attempts;
         Ok(CompensationEventNode(
-            crate::compensation::replay(&mut c, id, &actx, more).await?,
+            crate::compensation::replay_seen_by(&mut c, v, id, &actx, more).await?,
         ))
     }
 
@@ -439,7 +408,8 @@ impl Mutation {
         let id = parse_id(&id, "id")?;
         let mut c = conn(ctx).await?;
         let t =
-            crate::tickets::resolve(&mut c, &state(ctx).config, v, id, action.into(), note.as_deref(), &actx).await?;
+            crate::ticket_resolution::resolve(&mut c, &state(ctx).config, v, id, action.into(), note.as_deref(), &actx)
+                .await?;
         Ok(ExceptionTicketNode(t))
     }
 

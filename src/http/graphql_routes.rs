@@ -58,8 +58,10 @@ pub async fn graphql(
         })
         .data(DbLoader::new(s.app.pool.clone()));
     let schema = if might_be_introspection(&request.query)
-        && crate::graphql::is_introspection_only(&request.query, &s.app.config.document_limits())
-    {
+        && crate::graphql::is_introspection_only(
+            &request.query,
+            &crate::graphql::limits::DocumentLimits::from_config(&s.app.config),
+        ) {
         &s.introspection
     } else {
         &s.schema

@@ -5,7 +5,7 @@ use chrono::Utc;
 use diesel::prelude::*;
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
 
-use super::{lock_order, release_item, transition, wallet_move, Changes, Ctx, WalletMove};
+use super::{lock_order, release_item, transition, Changes, Ctx};
 use crate::auth::{Role, Viewer};
 use crate::compensation;
 use crate::config::Config;
@@ -13,6 +13,7 @@ use crate::db::models::{Membership, Order};
 use crate::db::schema::{memberships, payments, refunds};
 use crate::domain::{money, order_status, MembershipStatus, OrderStatus, PaymentMethod, Provider, WalletMoveKind};
 use crate::error::{AppError, AppResult};
+use crate::wallet::{wallet_move, WalletMove};
 
 /// A payment about to be applied to a waiting order.
 #[derive(Debug, Clone)]

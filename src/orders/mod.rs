@@ -17,16 +17,8 @@ use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use crate::auth::{Role, Viewer};
 use crate::db::models::Order;
 use crate::db::schema::orders;
-use crate::domain::{order_status, Actor, OrderStatus, WalletMoveKind};
+use crate::domain::{order_status, Ctx, OrderStatus};
 use crate::error::{AppError, AppResult};
-use crate::trace::TraceId;
-
-/// Who is acting and under which trace id: passed to everything that writes.
-#[derive(Debug, Clone)]
-pub struct Ctx {
-    pub actor: Actor,
-    pub trace: TraceId,
-}
 
 /// What a transition sets besides the status.
 #[derive(Debug, Default)]
@@ -156,36 +148,6 @@ pub async fn release_item(conn: &mut AsyncPgConnection, order: &Order) -> AppRes
             .execute(conn)
             .await?;
     }
-    Ok(())
-}
-
-/// One movement of wallet money: what it is, how it changes the spendable balance and the
-/// frozen amount, and what it belongs to.
-pub struct WalletMove<'a> {
-    pub member_id: i64,
-    pub kind: WalletMoveKind,
-    pub balance_delta: i64,
-    pub frozen_delta: i64,
-    pub order_id: Option<i64>,
-    pub reference: Option<&'a str>,
-}
-
-/// Writes a wallet movement; the ledger trigger applies it to the member's balances.
-pub async fn wallet_move(conn: &mut AsyncPgConnection, m: WalletMove<'_>, ctx: &Ctx) -> AppResult<()> {
-    use crate::db::schema::wallet_ledger as wl;
-    diesel::insert_into(wl::table)
-        .values((
-            wl::member_id.eq(m.member_id),
-            wl::kind.eq(m.kind),
-            wl::balance_delta.eq(m.balance_delta),
-            wl::frozen_delta.eq(m.frozen_delta),
-            wl::order_id.eq(m.order_id),
-            wl::reference.eq(m.reference),
-            wl::actor.eq(ctx.actor.to_string()),
-            wl::trace_id.eq(ctx.trace.as_str()),
-        ))
-        .execute(conn)
-        .await?;
     Ok(())
 }
 

@@ -6,13 +6,14 @@ use diesel::prelude::*;
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
 use sha2::{Digest, Sha256};
 
-use super::{lifecycle, transition_audit_birth, wallet_move, Ctx, PaymentApplied, WalletMove};
+use super::{lifecycle, transition_audit_birth, Ctx, PaymentApplied};
 use crate::auth::{Role, Viewer};
 use crate::config::Config;
 use crate::db::models::{ClassPack, CoachSlot, Member, MembershipPlan, Order};
 use crate::db::schema::{class_packs, coach_slots, members, membership_plans, orders};
 use crate::domain::{OrderKind, OrderStatus, PaymentMethod, Provider, WalletMoveKind};
 use crate::error::{AppError, AppResult};
+use crate::wallet::{wallet_move, WalletMove};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PlacedItem {

@@ -10,7 +10,7 @@ pub mod client;
 pub mod gateway;
 
 use super::keys::AlipayKeys;
-use super::Notice;
+use super::provider::Notice;
 use crate::domain::money::parse_yuan;
 
 #[derive(Debug, Clone, PartialEq, Eq)]

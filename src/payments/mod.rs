@@ -18,6 +18,8 @@ pub mod sandbox_server;
 pub mod trades;
 pub mod wechat;
 
+pub use provider::{evidence_header, evidence_text, Notice};
+
 use diesel::prelude::*;
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
 use serde_json::json;
@@ -27,84 +29,11 @@ use crate::compensation;
 use crate::db::models::Order;
 use crate::db::schema::{payment_callbacks, payment_keys};
 use crate::domain::money::format_yuan;
-use crate::domain::{Actor, OrderStatus, PaymentMethod, Provider, TicketKind};
+use crate::domain::{Actor, Ctx, OrderStatus, PaymentMethod, Provider, TicketKind};
 use crate::error::{AppError, AppResult};
-use crate::orders::{self, Ctx, PaymentApplied};
-use crate::tickets::{self, NewTicket};
+use crate::orders::{self, PaymentApplied};
+use crate::tickets::NewTicket;
 use crate::trace::TraceId;
-
-/// What a verified notification says, in the providers' common terms.
-#[derive(Debug, Clone)]
-pub enum Notice {
-    /// Money was collected for `out_trade_no`.
-    Paid {
-        out_trade_no: String,
-        txn_id: String,
-        amount_cents: i64,
-    },
-    /// A refund finished (or failed) at the provider.
-    Refund {
-        out_trade_no: String,
-        refund_no: String,
-        refund_id: String,
-        ok: bool,
-        status: String,
-        amount_cents: i64,
-    },
-    /// Alipay says a refund of `out_trade_no` went through: `refund_no` (its `out_biz_no`) names
-    /// our refund, `refunded_total_cents` (its `refund_fee`) is how much of the trade has been
-    /// refunded in all so far, not this refund's own amount. It confirms a refund we asked for;
-    /// it is never a payment.
-    RefundConfirmed {
-        out_trade_no: String,
-        refund_no: String,
-        trade_no: String,
-        refunded_total_cents: i64,
-        /// `TRADE_SUCCESS` after a partial refund, `TRADE_CLOSED` after a full one.
-        trade_status: String,
-    },
-    /// Nothing to apply (a closed trade, a state we only record).
-    Other { out_trade_no: Option<String>, what: String },
-}
-
-impl Notice {
-    /// The idempotency key of a notice that changes something; None for the ones only recorded.
-    pub fn key(&self) -> Option<String> {
-        match self {
-            Notice::Paid {
-                out_trade_no, txn_id, ..
-            } => Some(format!("{out_trade_no}:{txn_id}")),
-            Notice::Refund {
-                out_trade_no,
-                refund_no,
-                refund_id,
-                status,
-                ..
-            } => Some(format!("refund:{out_trade_no}:{refund_no}:{refund_id}:{status}")),
-            // The key Alipay refunds had as `Refund` notices, so retries of notifications received
-            // before that change are still duplicates.
-            Notice::RefundConfirmed {
-                out_trade_no,
-                refund_no,
-                trade_no,
-                trade_status,
-                ..
-            } => Some(format!(
-                "refund:{out_trade_no}:{refund_no}:{trade_no}:REFUND:{trade_status}"
-            )),
-            Notice::Other { .. } => None,
-        }
-    }
-
-    fn out_trade_no(&self) -> Option<&str> {
-        match self {
-            Notice::Paid { out_trade_no, .. }
-            | Notice::Refund { out_trade_no, .. }
-            | Notice::RefundConfirmed { out_trade_no, .. } => Some(out_trade_no),
-            Notice::Other { out_trade_no, .. } => out_trade_no.as_deref(),
-        }
-    }
-}
 
 /// How a callback ended (the domain's word; `Outcome` here, where callbacks are applied).
 pub use crate::domain::payment::CallbackOutcome as Outcome;
@@ -118,32 +47,6 @@ pub struct Received<'a> {
     pub body: &'a str,
     pub headers: serde_json::Value,
     pub error: Option<&'a str>,
-}
-
-/// Text fit for a PostgreSQL `text` or `jsonb` string: invalid UTF-8 replaced, NUL (which
-/// neither type stores) escaped as `\u0000`. With `limit`, cut at a character boundary
-/// and marked with the original length.
-pub fn evidence_text(bytes: &[u8], limit: Option<usize>) -> String {
-    let text = String::from_utf8_lossy(bytes);
-    let mut out = match limit {
-        Some(max) if text.len() > max => {
-            let mut cut = max;
-            while !text.is_char_boundary(cut) {
-                cut -= 1;
-            }
-            format!("{}…[{} bytes received, first {} kept]", &text[..cut], bytes.len(), cut)
-        }
-        _ => text.into_owned(),
-    };
-    if out.contains('\0') {
-        out = out.replace('\0', "\\u0000");
-    }
-    out
-}
-
-/// An unverified callback's header, as kept: at most 256 bytes.
-pub fn evidence_header(value: Option<&str>) -> Option<String> {
-    value.map(|v| evidence_text(v.as_bytes(), Some(256)))
 }
 
 /// Writes the raw callback in a transaction of its own and returns its id.
@@ -290,7 +193,7 @@ pub async fn apply(
                     } else if *ok {
                         Outcome::RefundRecorded
                     } else {
-                        tickets::open(
+                        crate::alerts::open_ticket(
                             conn,
                             NewTicket {
                                 kind: TicketKind::RefundMismatch,
@@ -427,7 +330,7 @@ impl ConfirmedRefund<'_> {
             ),
             Some(_) => return Ok(Outcome::RefundRecorded),
         };
-        tickets::open(
+        crate::alerts::open_ticket(
             conn,
             NewTicket {
                 kind: TicketKind::RefundMismatch,
@@ -472,7 +375,7 @@ impl Paid<'_> {
         ctx: &Ctx,
     ) -> AppResult<()> {
         detail["source"] = json!("callback");
-        tickets::open(
+        crate::alerts::open_ticket(
             conn,
             NewTicket {
                 kind,

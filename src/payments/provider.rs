@@ -133,8 +133,107 @@ pub enum CheckedNotification {
         event_type: Option<String>,
         evidence: serde_json::Value,
         body: String,
-        notice: Result<super::Notice, String>,
+        notice: Result<Notice, String>,
     },
+}
+
+/// What a verified notification says, in the providers' common terms.
+#[derive(Debug, Clone)]
+pub enum Notice {
+    /// Money was collected for `out_trade_no`.
+    Paid {
+        out_trade_no: String,
+        txn_id: String,
+        amount_cents: i64,
+    },
+    /// A refund finished (or failed) at the provider.
+    Refund {
+        out_trade_no: String,
+        refund_no: String,
+        refund_id: String,
+        ok: bool,
+        status: String,
+        amount_cents: i64,
+    },
+    /// Alipay says a refund of `out_trade_no` went through: `refund_no` (its `out_biz_no`) names
+    /// our refund, `refunded_total_cents` (its `refund_fee`) is how much of the trade has been
+    /// refunded in all so far, not this refund's own amount. It confirms a refund we asked for;
+    /// it is never a payment.
+    RefundConfirmed {
+        out_trade_no: String,
+        refund_no: String,
+        trade_no: String,
+        refunded_total_cents: i64,
+        /// `TRADE_SUCCESS` after a partial refund, `TRADE_CLOSED` after a full one.
+        trade_status: String,
+    },
+    /// Nothing to apply (a closed trade, a state we only record).
+    Other { out_trade_no: Option<String>, what: String },
+}
+
+impl Notice {
+    /// The idempotency key of a notice that changes something; None for the ones only recorded.
+    pub fn key(&self) -> Option<String> {
+        match self {
+            Notice::Paid {
+                out_trade_no, txn_id, ..
+            } => Some(format!("{out_trade_no}:{txn_id}")),
+            Notice::Refund {
+                out_trade_no,
+                refund_no,
+                refund_id,
+                status,
+                ..
+            } => Some(format!("refund:{out_trade_no}:{refund_no}:{refund_id}:{status}")),
+            // The key Alipay refunds had as `Refund` notices, so retries of notifications received
+            // before that change are still duplicates.
+            Notice::RefundConfirmed {
+                out_trade_no,
+                refund_no,
+                trade_no,
+                trade_status,
+                ..
+            } => Some(format!(
+                "refund:{out_trade_no}:{refund_no}:{trade_no}:REFUND:{trade_status}"
+            )),
+            Notice::Other { .. } => None,
+        }
+    }
+
+    pub(super) fn out_trade_no(&self) -> Option<&str> {
+        match self {
+            Notice::Paid { out_trade_no, .. }
+            | Notice::Refund { out_trade_no, .. }
+            | Notice::RefundConfirmed { out_trade_no, .. } => Some(out_trade_no),
+            Notice::Other { out_trade_no, .. } => out_trade_no.as_deref(),
+        }
+    }
+}
+
+/// Text fit for a PostgreSQL `text` or `jsonb` string: invalid UTF-8 replaced, NUL (which
+/// neither type stores) escaped as `\u0000`. With `limit`, cut at a character boundary
+/// and marked with the original length.
+pub fn evidence_text(bytes: &[u8], limit: Option<usize>) -> String {
+    let text = String::from_utf8_lossy(bytes);
+    let mut out = match limit {
+        Some(max) if text.len() > max => {
+            let mut cut = max;
+            while !text.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            format!("{}…[{} bytes received, first {} kept]", &text[..cut], bytes.len(), cut)
+        }
+        _ => text.into_owned(),
+    };
+    if out.contains('\0') {
+        out = out.replace('\0', "\\u0000");
+    }
+    out
+}
+
+/// An unverified callback's header, as kept: at most 256 bytes.
+pub fn evidence_header(value: Option<&str>) -> Option<String> {
+    value.map(|v| evidence_text(v.as_bytes(), Some(256)))
 }
 
 /// A payment provider, as fitorder uses it.

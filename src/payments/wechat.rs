@@ -10,7 +10,7 @@ pub mod client;
 pub mod signing;
 
 use super::keys::WechatKeys;
-use super::Notice;
+use super::provider::Notice;
 
 /// Notifications older or newer than this are refused (replays, clock trouble).
 pub const MAX_SKEW_SECONDS: i64 = 300;

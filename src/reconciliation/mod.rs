@@ -20,10 +20,8 @@ use futures_util::SinkExt;
 use crate::app::AppState;
 use crate::db::models::ReconciliationRun;
 use crate::db::schema::{bill_rows, reconciliation_runs as rr};
-use crate::domain::schedule::Schedule;
 use crate::domain::{ReconciliationStatus, TicketKind};
 use crate::error::{AppError, AppResult};
-use crate::tasks::Task;
 use crate::trace::TraceId;
 use bills::{BillKind, BillRow, Provider};
 
@@ -763,13 +761,7 @@ pub fn configured_providers(state: &AppState) -> Vec<Provider> {
         .collect()
 }
 
-/// Until when (local time) a bill that is not made yet is asked for again; then the run is
-/// FAILED and people are alerted (one alert: `alerts::sweep`'s bill-late alert leaves such days
-/// to the run's own).
-pub const WAIT_UNTIL: chrono::NaiveTime = match chrono::NaiveTime::from_hms_opt(18, 0, 0) {
-    Some(t) => t,
-    None => chrono::NaiveTime::MIN,
-};
+pub use crate::domain::schedule::BILL_WAIT_UNTIL as WAIT_UNTIL;
 
 /// How often a WAITING bill is asked for again.
 pub const WAIT_RETRY_SECS: i64 = 30 * 60;
@@ -887,25 +879,4 @@ pub async fn retry_waiting_at(state: &AppState, now: chrono::DateTime<Utc>) -> A
         }
     }
     Ok(n)
-}
-
-/// The scheduler's reconciliation tasks: the daily run at `FITORDER_RECONCILE_AT` (local time),
-/// and the re-asking of bills not made yet.
-pub fn scheduled_tasks(config: &crate::config::Config) -> Vec<Task> {
-    use chrono::Timelike;
-    vec![
-        Task {
-            name: "reconcile:daily",
-            schedule: Schedule::DailyAt {
-                hour: config.reconcile_at.hour(),
-                minute: config.reconcile_at.minute(),
-            },
-            run: |s| Box::pin(daily(s)),
-        },
-        Task {
-            name: "reconcile:waiting",
-            schedule: Schedule::Every { secs: WAIT_RETRY_SECS },
-            run: |s| Box::pin(retry_waiting(s)),
-        },
-    ]
 }

@@ -7,7 +7,7 @@ pub mod housekeeping;
 
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, Timelike, Utc};
 use diesel::prelude::*;
 use diesel_async::RunQueryDsl;
 use futures_util::future::BoxFuture;
@@ -57,11 +57,24 @@ pub async fn refresh_platform_certificates(s: AppState) -> AppResult<i64> {
     Ok(n as i64)
 }
 
+/// Everything that runs in the background of `fitorder serve` and `fitorder worker`, started in
+/// this one place: the outbox workers, the expiry timer and the scheduler with every periodic
+/// task ([`Scheduler::standard`]).
+pub fn spawn_background(
+    state: &AppState,
+    shutdown: &tokio::sync::watch::Receiver<bool>,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    let mut running = crate::compensation::worker::spawn(state, 2, shutdown);
+    running.push(tokio::spawn(crate::expiry::run_timer(state.clone(), shutdown.clone())));
+    running.push(tokio::spawn(Scheduler::standard(state.clone()).run(shutdown.clone())));
+    running
+}
+
 impl Scheduler {
     /// fitorder's periodic tasks.
     pub fn standard(state: AppState) -> Scheduler {
         let scan = state.config.scan_interval.as_secs().max(1) as i64;
-        let mut tasks = vec![
+        let tasks = vec![
             Task {
                 name: "order:expire",
                 schedule: Schedule::Every { secs: scan },
@@ -82,8 +95,24 @@ impl Scheduler {
                 schedule: Schedule::DailyAt { hour: 3, minute: 30 },
                 run: |s| Box::pin(housekeeping::data_cleanup(s)),
             },
+            // The daily reconciliation at `FITORDER_RECONCILE_AT` (local time), and the
+            // re-asking of bills not made yet.
+            Task {
+                name: "reconcile:daily",
+                schedule: Schedule::DailyAt {
+                    hour: state.config.reconcile_at.hour(),
+                    minute: state.config.reconcile_at.minute(),
+                },
+                run: |s| Box::pin(crate::reconciliation::daily(s)),
+            },
+            Task {
+                name: "reconcile:waiting",
+                schedule: Schedule::Every {
+                    secs: crate::reconciliation::WAIT_RETRY_SECS,
+                },
+                run: |s| Box::pin(crate::reconciliation::retry_waiting(s)),
+            },
         ];
-        tasks.extend(crate::reconciliation::scheduled_tasks(&state.config));
         Scheduler {
             instance: format!("{}-{}", std::process::id(), &crate::trace::TraceId::new().0[..6]),
             state,

@@ -17,6 +17,7 @@ mod faults;
 mod fuzz_corpus;
 mod hardening;
 mod http_surface;
+mod layers;
 mod limits_and_roles;
 mod logs;
 mod orders_flow;

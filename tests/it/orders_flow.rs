@@ -127,7 +127,8 @@ async fn online_refunds_go_through_the_provider_and_mixed_ones_split() {
 pub async fn pay_online(app: &TestApp, order_no: &str, txn: &str) {
     use diesel_async::AsyncConnection;
     use fitorder::domain::Actor;
-    use fitorder::orders::{self, Ctx, PaymentApplied};
+    use fitorder::domain::Ctx;
+    use fitorder::orders::{self, PaymentApplied};
     let mut c = app.conn().await;
     let config = app.state.config.clone();
     let order_no = order_no.to_string();

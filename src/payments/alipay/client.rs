@@ -275,7 +275,8 @@ impl Alipay {
     /// The form's RSA2 `sign` over every other non-empty field but `sign_type`, with the Alipay
     /// public key, and the app id.
     fn check(&self, body: &[u8]) -> CheckedNotification {
-        use crate::payments::{alipay, evidence_header, evidence_text};
+        use crate::payments::alipay;
+        use crate::payments::provider::{evidence_header, evidence_text};
         let fields = match alipay::parse_form(body) {
             Ok(f) => f,
             Err(e) => {

@@ -502,7 +502,7 @@ impl WechatPay {
     /// (an unknown serial first fetches the certificates, rate-limited), ±5 minutes, then the
     /// AEAD_AES_256_GCM resource with the APIv3 key.
     async fn check(&self, headers: &reqwest::header::HeaderMap, body: &[u8], trace: &str) -> CheckedNotification {
-        use crate::payments::{evidence_header, wechat};
+        use crate::payments::{provider::evidence_header, wechat};
         let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
         let h = wechat::Headers {
             timestamp: header("wechatpay-timestamp"),

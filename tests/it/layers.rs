@@ -1,0 +1,802 @@
+//! Issue 15: layers point one way. Every `src/**/*.rs` is read; the module paths its code uses
+//! (`use` declarations and inline paths starting with `crate::`, `super::`, `self::` or a child
+//! module's name; comments, literals and `#[cfg(test)]` items left out) are resolved to modules,
+//! and the file and each target are ranked by [`RANKS`] (longest module-path prefix wins).
+//! A module may use its own rank or lower ones, and within rank 5 only the modules listed
+//! before it. The table is mirrored in ARCHITECTURE.md ("Layers"); change both together.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+/// Module-path prefix, rank, and place within the rank (only rank 5 orders its members).
+const RANKS: &[(&str, u8, u8)] = &[
+    // 0: the pure rules (no async-graphql, no diesel, no I/O).
+    ("domain", 0, 0),
+    // 1: what everything shares.
+    ("trace", 1, 0),
+    ("error", 1, 0),
+    ("config", 1, 0),
+    ("auth", 1, 0),
+    ("logging", 1, 0),
+    // 2: the database and its notifications.
+    ("db", 2, 0),
+    ("events", 2, 0),
+    // 3: the payment providers' clients.
+    ("payments::provider", 3, 0),
+    ("payments::api", 3, 0),
+    ("payments::keys", 3, 0),
+    ("payments::wechat", 3, 0),
+    ("payments::alipay", 3, 0),
+    ("payments::crypto", 3, 0),
+    ("payments::certs", 3, 0),
+    ("payments::platform_keys", 3, 0),
+    // 4: the shared state.
+    ("app", 4, 0),
+    // 5: the capabilities, each using only those before it. Tickets are a leaf the others call.
+    ("tickets", 5, 0),
+    ("alerts", 5, 1),
+    ("wallet", 5, 2),
+    // The outbox: effects enqueued in the transaction of the change that causes them.
+    ("compensation", 5, 3),
+    ("orders", 5, 4),
+    ("catalog", 5, 5),
+    // Trades and applying payments.
+    ("payments", 5, 6),
+    // What closing a ticket does to orders and money (above orders, payments and the outbox).
+    ("ticket_resolution", 5, 7),
+    // The outbox's delivery: the worker and the downstream calls it makes.
+    ("compensation::worker", 5, 8),
+    ("compensation::downstream", 5, 8),
+    ("expiry", 5, 9),
+    ("reconciliation", 5, 10),
+    ("timeline", 5, 11),
+    ("anomalies", 5, 12),
+    // Every scheduled task and background loop is registered here.
+    ("tasks", 5, 13),
+    // 6: the API.
+    ("graphql", 6, 0),
+    ("http", 6, 0),
+    // 7: wiring, development tools and the binary.
+    ("seed", 7, 0),
+    ("server", 7, 0),
+    ("payments::sandbox_server", 7, 0),
+    ("payments::sandbox", 7, 0),
+    // The dev keys start and configure the sandbox; only the binary and `server` use them.
+    ("payments::devkeys", 7, 0),
+    ("fuzzing", 7, 0),
+    ("main", 7, 0),
+];
+
+/// Uses that break the rule but are being fixed on another branch: (using module prefix, used
+/// module prefix). An entry nothing matches any more fails the test, so it is removed when the
+/// fix lands.
+const PENDING: &[(&str, &str)] = &[];
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Rank {
+    rank: u8,
+    place: u8,
+    entry: &'static str,
+}
+
+impl fmt::Display for Rank {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.rank == 5 {
+            write!(f, "rank 5.{} `{}`", self.place, self.entry)
+        } else {
+            write!(f, "rank {} `{}`", self.rank, self.entry)
+        }
+    }
+}
+
+fn rank_of(module: &[String]) -> Option<Rank> {
+    RANKS
+        .iter()
+        .filter(|(prefix, ..)| {
+            let p: Vec<&str> = prefix.split("::").collect();
+            p.len() <= module.len() && p.iter().zip(module).all(|(a, b)| *a == b)
+        })
+        .max_by_key(|(prefix, ..)| prefix.split("::").count())
+        .map(|&(entry, rank, place)| Rank { rank, place, entry })
+}
+
+/// May a module of rank `from` use one of rank `to`?
+fn allowed(from: Rank, to: Rank) -> bool {
+    to.rank < from.rank || (to.rank == from.rank && (from.rank != 5 || to.place <= from.place))
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Tok {
+    Ident(String),
+    /// `::`
+    Sep,
+    Punct(char),
+}
+
+#[derive(Debug, Clone)]
+struct Token {
+    tok: Tok,
+    line: usize,
+}
+
+impl Token {
+    fn is(&self, c: char) -> bool {
+        self.tok == Tok::Punct(c)
+    }
+    fn ident(&self) -> Option<&str> {
+        match &self.tok {
+            Tok::Ident(s) => Some(s),
+            _ => None,
+        }
+    }
+}
+
+/// The tokens that matter here: identifiers, `::` and single punctuation. Comments, string,
+/// char and number literals and lifetimes are dropped.
+fn lex(src: &str) -> Vec<Token> {
+    let cs: Vec<char> = src.chars().collect();
+    let n = cs.len();
+    let at = |i: usize| cs.get(i).copied().unwrap_or('\0');
+    let mut out: Vec<Token> = Vec::new();
+    let (mut i, mut line) = (0, 1);
+    // Inside `#[...]`: its bracket depth.
+    let mut attr_depth = 0i32;
+    // Skips a quoted literal starting at the opening quote `i`; returns the index after it.
+    let skip_quoted = |mut i: usize, line: &mut usize| {
+        i += 1;
+        while i < n && cs[i] != '"' {
+            if cs[i] == '\\' {
+                i += 1;
+            }
+            if at(i) == '\n' {
+                *line += 1;
+            }
+            i += 1;
+        }
+        i + 1
+    };
+    while i < n {
+        let c = cs[i];
+        if c == '\n' {
+            line += 1;
+            i += 1;
+        } else if c.is_whitespace() {
+            i += 1;
+        } else if c == '/' && at(i + 1) == '/' {
+            while i < n && cs[i] != '\n' {
+                i += 1;
+            }
+        } else if c == '/' && at(i + 1) == '*' {
+            let mut depth = 0;
+            while i < n {
+                if cs[i] == '/' && at(i + 1) == '*' {
+                    depth += 1;
+                    i += 2;
+                } else if cs[i] == '*' && at(i + 1) == '/' {
+                    depth -= 1;
+                    i += 2;
+                    if depth == 0 {
+                        break;
+                    }
+                } else {
+                    if cs[i] == '\n' {
+                        line += 1;
+                    }
+                    i += 1;
+                }
+            }
+        } else if c == '"' {
+            let (start, at_line) = (i, line);
+            i = skip_quoted(i, &mut line);
+            // A path named in an attribute's string (`#[graphql(remote = "crate::domain::X")]`).
+            if attr_depth > 0 {
+                let text: String = cs[start + 1..i.saturating_sub(1).max(start + 1)].iter().collect();
+                let is_path = text.split("::").count() > 1
+                    && text
+                        .split("::")
+                        .all(|seg| !seg.is_empty() && seg.chars().all(|c| c.is_alphanumeric() || c == '_'));
+                if is_path {
+                    out.extend(lex(&text).into_iter().map(|t| Token { line: at_line, ..t }));
+                }
+            }
+        } else if c == '\'' {
+            if at(i + 1) == '\\' {
+                // An escaped char literal: '\n', '\'', '\u{..}'.
+                i += 3;
+                while i < n && cs[i] != '\'' {
+                    i += 1;
+                }
+                i += 1;
+            } else if at(i + 2) == '\'' {
+                i += 3;
+            } else {
+                // A lifetime or label.
+                i += 1;
+                while i < n && (cs[i].is_alphanumeric() || cs[i] == '_') {
+                    i += 1;
+                }
+            }
+        } else if c.is_ascii_digit() {
+            while i < n && (cs[i].is_alphanumeric() || cs[i] == '_') {
+                i += 1;
+            }
+        } else if c.is_alphabetic() || c == '_' {
+            let start = i;
+            while i < n && (cs[i].is_alphanumeric() || cs[i] == '_') {
+                i += 1;
+            }
+            let word: String = cs[start..i].iter().collect();
+            if matches!(word.as_str(), "r" | "br" | "cr") && (at(i) == '"' || at(i) == '#') {
+                let mut hashes = 0;
+                while at(i + hashes) == '#' {
+                    hashes += 1;
+                }
+                if at(i + hashes) == '"' {
+                    // A raw string: ends at a quote followed by as many hashes.
+                    i += hashes + 1;
+                    while i < n && !(cs[i] == '"' && (1..=hashes).all(|k| at(i + k) == '#')) {
+                        if cs[i] == '\n' {
+                            line += 1;
+                        }
+                        i += 1;
+                    }
+                    i += hashes + 1;
+                    continue;
+                }
+                if word == "r" && hashes == 1 {
+                    // A raw identifier, r#type.
+                    i += 1;
+                    continue;
+                }
+            }
+            if matches!(word.as_str(), "b" | "c") && at(i) == '"' {
+                i = skip_quoted(i, &mut line);
+                continue;
+            }
+            out.push(Token {
+                tok: Tok::Ident(word),
+                line,
+            });
+        } else if c == ':' && at(i + 1) == ':' {
+            out.push(Token { tok: Tok::Sep, line });
+            i += 2;
+        } else {
+            if c == '[' {
+                let opens_attr = out.last().is_some_and(|t: &Token| t.is('#'))
+                    || (out.last().is_some_and(|t: &Token| t.is('!')) && out.len() >= 2 && out[out.len() - 2].is('#'));
+                if attr_depth > 0 || opens_attr {
+                    attr_depth += 1;
+                }
+            } else if c == ']' && attr_depth > 0 {
+                attr_depth -= 1;
+            }
+            out.push(Token {
+                tok: Tok::Punct(c),
+                line,
+            });
+            i += 1;
+        }
+    }
+    out
+}
+
+/// The index after the bracket group opening at `i` (`(`, `[` or `{`).
+fn skip_group(toks: &[Token], mut i: usize) -> usize {
+    let mut depth = 0i32;
+    while i < toks.len() {
+        match toks[i].tok {
+            Tok::Punct('(' | '[' | '{') => depth += 1,
+            Tok::Punct(')' | ']' | '}') => {
+                depth -= 1;
+                if depth == 0 {
+                    return i + 1;
+                }
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    i
+}
+
+fn is_cfg_test(toks: &[Token], i: usize) -> bool {
+    let want = ["#", "[", "cfg", "(", "test", ")", "]"];
+    toks.len() >= i + want.len()
+        && want.iter().zip(&toks[i..]).all(|(w, t)| match &t.tok {
+            Tok::Ident(s) => s == w,
+            Tok::Punct(c) => w.len() == 1 && w.starts_with(*c),
+            Tok::Sep => false,
+        })
+}
+
+/// Drops every item marked `#[cfg(test)]`; returns the rest and the names of the modules so
+/// marked that live in their own files (`#[cfg(test)] mod samples;`).
+fn without_test_items(toks: Vec<Token>) -> (Vec<Token>, Vec<String>) {
+    let mut kept = Vec::with_capacity(toks.len());
+    let mut test_files = Vec::new();
+    let mut i = 0;
+    while i < toks.len() {
+        if !is_cfg_test(&toks, i) {
+            kept.push(toks[i].clone());
+            i += 1;
+            continue;
+        }
+        i += 7;
+        // Further attributes of the same item.
+        while i < toks.len() && toks[i].is('#') {
+            i = skip_group(&toks, i + 1);
+        }
+        let start = i;
+        // The item ends at its first `;` outside brackets or with its body's closing brace.
+        while i < toks.len() {
+            if toks[i].is(';') {
+                i += 1;
+                break;
+            }
+            if toks[i].is('{') {
+                i = skip_group(&toks, i);
+                break;
+            }
+            if toks[i].is('(') || toks[i].is('[') {
+                i = skip_group(&toks, i);
+                continue;
+            }
+            i += 1;
+        }
+        let item = &toks[start..i];
+        let words: Vec<_> = item.iter().map(|t| t.ident()).collect();
+        if let Some(m) = words.iter().position(|w| *w == Some("mod")) {
+            if item.last().is_some_and(|t| t.is(';')) {
+                if let Some(Some(name)) = words.get(m + 1) {
+                    test_files.push(name.to_string());
+                }
+            }
+        }
+    }
+    (kept, test_files)
+}
+
+/// One module path used by a file, as written and where.
+#[derive(Debug, Clone)]
+struct Use {
+    line: usize,
+    /// The path as written, the first segment `crate`, `super`, `self` or a child module.
+    path: Vec<String>,
+    /// The module the file (or the inline module around the use) is.
+    within: Vec<String>,
+}
+
+fn use_tree(toks: &[Token], mut i: usize, prefix: &[String], out: &mut Vec<(usize, Vec<String>)>) -> usize {
+    let mut path = prefix.to_vec();
+    let mut line = None;
+    if toks.get(i).is_some_and(|t| t.tok == Tok::Sep) {
+        i += 1;
+    }
+    while let Some(t) = toks.get(i) {
+        match &t.tok {
+            Tok::Ident(s) => {
+                line.get_or_insert(t.line);
+                path.push(s.clone());
+                i += 1;
+                if toks.get(i).is_some_and(|t| t.tok == Tok::Sep) {
+                    i += 1;
+                    continue;
+                }
+                break;
+            }
+            Tok::Punct('{') => {
+                i += 1;
+                while toks.get(i).is_some_and(|t| !t.is('}')) {
+                    i = use_tree(toks, i, &path, out);
+                    if toks.get(i).is_some_and(|t| t.is(',')) {
+                        i += 1;
+                    }
+                }
+                return i + 1;
+            }
+            Tok::Punct('*') => {
+                i += 1;
+                break;
+            }
+            _ => break,
+        }
+    }
+    if toks.get(i).and_then(Token::ident) == Some("as") {
+        i += 2;
+    }
+    if path.len() > prefix.len() || line.is_some() {
+        out.push((line.unwrap_or(toks.get(i).map_or(0, |t| t.line)), path));
+    }
+    i
+}
+
+/// The module paths a file's code uses; `module` is the file's own module path.
+fn uses_in(src: &str, module: &[String]) -> (Vec<Use>, Vec<String>) {
+    let (toks, test_files) = without_test_items(lex(src));
+    // Child modules declared here, by name: `trades::start(..)` in payments/mod.rs is a use.
+    let mut children: Vec<String> = Vec::new();
+    for w in toks.windows(3) {
+        if let (Some("mod"), Some(name)) = (w[0].ident(), w[1].ident()) {
+            if w[2].is(';') {
+                children.push(name.to_string());
+            }
+        }
+    }
+    let mut out = Vec::new();
+    // Inline modules open around the current token: (name, brace depth inside it).
+    let mut inline: Vec<(String, i32)> = Vec::new();
+    let mut depth = 0i32;
+    let mut i = 0;
+    while i < toks.len() {
+        let within: Vec<String> = module
+            .iter()
+            .cloned()
+            .chain(inline.iter().map(|(m, _)| m.clone()))
+            .collect();
+        let t = &toks[i];
+        let prev_sep = i > 0 && toks[i - 1].tok == Tok::Sep;
+        match t.tok {
+            Tok::Punct('{') => depth += 1,
+            Tok::Punct('}') => {
+                if inline.last().is_some_and(|(_, d)| *d == depth) {
+                    inline.pop();
+                }
+                depth -= 1;
+            }
+            _ => {}
+        }
+        let word = t.ident();
+        if word == Some("mod") {
+            if let (Some(name), Some(true)) = (
+                toks.get(i + 1).and_then(Token::ident),
+                toks.get(i + 2).map(|t| t.is('{')),
+            ) {
+                inline.push((name.to_string(), depth + 1));
+                depth += 1;
+                i += 3;
+                continue;
+            }
+        }
+        if word == Some("use") && !prev_sep && !toks.get(i + 1).is_some_and(|t| t.is('<')) {
+            let mut found = Vec::new();
+            i = use_tree(&toks, i + 1, &[], &mut found);
+            for (line, path) in found {
+                let first = path[0].as_str();
+                let local = matches!(first, "crate" | "super" | "self")
+                    || (inline.is_empty() && children.iter().any(|c| c == first));
+                if local {
+                    out.push(Use {
+                        line,
+                        path,
+                        within: within.clone(),
+                    });
+                }
+            }
+            continue;
+        }
+        let starts_path = match word {
+            Some("crate" | "super" | "self") => true,
+            Some(w) => inline.is_empty() && children.iter().any(|c| c == w),
+            None => false,
+        };
+        if starts_path && !prev_sep && toks.get(i + 1).is_some_and(|t| t.tok == Tok::Sep) {
+            let line = t.line;
+            let mut path = vec![word.unwrap().to_string()];
+            i += 1;
+            while toks.get(i).is_some_and(|t| t.tok == Tok::Sep) {
+                match toks.get(i + 1).and_then(Token::ident) {
+                    Some(s) => path.push(s.to_string()),
+                    None => break,
+                }
+                i += 2;
+            }
+            out.push(Use { line, path, within });
+            continue;
+        }
+        i += 1;
+    }
+    (out, test_files)
+}
+
+/// The module (or item) a path names, from the crate root.
+fn resolve(u: &Use) -> Vec<String> {
+    let mut base = u.within.clone();
+    let mut rest = &u.path[..];
+    match rest[0].as_str() {
+        "crate" => {
+            base.clear();
+            rest = &rest[1..];
+        }
+        "self" => rest = &rest[1..],
+        _ => {}
+    }
+    while rest.first().is_some_and(|s| s == "super") {
+        base.pop();
+        rest = &rest[1..];
+    }
+    base.extend(rest.iter().filter(|s| *s != "self").cloned());
+    base
+}
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// src/orders/mod.rs -> orders, src/payments/wechat/client.rs -> payments::wechat::client,
+/// src/lib.rs -> the crate root, src/main.rs -> main.
+fn module_of(rel: &Path) -> Vec<String> {
+    let mut parts: Vec<String> = rel.iter().map(|p| p.to_string_lossy().into_owned()).collect();
+    let last = parts.pop().unwrap();
+    let stem = last.trim_end_matches(".rs");
+    if !matches!(stem, "mod" | "lib") {
+        parts.push(stem.to_string());
+    }
+    parts
+}
+
+#[derive(Debug)]
+struct Finding {
+    file: String,
+    line: usize,
+    written: String,
+    from: Rank,
+    to: Rank,
+}
+
+/// Every use in the crate's sources that points up, and every file or target the table does not
+/// rank; and how many uses were looked at.
+fn scan(src_dir: &Path) -> (Vec<Finding>, Vec<String>, usize) {
+    let mut files = Vec::new();
+    rust_files(src_dir, &mut files);
+    files.sort();
+    let mut parsed = Vec::new();
+    let mut test_modules: Vec<Vec<String>> = Vec::new();
+    for f in &files {
+        let module = module_of(f.strip_prefix(src_dir).unwrap());
+        let src = std::fs::read_to_string(f).unwrap();
+        let (uses, test_files) = uses_in(&src, &module);
+        test_modules.extend(
+            test_files
+                .into_iter()
+                .map(|t| module.iter().cloned().chain([t]).collect()),
+        );
+        parsed.push((f, module, uses));
+    }
+    let (mut findings, mut unranked, mut looked) = (Vec::new(), Vec::new(), 0);
+    for (f, module, uses) in parsed {
+        let file = format!("src/{}", f.strip_prefix(src_dir).unwrap().display());
+        // Modules compiled only for tests, and the crate root (it only declares modules).
+        if module.is_empty() || test_modules.iter().any(|t| module.starts_with(t)) {
+            continue;
+        }
+        let Some(from) = rank_of(&module) else {
+            unranked.push(format!("{file}: module `{}` has no rank", module.join("::")));
+            continue;
+        };
+        for u in uses {
+            looked += 1;
+            let target = resolve(&u);
+            let Some(to) = rank_of(&target) else {
+                unranked.push(format!(
+                    "{file}:{}: `{}` names nothing ranked",
+                    u.line,
+                    u.path.join("::")
+                ));
+                continue;
+            };
+            if !allowed(from, to) {
+                let written = u
+                    .path
+                    .iter()
+                    .filter(|s| *s != "self" || u.path[0] == **s)
+                    .cloned()
+                    .collect::<Vec<_>>();
+                findings.push(Finding {
+                    file: file.clone(),
+                    line: u.line,
+                    written: written.join("::"),
+                    from,
+                    to,
+                });
+            }
+        }
+    }
+    (findings, unranked, looked)
+}
+
+#[test]
+fn no_module_uses_a_layer_above_it() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let (findings, unranked, looked) = scan(&src);
+    // The scan really read the crate: hundreds of crate paths in dozens of files.
+    assert!(looked > 300, "only {looked} module paths found under {}", src.display());
+    assert!(
+        unranked.is_empty(),
+        "add these to RANKS (and ARCHITECTURE.md):\n{}",
+        unranked.join("\n")
+    );
+
+    let pending = |f: &Finding| {
+        PENDING
+            .iter()
+            .any(|&(from, to)| f.from.entry.starts_with(from) && f.to.entry.starts_with(to))
+    };
+    let stale: Vec<_> = PENDING
+        .iter()
+        .filter(|&&(from, to)| {
+            !findings
+                .iter()
+                .any(|f| f.from.entry.starts_with(from) && f.to.entry.starts_with(to))
+        })
+        .collect();
+    assert!(
+        stale.is_empty(),
+        "these PENDING entries are fixed, remove them: {stale:?}"
+    );
+
+    let up: Vec<String> = findings
+        .iter()
+        .filter(|f| !pending(f))
+        .map(|f| {
+            format!(
+                "{}:{}: `{}` is {} but uses {} (`{}`)",
+                f.file, f.line, f.from.entry, f.from, f.to, f.written
+            )
+        })
+        .collect();
+    assert!(up.is_empty(), "{} uses point up a layer:\n{}", up.len(), up.join("\n"));
+}
+
+/// Crates the pure rules may not name: no GraphQL, no database, no runtime, no network.
+const IMPURE: &[&str] = &[
+    "async_graphql",
+    "diesel",
+    "diesel_async",
+    "tokio",
+    "reqwest",
+    "axum",
+    "hyper",
+];
+
+/// Impure crates still named in `domain` while another branch moves them out: (file, crate).
+/// Like [`PENDING`], an entry nothing matches any more fails the test.
+const PENDING_IMPURE: &[(&str, &str)] = &[];
+
+#[test]
+fn domain_names_no_framework_database_or_io_crate() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/domain");
+    let mut files = Vec::new();
+    rust_files(&dir, &mut files);
+    files.sort();
+    assert!(files.len() >= 5, "only {} files in {}", files.len(), dir.display());
+    let mut found = Vec::new();
+    for f in files {
+        let file = format!("src/domain/{}", f.strip_prefix(&dir).unwrap().display());
+        let (toks, _) = without_test_items(lex(&std::fs::read_to_string(&f).unwrap()));
+        for (i, t) in toks.iter().enumerate() {
+            let Some(name) = t.ident().filter(|n| IMPURE.contains(n)) else {
+                continue;
+            };
+            // A segment inside some other path (`x::tokio`) is not the crate.
+            if !(i > 0 && toks[i - 1].tok == Tok::Sep) {
+                found.push((file.clone(), name.to_string(), t.line));
+            }
+        }
+    }
+    let stale: Vec<_> = PENDING_IMPURE
+        .iter()
+        .filter(|(file, name)| !found.iter().any(|(f, n, _)| f == file && n == name))
+        .collect();
+    assert!(
+        stale.is_empty(),
+        "these PENDING_IMPURE entries are fixed, remove them: {stale:?}"
+    );
+    let impure: Vec<String> = found
+        .iter()
+        .filter(|(f, n, _)| !PENDING_IMPURE.iter().any(|(pf, pn)| pf == f && pn == n))
+        .map(|(f, n, line)| format!("{f}:{line}: `{n}`"))
+        .collect();
+    assert!(impure.is_empty(), "domain is pure, but names:\n{}", impure.join("\n"));
+}
+
+/// Resolvers call a capability and map its result: the mutation resolvers neither write to the
+/// database themselves (no diesel, no table of `db::schema`) nor drop a result (`let _ =`).
+#[test]
+fn mutation_resolvers_leave_the_database_to_the_capabilities() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/graphql/mutation.rs");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let (toks, _) = without_test_items(lex(&text));
+    let diesel: Vec<usize> = toks
+        .iter()
+        .filter(|t| t.ident() == Some("diesel"))
+        .map(|t| t.line)
+        .collect();
+    assert!(
+        diesel.is_empty(),
+        "src/graphql/mutation.rs uses diesel on lines {diesel:?}"
+    );
+    let dropped: Vec<usize> = toks
+        .windows(3)
+        .filter(|w| w[0].ident() == Some("let") && w[1].ident() == Some("_") && w[2].is('='))
+        .map(|w| w[0].line)
+        .collect();
+    assert!(
+        dropped.is_empty(),
+        "src/graphql/mutation.rs drops results on lines {dropped:?}"
+    );
+    let (uses, _) = uses_in(&text, &["graphql".to_string(), "mutation".to_string()]);
+    assert!(uses.len() > 10, "only {} paths read in {}", uses.len(), path.display());
+    let tables: Vec<String> = uses
+        .iter()
+        .filter(|u| resolve(u).starts_with(&["db".to_string(), "schema".to_string()]))
+        .map(|u| format!("line {}: {}", u.line, u.path.join("::")))
+        .collect();
+    assert!(tables.is_empty(), "src/graphql/mutation.rs names tables: {tables:?}");
+}
+
+/// The scanner itself: groups, inline paths, `super`, child modules, and what it must skip.
+#[test]
+fn the_layer_scan_reads_paths_like_the_compiler() {
+    let src = r##"
+        //! crate::graphql in a doc comment
+        use crate::{db::models::Order, orders::{self, Ctx as C}};
+        use super::keys::ProviderKeys;
+        use std::fmt;
+        mod sub;
+        fn f<'a>(x: &'a str) -> char {
+            let _ = "crate::graphql::X";
+            let _ = r#"crate::http"#;
+            crate::alerts::raise(x);
+            sub::go();
+            '"'
+        }
+        mod inner {
+            use super::Thing;
+            #[graphql(remote = "crate::domain::payment::PayChannel", name = "a::")]
+            enum E {}
+        }
+        #[cfg(test)]
+        mod tests {
+            use crate::graphql::schema;
+        }
+        #[cfg(test)]
+        mod samples;
+    "##;
+    let module: Vec<String> = vec!["payments".into(), "trades".into()];
+    let (uses, test_files) = uses_in(src, &module);
+    let got: Vec<(usize, String)> = uses.iter().map(|u| (u.line, resolve(u).join("::"))).collect();
+    assert_eq!(
+        got,
+        vec![
+            (3, "db::models::Order".to_string()),
+            (3, "orders".to_string()),
+            (3, "orders::Ctx".to_string()),
+            (4, "payments::keys::ProviderKeys".to_string()),
+            (10, "alerts::raise".to_string()),
+            (11, "payments::trades::sub::go".to_string()),
+            (15, "payments::trades::Thing".to_string()),
+            (16, "domain::payment::PayChannel".to_string()),
+        ]
+    );
+    assert_eq!(test_files, vec!["samples".to_string()]);
+
+    let r = |p: &str| rank_of(&p.split("::").map(String::from).collect::<Vec<_>>()).unwrap();
+    assert_eq!(r("payments::sandbox_server::wechat").entry, "payments::sandbox_server");
+    assert_eq!(r("payments::sandbox::Sandbox").entry, "payments::sandbox");
+    assert_eq!(r("payments::wechat::client").rank, 3);
+    assert_eq!(r("payments::trades").rank, 5);
+    assert!(allowed(r("orders"), r("wallet")));
+    assert!(!allowed(r("wallet"), r("orders")));
+    assert!(!allowed(r("db::models"), r("orders")));
+    assert!(allowed(r("compensation::worker"), r("payments")));
+    assert!(!allowed(r("compensation"), r("payments")));
+    assert!(allowed(r("config"), r("auth")));
+    assert!(!allowed(r("payments::wechat"), r("payments")));
+}

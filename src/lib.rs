@@ -20,6 +20,7 @@ pub mod graphql;
 pub mod http;
 pub mod logging;
 pub mod orders;
+pub mod outbox;
 pub mod payments;
 pub mod reconciliation;
 pub mod seed;

@@ -8,9 +8,10 @@ use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
 use crate::auth::Viewer;
 use crate::config::Config;
 use crate::db::models::ExceptionTicket;
-use crate::domain::{Ctx, OrderStatus, PaymentMethod, TicketAction, TicketKind};
+use crate::domain::{CompensationKind, Ctx, OrderStatus, PaymentMethod, TicketAction, TicketKind};
 use crate::error::{AppError, AppResult};
 use crate::orders::{self, PaymentApplied};
+use crate::outbox;
 use crate::tickets;
 
 /// Closes a ticket with an action, in one transaction with what the action does. Every action
@@ -128,8 +129,7 @@ pub async fn resolve(
                     // A refund of the same transaction queued another way (paid after cancel).
                     let already: i64 = crate::db::schema::compensation_events::table
                         .filter(
-                            crate::db::schema::compensation_events::kind
-                                .eq(crate::compensation::CompensationKind::ProviderRefund.as_str()),
+                            crate::db::schema::compensation_events::kind.eq(CompensationKind::ProviderRefund.as_str()),
                         )
                         .filter(
                             diesel::dsl::sql::<diesel::sql_types::Bool>("payload->>'providerTxnId' = ")
@@ -139,19 +139,19 @@ pub async fn resolve(
                         .get_result(conn)
                         .await?;
                     if claimed && already == 0 {
-                        crate::compensation::enqueue_provider_refund(
-                            conn,
-                            &order,
-                            provider.as_str(),
-                            &format!("TK{}", t.id),
-                            amount,
-                            amount,
-                            Some(txn),
-                            note.as_deref().unwrap_or("refund of a payment that reached no order"),
-                            ctx,
-                            config.max_attempts,
-                        )
-                        .await?;
+                        let refund = outbox::Effect::ProviderRefund(outbox::RefundPayload {
+                            order: (&order).into(),
+                            provider,
+                            refund_no: format!("TK{}", t.id),
+                            amount_cents: amount,
+                            total_cents: amount,
+                            provider_txn_id: Some(txn.to_string()),
+                            reason: note
+                                .as_deref()
+                                .unwrap_or("refund of a payment that reached no order")
+                                .to_string(),
+                        });
+                        outbox::enqueue(conn, order.id, &[refund], &ctx.trace, config.max_attempts).await?;
                     }
                 }
             }

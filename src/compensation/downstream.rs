@@ -8,6 +8,8 @@ use serde_json::json;
 
 use crate::config::Config;
 use crate::db::models::CompensationEvent;
+use crate::domain::effect::{AccessPayload, RefundPayload};
+use crate::domain::Effect;
 use crate::payments::api::{self, ProviderApi, RefundRequest};
 use crate::payments::keys::ProviderKeys;
 
@@ -36,43 +38,28 @@ impl Downstream {
 
     /// One attempt. `Err` carries what went wrong, for the attempt log.
     pub async fn deliver(&self, e: &CompensationEvent) -> Result<Delivered, String> {
-        match e.kind.as_str() {
-            "DOOR_ACCESS_GRANT" | "DOOR_ACCESS_REVOKE" => self.access(self.config.door_access_url.as_deref(), e).await,
-            "AI_ACCESS_GRANT" | "AI_ACCESS_REVOKE" => self.access(self.config.ai_access_url.as_deref(), e).await,
-            "PROVIDER_REFUND" => {
-                let p = &e.payload;
-                let provider = p["provider"].as_str().unwrap_or_default();
-                let req = RefundRequest {
-                    out_trade_no: p["orderNo"].as_str().unwrap_or_default(),
-                    refund_no: p["refundNo"].as_str().unwrap_or_default(),
-                    provider_txn_id: p["providerTxnId"].as_str(),
-                    amount_cents: p["amountCents"].as_i64().unwrap_or(0),
-                    total_cents: p["totalCents"].as_i64().unwrap_or(0),
-                    reason: p["reason"].as_str().unwrap_or("refund"),
-                    trace_id: &e.trace_id,
-                };
-                // Done only on the provider's signed acceptance; nothing is simulated.
-                self.api
-                    .refund(provider, &req)
-                    .await
-                    .map(|_| Delivered::Ok)
-                    .map_err(|e| e.to_string())
+        let effect = Effect::decode(&e.kind, &e.payload).map_err(|err| err.to_string())?;
+        match effect {
+            Effect::DoorAccessGrant(p) | Effect::DoorAccessRevoke(p) => {
+                self.access(self.config.door_access_url.as_deref(), e, &p).await
             }
-            other => Err(format!("unknown event kind {other}")),
+            Effect::AiAccessGrant(p) | Effect::AiAccessRevoke(p) => {
+                self.access(self.config.ai_access_url.as_deref(), e, &p).await
+            }
+            Effect::ProviderRefund(p) => self.refund(e, &p).await,
         }
     }
 
-    async fn access(&self, url: Option<&str>, e: &CompensationEvent) -> Result<Delivered, String> {
+    async fn access(&self, url: Option<&str>, e: &CompensationEvent, p: &AccessPayload) -> Result<Delivered, String> {
         let Some(url) = url else {
             return Ok(Delivered::Simulated);
         };
-        let p = &e.payload;
         let body = json!({
             "eventId": e.id.to_string(),
-            "orderNo": p["orderNo"],
-            "memberId": p["memberId"],
-            "storeId": p["storeId"],
-            "action": p["action"],
+            "orderNo": p.order.order_no,
+            "memberId": p.order.member_id,
+            "storeId": p.order.store_id,
+            "action": p.action,
             "idempotencyKey": e.idempotency_key,
         });
         let resp = self
@@ -85,5 +72,23 @@ impl Downstream {
             .await
             .map_err(|err| api::describe(&err, self.config.downstream_timeout))?;
         api::check(resp).await.map(|_| Delivered::Ok)
+    }
+
+    /// Done only on the provider's signed acceptance; nothing is simulated.
+    async fn refund(&self, e: &CompensationEvent, p: &RefundPayload) -> Result<Delivered, String> {
+        let req = RefundRequest {
+            out_trade_no: &p.order.order_no,
+            refund_no: &p.refund_no,
+            provider_txn_id: p.provider_txn_id.as_deref(),
+            amount_cents: p.amount_cents,
+            total_cents: p.total_cents,
+            reason: &p.reason,
+            trace_id: &e.trace_id,
+        };
+        self.api
+            .refund(p.provider, &req)
+            .await
+            .map(|_| Delivered::Ok)
+            .map_err(|e| e.to_string())
     }
 }

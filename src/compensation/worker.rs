@@ -2,7 +2,8 @@
 //! delivers them, and records every attempt. Failures retry with exponential backoff and
 //! jitter; at the attempt limit the event is DEAD and a ticket opens. Any number of workers in
 //! any number of processes may run: a claimed row is invisible to the others until its lease
-//! runs out, so a worker killed mid-call delays its rows by one lease, never loses them.
+//! runs out, so a worker killed mid-call delays its rows by one lease (the batch it had claimed
+//! ahead, by two), never loses them.
 
 use std::time::{Duration, Instant};
 
@@ -17,7 +18,9 @@ use crate::app::AppState;
 use crate::db::models::{CompensationEvent, Order};
 use crate::db::schema::{compensation_attempts, compensation_events, orders};
 use crate::domain::retry::backoff;
+use crate::domain::CompensationStatus;
 use crate::error::AppResult;
+use crate::outbox;
 use crate::tickets::{self, NewTicket};
 use crate::trace::TraceId;
 
@@ -50,22 +53,41 @@ impl Worker {
     }
 
     /// Runs until `shutdown` flips, waking on outbox notifications and when the next retry is due.
+    /// While a full batch is delivered the next one is claimed, so a backlog is worked through
+    /// without waiting for the claim between batches.
     pub async fn run(self, mut shutdown: tokio::sync::watch::Receiver<bool>) {
         tracing::info!(worker = %self.id, "compensation worker started");
         let wake = self.state.events.outbox.clone();
+        let mut prefetched: Option<Vec<CompensationEvent>> = None;
         loop {
             if *shutdown.borrow() {
                 break;
             }
             let notified = wake.notified();
-            let processed = match self.run_once().await {
-                Ok(n) => n,
+            let alerts = self.run_alerts().await;
+            let claimed = match prefetched.take() {
+                Some(batch) => Ok(batch),
+                None => self.claim(self.lease()).await,
+            };
+            let events = match claimed {
+                Ok(batch) if batch.len() as i64 >= self.batch => {
+                    // The next batch waits for this one to be delivered before its own delivery
+                    // starts: its lease covers both.
+                    let (n, next) = tokio::join!(self.deliver(batch), self.claim(self.lease() * 2));
+                    match next {
+                        Ok(next) if !next.is_empty() => prefetched = Some(next),
+                        Ok(_) => {}
+                        Err(e) => tracing::warn!(error = %e.message(), "compensation claim failed"),
+                    }
+                    n
+                }
+                Ok(batch) => self.deliver(batch).await,
                 Err(e) => {
                     tracing::warn!(error = %e.message(), "compensation batch failed");
                     0
                 }
             };
-            if processed as i64 >= self.batch {
+            if prefetched.is_some() || (alerts + events) as i64 >= self.batch {
                 continue;
             }
             let wait = self.until_next_due().await.unwrap_or(Duration::from_secs(1));
@@ -75,6 +97,12 @@ impl Worker {
                 _ = shutdown.changed() => {},
             }
         }
+        if let Some(batch) = prefetched {
+            // Claimed but not attempted: let any worker have them now rather than after the lease.
+            if let Err(e) = self.release(&batch).await {
+                tracing::warn!(events = batch.len(), error = %e.message(), "claims not released; they wait for their lease");
+            }
+        }
         tracing::info!(worker = %self.id, "compensation worker stopped");
     }
 
@@ -82,7 +110,10 @@ impl Worker {
     async fn until_next_due(&self) -> AppResult<Duration> {
         let mut conn = self.state.pool.get().await?;
         let next: Option<chrono::DateTime<Utc>> = compensation_events::table
-            .filter(compensation_events::status.eq_any(["PENDING", "RETRYING"]))
+            .filter(compensation_events::status.eq_any([
+                CompensationStatus::Pending.as_str(),
+                CompensationStatus::Retrying.as_str(),
+            ]))
             .select(diesel::dsl::min(compensation_events::next_attempt_at))
             .get_result(&mut conn)
             .await?;
@@ -96,24 +127,29 @@ impl Worker {
         })
     }
 
-    /// Claims one batch of due events and delivers them; returns how many were attempted.
+    /// Claims one batch of due events and delivers them (and one batch of alerts); returns how
+    /// many were attempted.
     pub async fn run_once(&self) -> AppResult<usize> {
-        let alerts = match self.alerts.run_once(&self.state.pool).await {
+        let alerts = self.run_alerts().await;
+        let claimed = self.claim(self.lease()).await?;
+        Ok(alerts + self.deliver(claimed).await)
+    }
+
+    async fn run_alerts(&self) -> usize {
+        match self.alerts.run_once(&self.state.pool).await {
             Ok(n) => n,
             Err(e) => {
                 tracing::warn!(error = %e.message(), "alert batch failed");
                 0
             }
-        };
-        Ok(alerts + self.run_events().await?)
+        }
     }
 
-    /// Claims one batch of due outbox events and delivers them.
-    async fn run_events(&self) -> AppResult<usize> {
-        let claimed = self.claim().await?;
+    /// Delivers claimed events and records how each attempt went; returns how many were attempted.
+    async fn deliver(&self, claimed: Vec<CompensationEvent>) -> usize {
         let n = claimed.len();
         if n == 0 {
-            return Ok(0);
+            return 0;
         }
         let outcomes = futures_util::future::join_all(claimed.into_iter().map(|e| {
             let span = tracing::info_span!("compensation", trace_id = %e.trace_id, event = e.id);
@@ -138,28 +174,36 @@ impl Worker {
                 tracing::warn!(event = event.id, error = %err.message(), "attempt not recorded; the lease will expire and it is tried again");
             }
         }
-        Ok(n)
+        n
     }
 
-    async fn claim(&self) -> AppResult<Vec<CompensationEvent>> {
+    /// Claims the due events no one holds, at most one batch, for `lease`.
+    async fn claim(&self, lease: Duration) -> AppResult<Vec<CompensationEvent>> {
         let mut conn = self.state.pool.get().await?;
-        Ok(diesel::sql_query(
-            "UPDATE compensation_events e
-                SET locked_until = now() + make_interval(secs => $2), locked_by = $1
-              WHERE e.id IN (
-                    SELECT id FROM compensation_events
-                     WHERE status IN ('PENDING', 'RETRYING') AND next_attempt_at <= now()
-                       AND (locked_until IS NULL OR locked_until < now())
-                     ORDER BY next_attempt_at
-                     LIMIT $3
-                       FOR UPDATE SKIP LOCKED)
-              RETURNING e.*",
+        Ok(diesel::sql_query(include_str!("claim.sql"))
+            .bind::<Text, _>(&self.id)
+            .bind::<Double, _>(lease.as_secs_f64())
+            .bind::<BigInt, _>(self.batch)
+            .load(&mut conn)
+            .await?)
+    }
+
+    /// Gives back claimed events not attempted.
+    async fn release(&self, events: &[CompensationEvent]) -> AppResult<()> {
+        let ids: Vec<i64> = events.iter().map(|e| e.id).collect();
+        let mut conn = self.state.pool.get().await?;
+        diesel::update(
+            compensation_events::table
+                .filter(compensation_events::id.eq_any(&ids))
+                .filter(compensation_events::locked_by.eq(&self.id)),
         )
-        .bind::<Text, _>(&self.id)
-        .bind::<Double, _>(self.lease().as_secs_f64())
-        .bind::<BigInt, _>(self.batch)
-        .load(&mut conn)
-        .await?)
+        .set((
+            compensation_events::locked_until.eq(None::<chrono::DateTime<Utc>>),
+            compensation_events::locked_by.eq(None::<String>),
+        ))
+        .execute(&mut conn)
+        .await?;
+        Ok(())
     }
 
     /// Records a batch of successful deliveries in one statement: each event the worker still
@@ -187,27 +231,14 @@ impl Worker {
             })
             .collect();
         let mut conn = self.state.pool.get().await?;
-        diesel::sql_query(
-            "WITH c AS (SELECT * FROM unnest($1::bigint[], $2::int[], $3::int[], $4::text[]) AS c(id, attempts, ms, worker)),
-             done AS (
-                UPDATE compensation_events e
-                   SET status = 'SUCCEEDED', attempts = e.attempts + 1, last_error = NULL, next_attempt_at = NULL,
-                       locked_until = NULL, locked_by = NULL, updated_at = now()
-                  FROM c WHERE e.id = c.id AND e.locked_by = $5 AND e.attempts = c.attempts
-                RETURNING e.id
-             ), logged AS (
-                INSERT INTO compensation_attempts (event_id, ok, error, duration_ms, worker)
-                SELECT c.id, true, NULL, c.ms, c.worker FROM c WHERE c.id IN (SELECT id FROM done)
-             )
-             SELECT count(pg_notify('fitorder_events', 'comp:' || id::text)) FROM done",
-        )
-        .bind::<Array<BigInt>, _>(&ids)
-        .bind::<Array<Integer>, _>(&attempts)
-        .bind::<Array<Integer>, _>(&ms)
-        .bind::<Array<Text>, _>(&workers)
-        .bind::<Text, _>(&self.id)
-        .execute(&mut conn)
-        .await?;
+        diesel::sql_query(include_str!("record_delivered.sql"))
+            .bind::<Array<BigInt>, _>(&ids)
+            .bind::<Array<Integer>, _>(&attempts)
+            .bind::<Array<Integer>, _>(&ms)
+            .bind::<Array<Text>, _>(&workers)
+            .bind::<Text, _>(&self.id)
+            .execute(&mut conn)
+            .await?;
         let now = Utc::now();
         for (e, ..) in done {
             metrics::counter!("fitorder_compensation_attempts_total", "kind" => e.kind.clone(), "outcome" => "ok")
@@ -238,8 +269,8 @@ impl Worker {
             // Success ends the event; a failure schedules the next attempt, or kills it at the
             // limit. Either way only the worker still holding the claim may write.
             let (status, error, next) = match &result {
-                Ok(_) => ("SUCCEEDED", None, None),
-                Err(err) if attempt >= e.max_attempts => ("DEAD", Some(err.as_str()), None),
+                Ok(_) => (CompensationStatus::Succeeded, None, None),
+                Err(err) if attempt >= e.max_attempts => (CompensationStatus::Dead, Some(err.as_str()), None),
                 Err(err) => {
                     let jitter: f64 = {
                         use rand::Rng;
@@ -247,7 +278,11 @@ impl Worker {
                     };
                     let delay =
                         chrono::Duration::from_std(backoff(config.retry_base, attempt, jitter)).unwrap_or_default();
-                    ("RETRYING", Some(err.as_str()), Some(Utc::now() + delay))
+                    (
+                        CompensationStatus::Retrying,
+                        Some(err.as_str()),
+                        Some(Utc::now() + delay),
+                    )
                 }
             };
             let updated: Option<CompensationEvent> = diesel::update(
@@ -257,7 +292,7 @@ impl Worker {
                     .filter(compensation_events::attempts.eq(e.attempts)),
             )
             .set((
-                compensation_events::status.eq(status),
+                compensation_events::status.eq(status.as_str()),
                 compensation_events::attempts.eq(attempt),
                 compensation_events::last_error.eq(error),
                 compensation_events::next_attempt_at.eq(next),
@@ -284,10 +319,10 @@ impl Worker {
                 ))
                 .execute(conn)
                 .await?;
-            if updated.status == "DEAD" {
+            if updated.status == CompensationStatus::Dead.as_str() {
                 self.open_dead_ticket(conn, &updated).await?;
             }
-            super::announce(conn, e.id).await
+            outbox::announce(conn, &[e.id]).await
         })
         .await?;
         let outcome = match &result {

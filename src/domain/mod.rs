@@ -6,6 +6,7 @@
 
 pub mod actor;
 pub mod anomaly;
+pub mod effect;
 pub mod membership;
 pub mod money;
 pub mod order;
@@ -20,6 +21,7 @@ pub mod wallet;
 
 pub use actor::{Actor, ActorKind, Ctx, TraceId};
 pub use anomaly::AnomalyCategory;
+pub use effect::{CompensationKind, CompensationStatus, Effect};
 pub use membership::MembershipStatus;
 pub use order::{OrderKind, PaymentMethod, TIMEOUT_REASON};
 pub use order_status::{OrderStatus, TransitionError};

@@ -4,7 +4,7 @@
 //! against these enums, so the text of a word exists in one place in Rust.
 
 /// Defines a word enum: its variants with their texts, `ALL` in declaration order, `as_str`,
-/// `parse` and `Display`.
+/// `parse`, `Display`, and serde as the text (for the JSON of outbox payloads).
 macro_rules! vocabulary {
     (
         $(#[$meta:meta])*
@@ -43,6 +43,21 @@ macro_rules! vocabulary {
                 f.write_str(self.as_str())
             }
         }
+
+        impl serde::Serialize for $name {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.serialize_str(self.as_str())
+            }
+        }
+
+        impl<'de> serde::Deserialize<'de> for $name {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let text = <std::borrow::Cow<'de, str> as serde::Deserialize>::deserialize(d)?;
+                $name::parse(&text).ok_or_else(|| {
+                    serde::de::Error::custom(format!("unknown {} {text:?}", stringify!($name)))
+                })
+            }
+        }
     };
 }
 
@@ -67,5 +82,14 @@ mod tests {
         assert_eq!(Colour::ALL, [Colour::Red, Colour::DarkBlue]);
         assert_eq!(Colour::parse("red"), None);
         assert_eq!(Colour::parse(""), None);
+        assert_eq!(
+            serde_json::to_value(Colour::DarkBlue).unwrap(),
+            serde_json::json!("DARK_BLUE")
+        );
+        assert_eq!(
+            serde_json::from_value::<Colour>(serde_json::json!("RED")).unwrap(),
+            Colour::Red
+        );
+        assert!(serde_json::from_value::<Colour>(serde_json::json!("GREEN")).is_err());
     }
 }

@@ -5,6 +5,7 @@ mod connection;
 pub mod limits;
 mod loaders;
 mod mutation;
+mod outbox;
 mod query;
 mod subscription;
 mod types;

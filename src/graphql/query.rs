@@ -10,10 +10,10 @@ use diesel_async::RunQueryDsl;
 
 use super::connection::{self, decode_cursor, page_size, Connection};
 use super::loaders::load_member;
+use super::outbox::{CompensationKind, CompensationStatus};
 use super::types::*;
 use super::{conn, parse_id, viewer};
 use crate::auth::Role;
-use crate::compensation::{CompensationKind, CompensationStatus};
 use crate::db::models;
 use crate::db::schema::*;
 use crate::domain;

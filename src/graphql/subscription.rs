@@ -5,10 +5,10 @@ use async_graphql::{Context, Subscription, ID};
 use futures_util::stream::{BoxStream, StreamExt};
 use tokio::sync::broadcast::error::RecvError;
 
+use super::outbox::CompensationStatus;
 use super::types::{ExceptionTicketNode, OrderStatusChange};
 use super::{parse_id, state, viewer};
 use crate::auth::{Role, Viewer};
-use crate::compensation::CompensationStatus;
 use crate::events::Event;
 use crate::graphql::types::CompensationEventNode;
 

@@ -7,12 +7,12 @@ use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
 
 use super::{lock_order, release_item, transition, Changes, Ctx};
 use crate::auth::{Role, Viewer};
-use crate::compensation;
 use crate::config::Config;
 use crate::db::models::{Membership, Order};
 use crate::db::schema::{memberships, payments, refunds};
 use crate::domain::{money, order_status, MembershipStatus, OrderStatus, PaymentMethod, Provider, WalletMoveKind};
 use crate::error::{AppError, AppResult};
+use crate::outbox::{self, Effect, RefundPayload};
 use crate::wallet::{wallet_move, WalletMove};
 
 /// A payment about to be applied to a waiting order.
@@ -84,7 +84,7 @@ pub async fn apply_payment(
     if let (Some(plan_id), Some(days)) = (order.membership_plan_id, order.plan_days) {
         open_membership(conn, &paid, plan_id, days).await?;
     }
-    compensation::enqueue_grants(conn, &paid, ctx, config.max_attempts).await?;
+    outbox::enqueue(conn, paid.id, &outbox::grants(&paid), &ctx.trace, config.max_attempts).await?;
     Ok(paid)
 }
 
@@ -322,19 +322,16 @@ pub async fn refund_order(
         }
         if online_back > 0 {
             let provider = order.online_provider.unwrap_or(Provider::WechatPay);
-            compensation::enqueue_provider_refund(
-                conn,
-                &refunded,
-                provider.as_str(),
-                &format!("RF{}", refund_id),
-                online_back,
-                order.online_cents(),
-                order.provider_txn_id.as_deref(),
-                reason,
-                ctx,
-                config.max_attempts,
-            )
-            .await?;
+            let refund = Effect::ProviderRefund(RefundPayload {
+                order: (&refunded).into(),
+                provider,
+                refund_no: format!("RF{}", refund_id),
+                amount_cents: online_back,
+                total_cents: order.online_cents(),
+                provider_txn_id: order.provider_txn_id.clone(),
+                reason: reason.to_string(),
+            });
+            outbox::enqueue(conn, refunded.id, &[refund], &ctx.trace, config.max_attempts).await?;
         }
         if membership.is_some() {
             diesel::update(memberships::table.filter(memberships::order_id.eq(order.id)))
@@ -346,7 +343,14 @@ pub async fn refund_order(
                 .await?;
         }
         release_item(conn, &order).await?;
-        compensation::enqueue_revokes(conn, &refunded, ctx, config.max_attempts).await?;
+        outbox::enqueue(
+            conn,
+            refunded.id,
+            &outbox::revokes(&refunded),
+            &ctx.trace,
+            config.max_attempts,
+        )
+        .await?;
         Ok(refunded)
     })
     .await

@@ -97,11 +97,8 @@ impl ProviderApi {
         self.gateway(provider).is_some()
     }
 
-    /// A refund of an outbox event, whose payload names the provider as stored (`WECHAT_PAY`).
-    pub async fn refund(&self, provider: &str, r: &RefundRequest<'_>) -> Result<RefundAccepted, ProviderError> {
-        let named = Provider::parse(provider)
-            .ok_or_else(|| ProviderError::Unsupported(format!("{provider} is not configured")))?;
-        self.configured_gateway(named)?.refund(r).await
+    pub async fn refund(&self, provider: Provider, r: &RefundRequest<'_>) -> Result<RefundAccepted, ProviderError> {
+        self.configured_gateway(provider)?.refund(r).await
     }
 
     pub async fn query(

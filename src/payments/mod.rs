@@ -25,13 +25,13 @@ use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
 use serde_json::json;
 
 use crate::app::AppState;
-use crate::compensation;
 use crate::db::models::Order;
 use crate::db::schema::{payment_callbacks, payment_keys};
 use crate::domain::money::format_yuan;
 use crate::domain::{Actor, Ctx, OrderStatus, PaymentMethod, Provider, TicketKind};
 use crate::error::{AppError, AppResult};
 use crate::orders::{self, PaymentApplied};
+use crate::outbox::{self, Effect, RefundPayload};
 use crate::tickets::NewTicket;
 use crate::trace::TraceId;
 
@@ -454,19 +454,16 @@ async fn apply_paid(
                                 "action": "refund to the payer queued as PROVIDER_REFUND"});
             p.ticket(conn, TicketKind::PaidAfterCancel, Some(&order), detail, ctx)
                 .await?;
-            compensation::enqueue_provider_refund(
-                conn,
-                &order,
-                p.provider.as_str(),
-                &format!("PAC{callback_id}"),
-                p.amount_cents,
-                p.amount_cents,
-                Some(p.txn_id),
-                "paid after the order was canceled",
-                ctx,
-                config.max_attempts,
-            )
-            .await?;
+            let refund = Effect::ProviderRefund(RefundPayload {
+                order: (&order).into(),
+                provider: p.provider,
+                refund_no: format!("PAC{callback_id}"),
+                amount_cents: p.amount_cents,
+                total_cents: p.amount_cents,
+                provider_txn_id: Some(p.txn_id.to_string()),
+                reason: "paid after the order was canceled".into(),
+            });
+            outbox::enqueue(conn, order.id, &[refund], &ctx.trace, config.max_attempts).await?;
             Ok((Outcome::PaidAfterCancel, Some(order)))
         }
         other => {

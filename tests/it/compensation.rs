@@ -436,3 +436,101 @@ async fn provider_refunds_call_the_providers_signed_apis() {
         2
     );
 }
+
+/// The values a CHECK constraint of `compensation_events` allows for `column`, as the migrated
+/// database states them (`pg_get_constraintdef`).
+async fn checked_values(app: &TestApp, column: &str) -> std::collections::BTreeSet<String> {
+    #[derive(diesel::QueryableByName)]
+    struct Def {
+        #[diesel(sql_type = diesel::sql_types::Text)]
+        def: String,
+    }
+    let mut c = app.conn().await;
+    let defs: Vec<Def> = diesel_async::RunQueryDsl::load(
+        diesel::sql_query(
+            "SELECT pg_get_constraintdef(c.oid) AS def FROM pg_constraint c
+              WHERE c.conrelid = 'compensation_events'::regclass AND c.contype = 'c'
+                AND c.conkey = ARRAY[(SELECT attnum FROM pg_attribute
+                                       WHERE attrelid = 'compensation_events'::regclass AND attname = $1)]",
+        )
+        .bind::<diesel::sql_types::Text, _>(column),
+        &mut c,
+    )
+    .await
+    .unwrap();
+    assert_eq!(defs.len(), 1, "one CHECK on compensation_events.{column}");
+    // CHECK ((kind = ANY (ARRAY['DOOR_ACCESS_GRANT'::text, …]))): the quoted literals.
+    defs[0].def.split('\'').skip(1).step_by(2).map(str::to_string).collect()
+}
+
+#[tokio::test]
+async fn the_kind_and_status_checks_allow_exactly_the_effects_and_statuses_of_the_code() {
+    use fitorder::domain::{CompensationKind, CompensationStatus};
+    let app = TestApp::new().await;
+    let kinds: std::collections::BTreeSet<String> =
+        CompensationKind::ALL.iter().map(|k| k.as_str().to_string()).collect();
+    assert_eq!(
+        checked_values(&app, "kind").await,
+        kinds,
+        "an effect added to domain::effect needs a migration that widens the CHECK on compensation_events.kind"
+    );
+    let statuses: std::collections::BTreeSet<String> =
+        CompensationStatus::ALL.iter().map(|s| s.as_str().to_string()).collect();
+    assert_eq!(checked_values(&app, "status").await, statuses);
+}
+
+#[tokio::test]
+async fn a_running_worker_works_through_a_backlog_batch_after_batch_and_stops_holding_nothing() {
+    let fake = FakeDownstream::start(Mode::Healthy).await;
+    let app = app_with(&fake, 5, 5000).await;
+    let (_, no) = paid_order(&app).await;
+    let mut c = app.conn().await;
+    diesel_async::RunQueryDsl::execute(
+        diesel::sql_query(format!(
+            "INSERT INTO compensation_events (order_id, kind, max_attempts, payload, idempotency_key, trace_id)
+             SELECT o.id, 'DOOR_ACCESS_GRANT', 5,
+                    jsonb_build_object('orderNo', o.order_no, 'memberId', o.member_id::text, 'storeId', o.store_id::text, 'action', 'GRANT'),
+                    'backlog-' || g, 'backlog'
+               FROM orders o, generate_series(1, 398) g WHERE o.order_no = '{no}'"
+        )),
+        &mut c,
+    )
+    .await
+    .unwrap();
+    drop(c);
+    // Small batches: the worker claims the next one while it delivers the current one.
+    let mut worker = Worker::new(app.state.clone());
+    worker.batch = 16;
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let running = tokio::spawn(worker.run(stopped));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while app.sql_i64("SELECT count(*) AS v FROM compensation_attempts").await < 100 {
+        assert!(tokio::time::Instant::now() < deadline, "the worker did not get going");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // Stopped mid-backlog, it leaves no event claimed: what it had claimed ahead is given back.
+    stop.send(true).unwrap();
+    running.await.unwrap();
+    assert_eq!(
+        app.sql_i64(
+            "SELECT count(*) AS v FROM compensation_events WHERE locked_by IS NOT NULL OR locked_until IS NOT NULL"
+        )
+        .await,
+        0
+    );
+    let left = app
+        .sql_i64("SELECT count(*) AS v FROM compensation_events WHERE status = 'PENDING'")
+        .await;
+    assert!(left > 0, "stopped before the end of the backlog");
+    // Another worker finds the rest due at once, and every event was delivered exactly once.
+    let other = Worker::new(app.state.clone());
+    assert!(other.run_once().await.unwrap() > 0);
+    drain(&app, &other, 60).await;
+    let delivered = fake.delivered_per_key();
+    assert_eq!(delivered.len(), 400);
+    assert!(delivered.values().all(|n| *n == 1), "some event was delivered twice");
+    assert_eq!(
+        app.sql_i64("SELECT count(*) AS v FROM compensation_attempts").await,
+        400
+    );
+}

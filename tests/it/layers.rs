@@ -37,7 +37,8 @@ const RANKS: &[(&str, u8, u8)] = &[
     ("alerts", 5, 1),
     ("wallet", 5, 2),
     // The outbox: effects enqueued in the transaction of the change that causes them.
-    ("compensation", 5, 3),
+    ("outbox", 5, 3),
+    ("compensation", 5, 7),
     ("orders", 5, 4),
     ("catalog", 5, 5),
     // Trades and applying payments.
@@ -796,7 +797,8 @@ fn the_layer_scan_reads_paths_like_the_compiler() {
     assert!(!allowed(r("wallet"), r("orders")));
     assert!(!allowed(r("db::models"), r("orders")));
     assert!(allowed(r("compensation::worker"), r("payments")));
-    assert!(!allowed(r("compensation"), r("payments")));
+    assert!(!allowed(r("outbox"), r("payments")));
+    assert!(!allowed(r("outbox"), r("orders")));
     assert!(allowed(r("config"), r("auth")));
     assert!(!allowed(r("payments::wechat"), r("payments")));
 }

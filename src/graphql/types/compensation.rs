@@ -4,8 +4,8 @@ use async_graphql::{Context, Object, SimpleObject, ID};
 use chrono::{DateTime, Utc};
 
 use super::super::loaders::*;
+use super::super::outbox::{CompensationKind, CompensationStatus};
 use super::is_member;
-use crate::compensation::{CompensationKind, CompensationStatus};
 use crate::db::models;
 use crate::error::{AppError, AppResult};
 
@@ -33,14 +33,20 @@ impl CompensationEventNode {
         self.0.payload["orderNo"].as_str().unwrap_or_default().to_string()
     }
     async fn kind(&self) -> AppResult<CompensationKind> {
-        parse_or_internal(CompensationKind::parse(&self.0.kind), "compensation kind", &self.0.kind)
+        parse_or_internal(
+            crate::domain::CompensationKind::parse(&self.0.kind),
+            "compensation kind",
+            &self.0.kind,
+        )
+        .map(Into::into)
     }
     async fn status(&self) -> AppResult<CompensationStatus> {
         parse_or_internal(
-            CompensationStatus::parse(&self.0.status),
+            crate::domain::CompensationStatus::parse(&self.0.status),
             "compensation status",
             &self.0.status,
         )
+        .map(Into::into)
     }
     async fn attempts(&self) -> i32 {
         self.0.attempts

@@ -1,0 +1,12 @@
+-- Claims up to $3 due events for worker $1 under a lease of $2 seconds. Rows another worker
+-- holds (locked, or under a lease that has not run out) are skipped, never waited for.
+UPDATE compensation_events e
+   SET locked_until = now() + make_interval(secs => $2), locked_by = $1
+ WHERE e.id IN (
+       SELECT id FROM compensation_events
+        WHERE status IN ('PENDING', 'RETRYING') AND next_attempt_at <= now()
+          AND (locked_until IS NULL OR locked_until < now())
+        ORDER BY next_attempt_at
+        LIMIT $3
+          FOR UPDATE SKIP LOCKED)
+RETURNING e.*

@@ -1,0 +1,99 @@
+//! The enqueue side of the transactional outbox: downstream [`Effect`]s written as
+//! `compensation_events` rows in the transaction of the change that causes them, and announced
+//! on commit. Used by orders, payments and tickets; it knows nothing of delivery, which is the
+//! compensation worker's (`compensation`, above payments).
+
+use diesel::prelude::*;
+use diesel::sql_types::Text;
+use diesel_async::{AsyncPgConnection, RunQueryDsl};
+
+use crate::db::models::Order;
+use crate::db::schema::compensation_events as ce;
+pub use crate::domain::effect::{AccessAction, AccessPayload, OrderRef, RefundPayload};
+pub use crate::domain::Effect;
+use crate::error::AppResult;
+use crate::events::{EVENTS_CHANNEL, OUTBOX_CHANNEL};
+use crate::trace::TraceId;
+
+/// `pg_notify(channel, payload)`: returns nothing anyone reads.
+#[derive(diesel::sql_types::SqlType, diesel::query_builder::QueryId)]
+#[diesel(postgres_type(name = "void"))]
+pub struct Void;
+
+diesel::define_sql_function! {
+    /// Sends a notification on `channel` when the transaction commits.
+    fn pg_notify(channel: Text, payload: Text) -> Void;
+}
+
+impl From<&Order> for OrderRef {
+    fn from(o: &Order) -> OrderRef {
+        OrderRef {
+            order_no: o.order_no.clone(),
+            member_id: o.member_id.to_string(),
+            store_id: o.store_id.to_string(),
+        }
+    }
+}
+
+/// Door and AI-device access for a paid order.
+pub fn grants(order: &Order) -> [Effect; 2] {
+    let p = access(order, AccessAction::Grant);
+    [Effect::DoorAccessGrant(p.clone()), Effect::AiAccessGrant(p)]
+}
+
+/// Door and AI-device access taken away for a refunded order.
+pub fn revokes(order: &Order) -> [Effect; 2] {
+    let p = access(order, AccessAction::Revoke);
+    [Effect::DoorAccessRevoke(p.clone()), Effect::AiAccessRevoke(p)]
+}
+
+fn access(order: &Order, action: AccessAction) -> AccessPayload {
+    AccessPayload {
+        order: order.into(),
+        action,
+    }
+}
+
+/// Writes `effects` about the order `order_id` as due events, in one statement, and announces
+/// them on commit. Each event's idempotency key is unique: the same effect twice is refused.
+pub async fn enqueue(
+    conn: &mut AsyncPgConnection,
+    order_id: i64,
+    effects: &[Effect],
+    trace: &TraceId,
+    max_attempts: i32,
+) -> AppResult<Vec<i64>> {
+    let rows: Vec<_> = effects
+        .iter()
+        .map(|e| {
+            (
+                ce::order_id.eq(order_id),
+                ce::kind.eq(e.kind().as_str()),
+                ce::max_attempts.eq(max_attempts),
+                ce::payload.eq(e.payload_json()),
+                ce::idempotency_key.eq(e.idempotency_key()),
+                ce::trace_id.eq(trace.as_str()),
+            )
+        })
+        .collect();
+    let ids: Vec<i64> = diesel::insert_into(ce::table)
+        .values(rows)
+        .returning(ce::id)
+        .get_results(conn)
+        .await?;
+    announce(conn, &ids).await?;
+    Ok(ids)
+}
+
+/// Wakes the workers of every process and tells subscribers about each event; on commit.
+pub async fn announce(conn: &mut AsyncPgConnection, event_ids: &[i64]) -> AppResult<()> {
+    ce::table
+        .filter(ce::id.eq_any(event_ids))
+        .select((
+            pg_notify(OUTBOX_CHANNEL, ""),
+            pg_notify(EVENTS_CHANNEL, "comp:".into_sql::<Text>().concat(ce::id.cast::<Text>())),
+        ))
+        .execute(conn)
+        .await?;
+    Ok(())
+}

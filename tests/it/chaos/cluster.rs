@@ -1,0 +1,196 @@
+//! The machines of a chaos run: a private PostgreSQL that can be restarted, and several real
+//! `fitorder` processes (two serving, one of them without workers, and a worker) that can be
+//! killed -9 and started again.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use fitorder::db::dev_pg::DevPostgres;
+
+use crate::fakes::FakeDownstream;
+use crate::harness::wait_ready;
+use crate::providers;
+
+/// The JWT secret the processes share with the test's tokens.
+pub const SECRET: &str = "chaos-secret";
+
+/// A PostgreSQL of our own, to restart mid-run.
+pub struct Database {
+    dir: PathBuf,
+    pg: Option<DevPostgres>,
+    /// The migrated database of the run.
+    pub url: String,
+}
+
+impl Database {
+    pub async fn start() -> Database {
+        let dir = std::env::temp_dir().join(format!("fitorder-chaos-{}", std::process::id()));
+        let d = dir.clone();
+        let pg = tokio::task::spawn_blocking(move || DevPostgres::ensure(&d))
+            .await
+            .unwrap()
+            .expect("private cluster");
+        fitorder::server::ensure_database(&pg.url("postgres"), "chaos")
+            .await
+            .unwrap();
+        let url = pg.url("chaos");
+        fitorder::db::migrate(&url).await.unwrap();
+        Database { dir, pg: Some(pg), url }
+    }
+
+    /// Stops the server and starts it again on the same data.
+    pub async fn restart(&mut self) {
+        let p = self.pg.take().unwrap();
+        let d = self.dir.clone();
+        self.pg = Some(
+            tokio::task::spawn_blocking(move || {
+                p.stop();
+                std::thread::sleep(Duration::from_millis(500));
+                DevPostgres::ensure(&d).unwrap()
+            })
+            .await
+            .unwrap(),
+        );
+    }
+
+    /// Stops the server and removes its data.
+    pub async fn remove(mut self) {
+        let p = self.pg.take().unwrap();
+        let dir = self.dir.clone();
+        tokio::task::spawn_blocking(move || {
+            p.stop();
+            let _ = std::fs::remove_dir_all(&dir);
+        })
+        .await
+        .unwrap();
+    }
+}
+
+/// One `fitorder` process.
+pub struct Proc {
+    pub args: Vec<&'static str>,
+    port: Option<u16>,
+    child: Option<Child>,
+}
+
+pub struct Cluster {
+    env: Vec<(String, String)>,
+    pub procs: Vec<Proc>,
+    /// The providers' APIs the processes call, up as long as they are.
+    _sandbox: fitorder::payments::sandbox_server::SandboxProvider,
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+impl Cluster {
+    /// Starts the processes against `db`, the door and AI devices at `downstream` (failing a
+    /// third of the time), the providers' APIs at a sandbox of this process, and waits until
+    /// every serving process is ready.
+    pub async fn start(db: &str, downstream: &FakeDownstream, http: &reqwest::Client) -> Cluster {
+        let mut config = fitorder::config::Config::for_tests(db.to_string());
+        providers::configure(&mut config);
+        let mut env: Vec<(String, String)> = vec![
+            ("DATABASE_URL".into(), db.to_string()),
+            ("FITORDER_JWT_SECRET".into(), SECRET.into()),
+            ("FITORDER_ORDER_TIMEOUT".into(), "3s".into()),
+            ("FITORDER_SCAN_INTERVAL".into(), "2s".into()),
+            ("FITORDER_RETRY_BASE".into(), "200ms".into()),
+            ("FITORDER_MAX_ATTEMPTS".into(), "4".into()),
+            ("FITORDER_DOWNSTREAM_TIMEOUT".into(), "1s".into()),
+            ("FITORDER_DOOR_ACCESS_URL".into(), downstream.url.clone()),
+            ("FITORDER_AI_ACCESS_URL".into(), downstream.url.clone()),
+            ("FITORDER_DB_POOL_SIZE".into(), "8".into()),
+            ("RUST_LOG".into(), "error".into()),
+        ];
+        // The providers' APIs: a sandbox in this process, both providers configured whole.
+        let sandbox =
+            fitorder::payments::sandbox_server::SandboxProvider::start(providers::sandbox_keys(), "127.0.0.1:0")
+                .await
+                .unwrap();
+        config.wechatpay.api_base = sandbox.wechat_api_base();
+        config.alipay.api_base = sandbox.alipay_gateway();
+        env.extend(providers::env_of(&config));
+        let mut cluster = Cluster {
+            env,
+            _sandbox: sandbox,
+            procs: vec![
+                Proc {
+                    args: vec!["serve"],
+                    port: Some(free_port()),
+                    child: None,
+                },
+                Proc {
+                    args: vec!["serve", "--no-workers"],
+                    port: Some(free_port()),
+                    child: None,
+                },
+                Proc {
+                    args: vec!["worker"],
+                    port: None,
+                    child: None,
+                },
+            ],
+        };
+        for i in 0..cluster.procs.len() {
+            cluster.start_proc(i);
+        }
+        for u in &cluster.urls() {
+            assert!(
+                wait_ready(http, u, Duration::from_secs(60)).await,
+                "{u} never became ready"
+            );
+        }
+        cluster
+    }
+
+    pub fn start_proc(&mut self, i: usize) {
+        let p = &mut self.procs[i];
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_fitorder"));
+        cmd.args(&p.args).stdout(Stdio::null()).stderr(Stdio::null());
+        for (k, v) in &self.env {
+            cmd.env(k, v);
+        }
+        if let Some(port) = p.port {
+            cmd.env("FITORDER_ADDR", format!("127.0.0.1:{port}"));
+        }
+        p.child = Some(cmd.spawn().expect("start fitorder"));
+    }
+
+    pub fn kill(&mut self, i: usize) {
+        if let Some(mut c) = self.procs[i].child.take() {
+            let _ = c.kill(); // SIGKILL
+            let _ = c.wait();
+        }
+    }
+
+    /// Starts whichever process is not running.
+    pub fn start_stopped(&mut self) {
+        for i in 0..self.procs.len() {
+            if self.procs[i].child.is_none() {
+                self.start_proc(i);
+            }
+        }
+    }
+
+    pub fn urls(&self) -> Vec<String> {
+        self.procs
+            .iter()
+            .filter_map(|p| p.port.map(|port| format!("http://127.0.0.1:{port}")))
+            .collect()
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for i in 0..self.procs.len() {
+            self.kill(i);
+        }
+    }
+}

@@ -11,6 +11,7 @@ use diesel::QueryableByName;
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 
 use crate::db::schema::anomaly_events;
+use crate::db::sql::StaticQuery;
 use crate::domain::{AnomalyCategory, TraceId};
 use crate::error::{AppError, AppResult};
 
@@ -30,44 +31,13 @@ pub async fn count(
     store: Option<i64>,
     scope: Option<Vec<i64>>,
 ) -> AppResult<HashMap<AnomalyCategory, i64>> {
-    let rows: Vec<Row> = diesel::sql_query(
-        "WITH f AS (SELECT $1::timestamptz AS t0, $2::timestamptz AS t1),
-         counted(category, store_id) AS (
-            SELECT CASE outcome
-                     WHEN 'DUPLICATE' THEN 'DUPLICATE_CALLBACK'
-                     WHEN 'BAD_SIGNATURE' THEN 'BAD_SIGNATURE'
-                     WHEN 'REJECTED_TRANSITION' THEN 'ILLEGAL_TRANSITION'
-                     WHEN 'PAID_AFTER_CANCEL' THEN 'PAID_AFTER_CANCEL'
-                     WHEN 'AMOUNT_MISMATCH' THEN 'AMOUNT_MISMATCH'
-                   END, store_id
-              FROM payment_callbacks, f WHERE received_at >= f.t0 AND received_at < f.t1
-               AND outcome IN ('DUPLICATE', 'BAD_SIGNATURE', 'REJECTED_TRANSITION', 'PAID_AFTER_CANCEL', 'AMOUNT_MISMATCH')
-            UNION ALL
-            SELECT category, store_id FROM anomaly_events, f WHERE at >= f.t0 AND at < f.t1
-            UNION ALL
-            SELECT 'ORDER_EXPIRED', o.store_id FROM order_transitions t JOIN orders o ON o.id = t.order_id, f
-             WHERE t.to_status = 'CANCELED' AND t.reason = 'TIMEOUT' AND t.at >= f.t0 AND t.at < f.t1
-            UNION ALL
-            SELECT 'COMPENSATION_RETRY', o.store_id FROM compensation_attempts a
-              JOIN compensation_events e ON e.id = a.event_id JOIN orders o ON o.id = e.order_id, f
-             WHERE NOT a.ok AND a.at >= f.t0 AND a.at < f.t1
-            UNION ALL
-            SELECT CASE WHEN kind = 'COMPENSATION_DEAD' THEN 'COMPENSATION_DEAD' ELSE 'RECONCILIATION_FINDING' END, store_id
-              FROM exception_tickets, f WHERE opened_at >= f.t0 AND opened_at < f.t1
-               AND (kind IN ('COMPENSATION_DEAD', 'PROVIDER_PAID_LOCAL_UNPAID', 'LOCAL_PAID_PROVIDER_MISSING', 'REFUND_MISMATCH')
-                    OR (kind = 'AMOUNT_MISMATCH' AND detail->>'source' = 'reconciliation'))
-         )
-         SELECT category, count(*) AS n FROM counted
-          WHERE ($3::bigint IS NULL OR store_id = $3)
-            AND ($4::bigint[] IS NULL OR store_id = ANY($4))
-          GROUP BY category",
-    )
-    .bind::<Timestamptz, _>(from)
-    .bind::<Timestamptz, _>(to)
-    .bind::<Nullable<BigInt>, _>(store)
-    .bind::<Nullable<Array<BigInt>>, _>(scope)
-    .load(conn)
-    .await?;
+    let rows: Vec<Row> = StaticQuery::new(include_str!("anomalies/count.sql"))
+        .bind::<Timestamptz, _>(from) // $1
+        .bind::<Timestamptz, _>(to) // $2
+        .bind::<Nullable<BigInt>, _>(store) // $3
+        .bind::<Nullable<Array<BigInt>>, _>(scope) // $4
+        .load(conn)
+        .await?;
     Ok(rows.into_iter().map(|r| (r.category, r.n)).collect())
 }
 

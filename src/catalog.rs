@@ -6,7 +6,7 @@ use diesel_async::{AsyncPgConnection, RunQueryDsl};
 
 use crate::db::models::{ClassPack, CoachSlot, Member, MembershipPlan, Store};
 use crate::db::schema::{class_packs, coach_slots, members, membership_plans, stores};
-use crate::error::{AppError, AppResult};
+use crate::error::{AppError, AppResult, OnViolation, Violation};
 
 fn name_ok(field: &str, value: &str) -> AppResult<String> {
     let v = value.trim();
@@ -34,11 +34,15 @@ pub async fn create_store(conn: &mut AsyncPgConnection, name: &str, code: &str) 
     {
         return Err(AppError::bad("code must be 1 to 32 letters, digits, - or _"));
     }
-    Ok(diesel::insert_into(stores::table)
+    diesel::insert_into(stores::table)
         .values((stores::name.eq(name), stores::code.eq(code)))
         .returning(Store::as_returning())
         .get_result(conn)
-        .await?)
+        .await
+        .on_violation(|v| match v {
+            Violation::Unique("stores_code_key") => Some(AppError::Conflict("a store with this code exists".into())),
+            _ => None,
+        })
 }
 
 pub async fn require_store(conn: &mut AsyncPgConnection, store_id: i64) -> AppResult<Store> {
@@ -59,7 +63,7 @@ pub async fn create_member(conn: &mut AsyncPgConnection, store_id: i64, name: &s
         return Err(AppError::bad("phone must be 5 to 20 digits"));
     }
     require_store(conn, store_id).await?;
-    Ok(diesel::insert_into(members::table)
+    diesel::insert_into(members::table)
         .values((
             members::store_id.eq(store_id),
             members::name.eq(name),
@@ -67,7 +71,13 @@ pub async fn create_member(conn: &mut AsyncPgConnection, store_id: i64, name: &s
         ))
         .returning(Member::as_returning())
         .get_result(conn)
-        .await?)
+        .await
+        .on_violation(|v| match v {
+            Violation::Unique("members_store_phone_key") => Some(AppError::Conflict(
+                "a member with this phone exists in this store".into(),
+            )),
+            _ => None,
+        })
 }
 
 pub async fn create_membership_plan(

@@ -1,6 +1,12 @@
 //! One error type for the whole service. Each variant says why it exists; `code()` maps it to
-//! the contract's `extensions.code` in one place, and `From<diesel::result::Error>` turns the
-//! database's named refusals (constraints, the state-machine trigger) into client errors.
+//! the contract's `extensions.code` in one place. A database error converts to INTERNAL unless
+//! it is one of the few that mean the same wherever they happen (a lost serialization race, the
+//! state-machine trigger's refusal); a constraint refusal means something only where it was
+//! expected, so the call site that expects it maps it by name ([`OnViolation`]).
+//!
+//! What an outside caller reads is [`AppError::public_message`]: an internal error is a stable
+//! "internal error" (the trace id says where the detail is logged); [`AppError::message`] is
+//! the whole text, for logs and stored rows.
 
 use async_graphql::ErrorExtensions;
 use diesel::result::{DatabaseErrorKind, Error as DieselError};
@@ -28,7 +34,6 @@ pub enum AppError {
     /// A race lost or a key reused with other content: retrying may help, or the caller must
     /// look at what is there now.
     Conflict(String),
-    /// The capability exists in the contract but is built by a later piece of work.
     /// A payment provider did not answer, or not with a signed answer: nothing was changed
     /// and the caller may try again (`extensions.reason: PROVIDER_UNAVAILABLE`).
     ProviderUnavailable(String),
@@ -74,24 +79,43 @@ impl AppError {
         AppError::Internal(std::sync::Arc::new(anyhow::anyhow!("{msg}")))
     }
 
-    /// What the client is told. (AppError has no Display on purpose: async-graphql converts
-    /// any Display type into an error without our `extensions.code`, so the compiler makes
-    /// sure every conversion goes through `extend`.)
+    /// The whole text, for the log and for rows read inside (a callback's error, a task run's
+    /// detail): an internal error's chain included. Never for an outside caller: that is
+    /// [`AppError::public_message`]. (AppError has no Display on purpose: async-graphql converts
+    /// any Display type into an error without our `extensions.code`, so the compiler makes sure
+    /// every conversion goes through `extend`.)
     pub fn message(&self) -> String {
+        match self {
+            AppError::Internal(e) => format!("internal error: {e:#}"),
+            other => other.client_text(),
+        }
+    }
+
+    /// What an outside caller (a GraphQL client, a provider's callback) may read: a stable
+    /// "internal error" for anything internal, file paths cut to their names otherwise.
+    pub fn public_message(&self) -> String {
+        match self {
+            AppError::Internal(_) => "internal error".to_string(),
+            other => public_text(&other.client_text()),
+        }
+    }
+
+    /// The text of the variants written for the client.
+    fn client_text(&self) -> String {
         match self {
             AppError::Unauthenticated(m)
             | AppError::Forbidden(m)
             | AppError::BadInput(m)
             | AppError::InsufficientFunds(m)
             | AppError::SoldOut(m)
-            | AppError::Conflict(m) => m.clone(),
+            | AppError::Conflict(m)
+            | AppError::ProviderUnavailable(m)
+            | AppError::Unavailable(m) => m.clone(),
             AppError::NotFound(what) => format!("{what} not found"),
             AppError::IllegalTransition { from, to } => {
                 format!("illegal transition {from} -> {to}")
             }
-            AppError::ProviderUnavailable(m) => m.clone(),
-            AppError::Unavailable(m) => m.clone(),
-            AppError::Internal(e) => format!("internal error: {e:#}"),
+            AppError::Internal(_) => "internal error".to_string(),
         }
     }
 }
@@ -121,60 +145,94 @@ impl From<TransitionError> for AppError {
     }
 }
 
-/// Named constraints that mean "the client asked for something the books cannot allow".
-fn constraint_error(name: &str, message: &str) -> Option<AppError> {
-    Some(match name {
-        "wallet_balance_not_negative" => AppError::InsufficientFunds("wallet balance is too low".into()),
-        "wallet_frozen_not_negative" => AppError::Conflict("frozen wallet money was already released".into()),
-        "class_pack_stock_not_negative" | "coach_slot_seats_in_range" => AppError::SoldOut("sold out".into()),
-        "stores_code_key" => AppError::Conflict("a store with this code exists".into()),
-        "members_store_phone_key" => AppError::Conflict("a member with this phone exists in this store".into()),
-        "orders_member_idempotency_key" => {
-            AppError::Conflict("an order with this idempotency key is being placed".into())
+/// A named constraint the database refused a statement with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Violation<'a> {
+    /// A CHECK constraint (SQLSTATE 23514).
+    Check(&'a str),
+    /// A unique constraint or unique index (SQLSTATE 23505).
+    Unique(&'a str),
+    /// A foreign key (SQLSTATE 23503).
+    ForeignKey(&'a str),
+}
+
+impl AppError {
+    /// The named constraint this error is the refusal of, if it is one (read from the database
+    /// error's SQLSTATE and constraint name, never from its message text).
+    pub fn violation(&self) -> Option<Violation<'_>> {
+        let AppError::Internal(e) = self else {
+            return None;
+        };
+        let DieselError::DatabaseError(kind, info) = e.downcast_ref::<DieselError>()? else {
+            return None;
+        };
+        let name = info.constraint_name()?;
+        match kind {
+            DatabaseErrorKind::CheckViolation => Some(Violation::Check(name)),
+            DatabaseErrorKind::UniqueViolation => Some(Violation::Unique(name)),
+            DatabaseErrorKind::ForeignKeyViolation => Some(Violation::ForeignKey(name)),
+            _ => None,
         }
-        "orders_sessions_in_range" => AppError::BadInput("not enough sessions left".into()),
-        "wallet_ledger_top_up_reference" => AppError::Conflict("top-up reference already used".into()),
-        "payments_one_per_order" | "payments_idempotency_key" => AppError::Conflict("order already paid".into()),
-        "refunds_one_per_order" => AppError::Conflict("order already refunded".into()),
-        "check_ins_order_txn_key" => AppError::Conflict("check-in already recorded".into()),
-        _ if message.contains("violates check constraint") => AppError::BadInput(format!("refused: {name}")),
-        _ => return None,
-    })
+    }
+}
+
+/// The constraints a statement is expected to run into, mapped where it runs: a refusal the
+/// caller expects becomes what the client is told; any other stays INTERNAL (a bug: its name
+/// and the database's text go to the log, never to the caller).
+///
+/// ```ignore
+/// diesel::insert_into(refunds::table)
+///     .values(..)
+///     .execute(conn)
+///     .await
+///     .on_violation(|v| match v {
+///         Violation::Unique("refunds_one_per_order") => Some(AppError::Conflict("order already refunded".into())),
+///         _ => None,
+///     })?;
+/// ```
+pub trait OnViolation<T> {
+    fn on_violation(self, expected: impl FnOnce(Violation<'_>) -> Option<AppError>) -> AppResult<T>;
+}
+
+impl<T, E: Into<AppError>> OnViolation<T> for Result<T, E> {
+    fn on_violation(self, expected: impl FnOnce(Violation<'_>) -> Option<AppError>) -> AppResult<T> {
+        self.map_err(|e| {
+            let e = e.into();
+            e.violation().and_then(expected).unwrap_or(e)
+        })
+    }
+}
+
+/// The state-machine trigger's refusal (SQLSTATE FS001, which diesel does not name): its
+/// DETAIL is `from=<FROM> to=<TO>`, written by the trigger for this.
+fn trigger_refusal(info: &dyn diesel::result::DatabaseErrorInformation) -> Option<AppError> {
+    let detail = info.details()?;
+    let (from, to) = detail.strip_prefix("from=")?.split_once(" to=")?;
+    info.message()
+        .starts_with("illegal order transition: ")
+        .then(|| AppError::IllegalTransition {
+            from: from.trim().to_string(),
+            to: to.trim().to_string(),
+        })
 }
 
 impl From<DieselError> for AppError {
     fn from(e: DieselError) -> Self {
         match &e {
-            DieselError::NotFound => AppError::NotFound("record".into()),
-            DieselError::DatabaseError(kind, info) => {
-                let message = info.message();
-                // The state-machine trigger: `illegal order transition: FROM -> TO`.
-                if let Some(rest) = message.strip_prefix("illegal order transition: ") {
-                    if let Some((from, to)) = rest.split_once(" -> ") {
-                        return AppError::IllegalTransition {
-                            from: from.trim().to_string(),
-                            to: to.trim().to_string(),
-                        };
-                    }
-                }
-                if let Some(name) = info.constraint_name() {
-                    if let Some(err) = constraint_error(name, message) {
-                        return err;
-                    }
-                }
-                match kind {
-                    DatabaseErrorKind::SerializationFailure => {
-                        AppError::Conflict("concurrent update, please retry".into())
-                    }
-                    DatabaseErrorKind::ForeignKeyViolation => {
-                        tracing::debug!(error = %message, "foreign key violation");
-                        AppError::BadInput("refers to something that does not exist".into())
-                    }
-                    _ => AppError::Internal(std::sync::Arc::new(anyhow::Error::new(e))),
+            DieselError::NotFound => return AppError::NotFound("record".into()),
+            DieselError::DatabaseError(DatabaseErrorKind::SerializationFailure, _) => {
+                return AppError::Conflict("concurrent update, please retry".into())
+            }
+            DieselError::DatabaseError(DatabaseErrorKind::Unknown, info) => {
+                if let Some(refused) = trigger_refusal(info.as_ref()) {
+                    return refused;
                 }
             }
-            _ => AppError::Internal(std::sync::Arc::new(anyhow::Error::new(e))),
+            _ => {}
         }
+        // Constraint refusals included: the call sites that expect one map it (`OnViolation`);
+        // one nobody expected is a bug.
+        AppError::Internal(std::sync::Arc::new(anyhow::Error::new(e)))
     }
 }
 
@@ -216,14 +274,11 @@ impl From<AppError> for async_graphql::Error {
 
 impl ErrorExtensions for AppError {
     fn extend(&self) -> async_graphql::Error {
-        let message = match self {
-            // Internal details go to the log, not to the client.
-            AppError::Internal(inner) => {
-                tracing::error!(error = %format!("{inner:#}"), "internal error");
-                "internal error".to_string()
-            }
-            other => public_text(&other.message()),
-        };
+        if let AppError::Internal(inner) = self {
+            // Internal details go to the log (under the request's trace id), not to the client.
+            tracing::error!(error = %format!("{inner:#}"), "internal error");
+        }
+        let message = self.public_message();
         async_graphql::Error::new(message).extend_with(|_, ext| {
             ext.set("code", self.code());
             if let AppError::IllegalTransition { from, to } = self {
@@ -252,5 +307,118 @@ mod public_text_tests {
         );
         assert_eq!(public_text("reading \"./statements/a.csv\""), "reading \"a.csv\"");
         assert_eq!(public_text("1 -> 2 and a/b"), "1 -> 2 and a/b");
+    }
+}
+
+#[cfg(test)]
+mod violation_tests {
+    use async_graphql::ErrorExtensions;
+    use diesel::result::{DatabaseErrorInformation, DatabaseErrorKind, Error as DieselError};
+
+    use super::{AppError, OnViolation, Violation};
+
+    /// A database refusal as PostgreSQL reports one.
+    struct Refusal {
+        message: &'static str,
+        detail: Option<&'static str>,
+        constraint: Option<&'static str>,
+    }
+
+    impl DatabaseErrorInformation for Refusal {
+        fn message(&self) -> &str {
+            self.message
+        }
+        fn details(&self) -> Option<&str> {
+            self.detail
+        }
+        fn hint(&self) -> Option<&str> {
+            None
+        }
+        fn table_name(&self) -> Option<&str> {
+            None
+        }
+        fn column_name(&self) -> Option<&str> {
+            None
+        }
+        fn constraint_name(&self) -> Option<&str> {
+            self.constraint
+        }
+        fn statement_position(&self) -> Option<i32> {
+            None
+        }
+    }
+
+    fn refused(kind: DatabaseErrorKind, constraint: &'static str) -> DieselError {
+        DieselError::DatabaseError(
+            kind,
+            Box::new(Refusal {
+                message: "new row for relation \"orders\" violates check constraint",
+                detail: Some("Failing row contains (1, FS20261201000001, ...)."),
+                constraint: Some(constraint),
+            }),
+        )
+    }
+
+    #[test]
+    fn an_unexpected_constraint_is_internal_and_only_the_log_has_its_name() {
+        for kind in [
+            DatabaseErrorKind::CheckViolation,
+            DatabaseErrorKind::UniqueViolation,
+            DatabaseErrorKind::ForeignKeyViolation,
+        ] {
+            let e = AppError::from(refused(kind, "orders_refund_in_range"));
+            assert_eq!(e.code(), "INTERNAL");
+            assert_eq!(e.public_message(), "internal error");
+            let told = e.extend();
+            assert_eq!(told.message, "internal error");
+            let all = format!("{told:?}");
+            for inside in ["orders_refund_in_range", "violates", "Failing row"] {
+                assert!(!all.contains(inside), "{inside} reached the caller: {all}");
+            }
+            // The whole text is kept for the log and the rows people read inside.
+            assert!(e.message().contains("violates check constraint"), "{}", e.message());
+        }
+    }
+
+    #[test]
+    fn an_expected_constraint_is_what_its_call_site_says_by_kind_and_name() {
+        let expect = |v: Violation<'_>| match v {
+            Violation::Unique("refunds_one_per_order") => Some(AppError::Conflict("order already refunded".into())),
+            _ => None,
+        };
+        let r: Result<(), DieselError> = Err(refused(DatabaseErrorKind::UniqueViolation, "refunds_one_per_order"));
+        let e = r.on_violation(expect).unwrap_err();
+        assert_eq!(
+            (e.code(), e.public_message().as_str()),
+            ("CONFLICT", "order already refunded")
+        );
+        // Already an AppError (converted inside a transaction): the same.
+        let r: Result<(), AppError> = Err(refused(DatabaseErrorKind::UniqueViolation, "refunds_one_per_order").into());
+        assert_eq!(r.on_violation(expect).unwrap_err().code(), "CONFLICT");
+        // Another constraint, or the same name of another kind, is not what was expected.
+        for (kind, name) in [
+            (DatabaseErrorKind::UniqueViolation, "payments_one_per_order"),
+            (DatabaseErrorKind::CheckViolation, "refunds_one_per_order"),
+        ] {
+            let r: Result<(), DieselError> = Err(refused(kind, name));
+            assert_eq!(r.on_violation(expect).unwrap_err().code(), "INTERNAL", "{name}");
+        }
+        // Errors that are no refusal pass through unchanged.
+        let r: Result<(), DieselError> = Err(DieselError::NotFound);
+        assert_eq!(r.on_violation(expect).unwrap_err().code(), "NOT_FOUND");
+    }
+
+    #[test]
+    fn the_state_machine_triggers_refusal_is_an_illegal_transition() {
+        let e = AppError::from(DieselError::DatabaseError(
+            DatabaseErrorKind::Unknown,
+            Box::new(Refusal {
+                message: "illegal order transition: PAID -> WAIT_PAY",
+                detail: Some("from=PAID to=WAIT_PAY"),
+                constraint: None,
+            }),
+        ));
+        assert_eq!(e.code(), "ILLEGAL_TRANSITION");
+        assert_eq!(e.public_message(), "illegal transition PAID -> WAIT_PAY");
     }
 }

@@ -6,12 +6,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use diesel::prelude::*;
-use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
+use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl, SimpleAsyncConnection};
 use futures_util::StreamExt;
 use tokio::sync::{broadcast, Notify};
 
 use crate::db::models::{CompensationEvent, ExceptionTicket};
 use crate::db::schema::{compensation_events, exception_tickets, order_transitions, orders};
+use crate::db::sql::pg_notify;
 use crate::db::DbPool;
 use crate::domain::OrderStatus;
 
@@ -95,15 +96,11 @@ impl EventHub {
 
     async fn listen_once(&self, url: &str, pool: &DbPool) -> anyhow::Result<()> {
         let mut conn = AsyncPgConnection::establish(url).await?;
-        diesel::sql_query(format!("LISTEN {EVENTS_CHANNEL}"))
-            .execute(&mut conn)
-            .await?;
-        diesel::sql_query(format!("LISTEN {OUTBOX_CHANNEL}"))
-            .execute(&mut conn)
-            .await?;
-        diesel::sql_query(format!("LISTEN {EXPIRY_CHANNEL}"))
-            .execute(&mut conn)
-            .await?;
+        // Once per connection, in one round trip (simple protocol: nothing to prepare).
+        conn.batch_execute(&format!(
+            "LISTEN {EVENTS_CHANNEL}; LISTEN {OUTBOX_CHANNEL}; LISTEN {EXPIRY_CHANNEL}"
+        ))
+        .await?;
         // Anything committed while we were not listening is still due: let workers look.
         self.outbox.notify_waiters();
         self.expiry.notify_waiters();
@@ -208,10 +205,11 @@ async fn load(pool: &DbPool, payload: &str) -> anyhow::Result<Option<Event>> {
 }
 
 /// A statement announcing `payload` on the events channel when the transaction commits.
-pub fn notify_sql(
-    payload: &str,
-) -> diesel::query_builder::BoxedSqlQuery<'static, diesel::pg::Pg, diesel::query_builder::SqlQuery> {
-    diesel::sql_query("SELECT pg_notify('fitorder_events', $1)")
-        .into_boxed()
-        .bind::<diesel::sql_types::Text, _>(payload.to_string())
+pub fn notify_sql(payload: &str) -> diesel::dsl::select<pg_notify<&'static str, String>> {
+    diesel::select(pg_notify(EVENTS_CHANNEL, payload.to_string()))
+}
+
+/// A statement waking the expiry timers of every instance when the transaction commits.
+pub fn wake_expiry() -> diesel::dsl::select<pg_notify<&'static str, &'static str>> {
+    diesel::select(pg_notify(EXPIRY_CHANNEL, ""))
 }

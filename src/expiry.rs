@@ -17,7 +17,8 @@ use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use serde_json::json;
 
 use crate::app::AppState;
-use crate::db::schema::orders;
+use crate::db::schema::{expiry_claims, orders};
+use crate::db::sql::StaticQuery;
 use crate::domain::{order_status, ActorKind, OrderStatus, Provider};
 use crate::error::AppResult;
 use crate::payments::api::{ProviderApi, TradeState};
@@ -43,45 +44,12 @@ pub async fn cancel_expired(
 ) -> AppResult<i64> {
     // The state machine's verdict for the whole batch: the system may cancel a waiting order.
     order_status::check(OrderStatus::WaitPay, OrderStatus::Canceled, ActorKind::System)?;
-    let r: Count = diesel::sql_query(
-        "WITH due AS (
-            SELECT id FROM orders
-             WHERE status = 'WAIT_PAY' AND expires_at IS NOT NULL AND expires_at <= now()
-               AND ($1::bigint[] IS NULL OR id = ANY($1))
-             ORDER BY expires_at
-             LIMIT $2
-               FOR UPDATE SKIP LOCKED
-        ), moved AS (
-            UPDATE orders o
-               SET status = 'CANCELED', canceled_at = now(), cancel_reason = 'TIMEOUT', updated_at = now()
-              FROM due WHERE o.id = due.id AND o.status = 'WAIT_PAY'
-            RETURNING o.id, o.member_id, o.coach_slot_id, o.class_pack_id, o.payment_method, o.wallet_amount_cents
-        ), audit AS (
-            INSERT INTO order_transitions (order_id, from_status, to_status, actor, reason, trace_id)
-            SELECT id, 'WAIT_PAY', 'CANCELED', 'system:expiry', 'TIMEOUT', $3 FROM moved
-            RETURNING id
-        ), seats AS (
-            UPDATE coach_slots s SET remaining = s.remaining + m.n
-              FROM (SELECT coach_slot_id, count(*) AS n FROM moved WHERE coach_slot_id IS NOT NULL GROUP BY 1) m
-             WHERE s.id = m.coach_slot_id
-        ), stock AS (
-            UPDATE class_packs p SET stock = p.stock + m.n
-              FROM (SELECT class_pack_id, count(*) AS n FROM moved WHERE class_pack_id IS NOT NULL GROUP BY 1) m
-             WHERE p.id = m.class_pack_id AND p.stock IS NOT NULL
-        ), unfrozen AS (
-            INSERT INTO wallet_ledger (member_id, kind, balance_delta, frozen_delta, order_id, actor, trace_id)
-            SELECT member_id, 'UNFREEZE', wallet_amount_cents, -wallet_amount_cents, id, 'system:expiry', $3
-              FROM moved WHERE payment_method = 'MIXED' AND wallet_amount_cents > 0
-        ), announced AS (
-            SELECT count(pg_notify('fitorder_events', 'order:' || id)) AS n FROM audit
-        )
-        SELECT (SELECT count(*) FROM moved) + 0 * (SELECT n FROM announced) AS n",
-    )
-    .bind::<diesel::sql_types::Nullable<Array<BigInt>>, _>(ids.map(|i| i.to_vec()))
-    .bind::<BigInt, _>(limit)
-    .bind::<Text, _>(trace.as_str())
-    .get_result(conn)
-    .await?;
+    let r: Count = StaticQuery::new(include_str!("expiry/cancel_expired.sql"))
+        .bind::<diesel::sql_types::Nullable<Array<BigInt>>, _>(ids) // $1
+        .bind::<BigInt, _>(limit) // $2
+        .bind::<Text, _>(trace.as_str()) // $3
+        .get_result(conn)
+        .await?;
     if r.n > 0 {
         metrics::counter!("fitorder_orders_expired_total").increment(r.n as u64);
         tracing::info!(canceled = r.n, "expired orders canceled");
@@ -115,13 +83,13 @@ async fn claim_due(
     lease: Duration,
     who: &str,
 ) -> AppResult<Vec<Due>> {
-    Ok(diesel::sql_query(include_str!("expiry/claim_due.sql"))
-        .bind::<Array<Text>, _>(providers)
-        .bind::<BigInt, _>(CLAIM_BATCH)
+    Ok(StaticQuery::new(include_str!("expiry/claim_due.sql"))
+        .bind::<Array<Text>, _>(providers) // $1
+        .bind::<BigInt, _>(CLAIM_BATCH) // $2
         .bind::<diesel::sql_types::Interval, _>(diesel::data_types::PgInterval::from_microseconds(
             lease.as_micros() as i64
-        ))
-        .bind::<Text, _>(who)
+        )) // $3
+        .bind::<Text, _>(who) // $4
         .load(conn)
         .await?)
 }
@@ -177,8 +145,14 @@ pub async fn expire_due(state: &AppState, api: &ProviderApi) -> AppResult<i64> {
             total += cancel_expired(&mut conn, Some(&cancel), BATCH, &trace).await?;
         }
         // Settled orders need no claim any more (a waiting one keeps its claim until it lapses).
-        diesel::sql_query(
-            "DELETE FROM expiry_claims c USING orders o WHERE c.order_id = o.id AND o.status <> 'WAIT_PAY'",
+        diesel::delete(
+            expiry_claims::table.filter(
+                expiry_claims::order_id.eq_any(
+                    orders::table
+                        .filter(orders::status.ne(OrderStatus::WaitPay))
+                        .select(orders::id),
+                ),
+            ),
         )
         .execute(&mut conn)
         .await?;

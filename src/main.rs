@@ -2,6 +2,10 @@
 
 use std::process::ExitCode;
 
+/// mimalloc instead of glibc malloc: the GraphQL pages allocate many small values (B5).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use anyhow::{bail, Context, Result};
 use fitorder::auth::{issue_token, Role};
 use fitorder::config::{Config, ENV_HELP};

@@ -8,7 +8,7 @@ use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
 use crate::db::models::Member;
 use crate::db::schema::{members, wallet_ledger};
 use crate::domain::{Ctx, WalletMoveKind};
-use crate::error::{AppError, AppResult};
+use crate::error::{AppError, AppResult, OnViolation, Violation};
 
 /// One movement of wallet money: what it is, how it changes the spendable balance and the
 /// frozen amount, and what it belongs to.
@@ -36,7 +36,21 @@ pub async fn wallet_move(conn: &mut AsyncPgConnection, m: WalletMove<'_>, ctx: &
             wl::trace_id.eq(ctx.trace.as_str()),
         ))
         .execute(conn)
-        .await?;
+        .await
+        // The ledger trigger applies the movement to the member's balances, whose CHECKs
+        // refuse going negative; the unique index makes a top-up reference count once.
+        .on_violation(|v| match v {
+            Violation::Check("wallet_balance_not_negative") => {
+                Some(AppError::InsufficientFunds("wallet balance is too low".into()))
+            }
+            Violation::Check("wallet_frozen_not_negative") => {
+                Some(AppError::Conflict("frozen wallet money was already released".into()))
+            }
+            Violation::Unique("wallet_ledger_top_up_reference") => {
+                Some(AppError::Conflict("top-up reference already used".into()))
+            }
+            _ => None,
+        })?;
     Ok(())
 }
 

@@ -19,6 +19,8 @@ struct Counters {
     pings: AtomicU64,
     round_trips: AtomicU64,
     parses: AtomicU64,
+    /// Parses by statement text.
+    parsed: std::sync::Mutex<HashMap<String, u64>>,
 }
 
 /// Counts since the proxy started.
@@ -124,6 +126,28 @@ impl SqlCounter {
             parses: c.parses.load(Ordering::SeqCst),
         }
     }
+
+    /// How many times PostgreSQL was asked to parse a statement whose text contains `needle`
+    /// (on any connection, since the proxy started). The integration tests' check of the
+    /// statement cache.
+    #[allow(dead_code)]
+    pub fn parses_of(&self, needle: &str) -> u64 {
+        let parsed = self.counters.parsed.lock().unwrap_or_else(|e| e.into_inner());
+        parsed
+            .iter()
+            .filter(|(sql, _)| sql.contains(needle))
+            .map(|(_, n)| n)
+            .sum()
+    }
+
+    /// Every statement text parsed since the proxy started, with how many times.
+    #[allow(dead_code)]
+    pub fn parsed(&self) -> Vec<(String, u64)> {
+        let parsed = self.counters.parsed.lock().unwrap_or_else(|e| e.into_inner());
+        let mut all: Vec<(String, u64)> = parsed.iter().map(|(s, n)| (s.clone(), *n)).collect();
+        all.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        all
+    }
 }
 
 impl Drop for SqlCounter {
@@ -228,7 +252,13 @@ async fn pump(
                 c.parses.fetch_add(1, Ordering::SeqCst);
                 let (name, rest) = cstr(&body);
                 let (sql, _) = cstr(rest);
-                statements.insert(name.to_vec(), String::from_utf8_lossy(sql).to_string());
+                let sql = String::from_utf8_lossy(sql).to_string();
+                *c.parsed
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .entry(sql.clone())
+                    .or_default() += 1;
+                statements.insert(name.to_vec(), sql);
             }
             b'B' => {
                 let (portal, rest) = cstr(&body);

@@ -12,12 +12,13 @@ use std::time::{Duration, Instant};
 
 use chrono::Utc;
 use diesel::sql_types::{Array, BigInt, Double, Integer, Jsonb, Nullable, Text, Timestamptz};
-use diesel::QueryableByName;
+use diesel::{ExpressionMethods, QueryDsl, QueryableByName};
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
 use serde_json::{json, Value};
 
 use crate::config::Config;
 use crate::db::models::{CompensationEvent, ExceptionTicket, Order};
+use crate::db::sql::{lock_keys, pg_advisory_xact_lock, StaticQuery};
 use crate::db::DbPool;
 use crate::domain::money::format_yuan;
 use crate::domain::retry::backoff;
@@ -150,23 +151,17 @@ pub async fn raise(conn: &mut AsyncPgConnection, a: Alert) -> AppResult<Option<i
         #[diesel(sql_type = BigInt)]
         id: i64,
     }
-    let id: Option<Id> = diesel::sql_query(
-        "WITH a AS (
-            INSERT INTO alerts (cause, dedupe_key, title, lines, order_no, trace_id, detail)
-            VALUES ($1, $2, $3, $4, $5, $6, $7)
-            ON CONFLICT (dedupe_key) DO NOTHING RETURNING id)
-         SELECT id FROM a, LATERAL (SELECT pg_notify('fitorder_outbox', '')) n",
-    )
-    .bind::<Text, _>(a.cause)
-    .bind::<Text, _>(&a.dedupe_key)
-    .bind::<Text, _>(&a.title)
-    .bind::<Jsonb, _>(json!(a.lines))
-    .bind::<Nullable<Text>, _>(a.order_no.as_deref())
-    .bind::<Text, _>(&a.trace_id)
-    .bind::<Jsonb, _>(&a.detail)
-    .get_result(conn)
-    .await
-    .optional()?;
+    let id: Option<Id> = StaticQuery::new(include_str!("raise.sql"))
+        .bind::<Text, _>(a.cause)
+        .bind::<Text, _>(&a.dedupe_key)
+        .bind::<Text, _>(&a.title)
+        .bind::<Jsonb, _>(json!(a.lines))
+        .bind::<Nullable<Text>, _>(a.order_no.as_deref())
+        .bind::<Text, _>(&a.trace_id)
+        .bind::<Jsonb, _>(&a.detail)
+        .get_result(conn)
+        .await
+        .optional()?;
     if let Some(Id { id }) = id {
         tracing::error!(alert = id, cause = a.cause, order_no = ?a.order_no, trace_id = %a.trace_id,
             "ALERT: {}", a.title);
@@ -249,20 +244,11 @@ impl Deliverer {
         }
         let ids: Vec<String> = channels.iter().map(|c| c.id.clone()).collect();
         let mut conn = pool.get().await?;
-        diesel::sql_query(
-            "WITH a AS (
-                UPDATE alerts SET fanned_out_at = now()
-                 WHERE id IN (SELECT id FROM alerts WHERE fanned_out_at IS NULL ORDER BY id LIMIT 200
-                              FOR UPDATE SKIP LOCKED)
-                RETURNING id)
-             INSERT INTO alert_deliveries (alert_id, channel, max_attempts)
-             SELECT a.id, c.channel, $2 FROM a CROSS JOIN unnest($1::text[]) AS c(channel)
-             ON CONFLICT DO NOTHING",
-        )
-        .bind::<Array<Text>, _>(&ids)
-        .bind::<Integer, _>(self.config.alert_max_attempts)
-        .execute(&mut conn)
-        .await?;
+        StaticQuery::new(include_str!("fan_out.sql"))
+            .bind::<Array<Text>, _>(&ids)
+            .bind::<Integer, _>(self.config.alert_max_attempts)
+            .execute(&mut conn)
+            .await?;
         let lease = self.lease().as_secs_f64();
         let rate = self.config.alert_rate_per_minute;
         let worker = self.worker.clone();
@@ -270,42 +256,16 @@ impl Deliverer {
         // (requests in the last minute plus deliveries in flight) holds across all workers.
         let due: Vec<Due> = conn
             .transaction(async |conn| -> AppResult<Vec<Due>> {
-                diesel::sql_query("SELECT pg_advisory_xact_lock(7250600)")
+                diesel::select(pg_advisory_xact_lock(lock_keys::ALERT_CLAIMS))
                     .execute(conn)
                     .await?;
-                Ok(diesel::sql_query(
-                    "WITH c AS (
-                        SELECT d.id, d.channel,
-                               row_number() OVER (PARTITION BY d.channel ORDER BY d.next_attempt_at, d.id) AS rn
-                          FROM alert_deliveries d
-                         WHERE d.status IN ('PENDING', 'RETRYING') AND d.next_attempt_at <= now()
-                           AND (d.locked_until IS NULL OR d.locked_until < now())
-                           AND d.channel = ANY($3)
-                     ), used AS (
-                        SELECT ch.channel,
-                               (SELECT count(*) FROM alert_attempts x WHERE x.channel = ch.channel
-                                   AND x.at > now() - interval '1 minute')
-                             + (SELECT count(*) FROM alert_deliveries y WHERE y.channel = ch.channel
-                                   AND y.locked_until > now()) AS n
-                          FROM unnest($3::text[]) AS ch(channel)
-                     ), claimed AS (
-                        UPDATE alert_deliveries d
-                           SET locked_until = now() + make_interval(secs => $2), locked_by = $1
-                          FROM c JOIN used u ON u.channel = c.channel
-                         WHERE d.id = c.id AND c.rn + u.n <= $4
-                           -- Checked again on the row itself, should it have moved meanwhile.
-                           AND d.status IN ('PENDING', 'RETRYING')
-                           AND (d.locked_until IS NULL OR d.locked_until < now())
-                        RETURNING d.id, d.channel, d.attempts, d.max_attempts, d.alert_id)
-                     SELECT claimed.*, a.cause, a.title, a.lines, a.order_no, a.trace_id, a.created_at
-                       FROM claimed JOIN alerts a ON a.id = claimed.alert_id",
-                )
-                .bind::<Text, _>(&worker)
-                .bind::<Double, _>(lease)
-                .bind::<Array<Text>, _>(&ids)
-                .bind::<BigInt, _>(rate)
-                .load(conn)
-                .await?)
+                Ok(StaticQuery::new(include_str!("claim_due.sql"))
+                    .bind::<Text, _>(&worker)
+                    .bind::<Double, _>(lease)
+                    .bind::<Array<Text>, _>(&ids)
+                    .bind::<BigInt, _>(rate)
+                    .load(conn)
+                    .await?)
             })
             .await?;
         drop(conn);
@@ -355,26 +315,16 @@ impl Deliverer {
             }
         };
         let mut conn = pool.get().await?;
-        let recorded = diesel::sql_query(
-            "WITH u AS (
-                UPDATE alert_deliveries
-                   SET status = $3, attempts = attempts + 1, last_error = $4, next_attempt_at = $5,
-                       locked_until = NULL, locked_by = NULL, updated_at = now(),
-                       delivered_at = CASE WHEN $3 = 'SUCCEEDED' THEN now() END
-                 WHERE id = $1 AND locked_by = $2 AND attempts = $6
-                RETURNING id, channel)
-             INSERT INTO alert_attempts (delivery_id, channel, ok, error, duration_ms, worker)
-             SELECT id, channel, $3 = 'SUCCEEDED', $4, $7, $2 FROM u",
-        )
-        .bind::<BigInt, _>(d.id)
-        .bind::<Text, _>(&self.worker)
-        .bind::<Text, _>(status)
-        .bind::<Nullable<Text>, _>(error.as_deref())
-        .bind::<Nullable<Timestamptz>, _>(next)
-        .bind::<Integer, _>(d.attempts)
-        .bind::<Integer, _>(took.as_millis().min(i32::MAX as u128) as i32)
-        .execute(&mut conn)
-        .await?;
+        let recorded = StaticQuery::new(include_str!("record_attempt.sql"))
+            .bind::<BigInt, _>(d.id)
+            .bind::<Text, _>(&self.worker)
+            .bind::<Text, _>(status)
+            .bind::<Nullable<Text>, _>(error.as_deref())
+            .bind::<Nullable<Timestamptz>, _>(next)
+            .bind::<Integer, _>(d.attempts)
+            .bind::<Integer, _>(took.as_millis().min(i32::MAX as u128) as i32)
+            .execute(&mut conn)
+            .await?;
         if recorded == 0 {
             tracing::warn!(delivery = d.id, "alert lease lost before the attempt was recorded");
             return Ok(());
@@ -418,15 +368,11 @@ fn message(d: &Due, ops_url: String) -> Message {
 
 /// DEAD deliveries (of one alert, or all) go back to PENDING with a fresh allowance.
 pub async fn replay_dead(conn: &mut AsyncPgConnection, alert_id: Option<i64>, more_attempts: i32) -> AppResult<usize> {
-    Ok(diesel::sql_query(
-        "UPDATE alert_deliveries SET status = 'PENDING', next_attempt_at = now(), max_attempts = attempts + $2,
-                locked_until = NULL, locked_by = NULL, updated_at = now()
-          WHERE status = 'DEAD' AND ($1::bigint IS NULL OR alert_id = $1)",
-    )
-    .bind::<Nullable<BigInt>, _>(alert_id)
-    .bind::<Integer, _>(more_attempts)
-    .execute(conn)
-    .await?)
+    Ok(StaticQuery::new(include_str!("replay_dead.sql"))
+        .bind::<Nullable<BigInt>, _>(alert_id)
+        .bind::<Integer, _>(more_attempts)
+        .execute(conn)
+        .await?)
 }
 
 #[derive(QueryableByName)]
@@ -476,35 +422,18 @@ pub async fn recent(conn: &mut AsyncPgConnection, limit: i64) -> AppResult<Vec<S
         #[diesel(sql_type = Text)]
         line: String,
     }
-    let rows: Vec<Line> = diesel::sql_query(
-        "SELECT a.id || '  ' || to_char(a.created_at, 'YYYY-MM-DD HH24:MI:SS') || '  ' || a.cause || '  '
-                || COALESCE(a.order_no, '-') || '  trace ' || a.trace_id || '  '
-                || COALESCE((SELECT string_agg(d.channel || ' ' || d.status || ' x' || d.attempts
-                                               || COALESCE(' (' || left(d.last_error, 80) || ')', ''), ', ' ORDER BY d.id)
-                               FROM alert_deliveries d WHERE d.alert_id = a.id),
-                            CASE WHEN a.fanned_out_at IS NULL THEN 'not sent yet' ELSE 'no channel' END) AS line
-           FROM alerts a ORDER BY a.id DESC LIMIT $1",
-    )
-    .bind::<BigInt, _>(limit)
-    .load(conn)
-    .await?;
+    let rows: Vec<Line> = StaticQuery::new(include_str!("recent.sql"))
+        .bind::<BigInt, _>(limit)
+        .load(conn)
+        .await?;
     Ok(rows.into_iter().map(|r| r.line).collect())
 }
 
 async fn reconciliation_rows(conn: &mut AsyncPgConnection, run_id: Option<i64>) -> AppResult<Vec<RunRow>> {
-    Ok(diesel::sql_query(
-        "SELECT r.id, r.provider, r.bill_date, r.status, r.error, r.trace_id,
-                COALESCE((SELECT jsonb_object_agg(kind, n) FROM (
-                    SELECT t.kind, count(*) AS n FROM exception_tickets t WHERE t.trace_id = r.trace_id GROUP BY t.kind) k),
-                  '{}'::jsonb) AS kinds
-           FROM reconciliation_runs r
-          WHERE (($1::bigint IS NULL AND r.finished_at > now() - interval '2 days') OR r.id = $1)
-            AND (r.status = 'FAILED' OR (r.status = 'SUCCEEDED' AND r.tickets_opened > 0))
-            AND NOT EXISTS (SELECT 1 FROM alerts a WHERE a.dedupe_key = 'RECONCILIATION:' || r.id)",
-    )
-    .bind::<Nullable<BigInt>, _>(run_id)
-    .load(conn)
-    .await?)
+    Ok(StaticQuery::new(include_str!("reconciliation_runs.sql"))
+        .bind::<Nullable<BigInt>, _>(run_id)
+        .load(conn)
+        .await?)
 }
 
 fn reconciliation_alert(r: &RunRow) -> Alert {
@@ -590,14 +519,9 @@ pub async fn sweep(
         #[diesel(sql_type = Nullable<Integer>)]
         minutes: Option<i32>,
     }
-    let o: Overdue = diesel::sql_query(
-        "SELECT (array_agg(id ORDER BY next_attempt_at, id))[1] AS oldest, count(*) AS n,
-                (extract(epoch FROM now() - min(next_attempt_at)) / 60)::int AS minutes
-           FROM compensation_events
-          WHERE status IN ('PENDING', 'RETRYING') AND next_attempt_at < now() - interval '5 minutes'",
-    )
-    .get_result(conn)
-    .await?;
+    let o: Overdue = StaticQuery::new(include_str!("outbox_overdue.sql"))
+        .get_result(conn)
+        .await?;
     if let Some(oldest) = o.oldest {
         count(
             raise(
@@ -627,20 +551,20 @@ pub async fn sweep(
     if now_local.time() >= cutoff {
         let yesterday = now_local.date_naive() - chrono::Duration::days(1);
         for p in providers {
-            #[derive(QueryableByName)]
-            struct Done {
-                #[diesel(sql_type = diesel::sql_types::Bool)]
-                done: bool,
-            }
-            let d: Done = diesel::sql_query(
-                "SELECT EXISTS (SELECT 1 FROM reconciliation_runs WHERE provider = $1 AND bill_date = $2
-                                  AND status IN ('SUCCEEDED', 'WAITING', 'FAILED')) AS done",
-            )
-            .bind::<Text, _>(*p)
-            .bind::<diesel::sql_types::Date, _>(yesterday)
+            use crate::db::schema::reconciliation_runs as rr;
+            let done: bool = diesel::select(diesel::dsl::exists(
+                rr::table
+                    .filter(rr::provider.eq(*p))
+                    .filter(rr::bill_date.eq(yesterday))
+                    .filter(rr::status.eq_any([
+                        ReconciliationStatus::Succeeded,
+                        ReconciliationStatus::Waiting,
+                        ReconciliationStatus::Failed,
+                    ])),
+            ))
             .get_result(conn)
             .await?;
-            if !d.done {
+            if !done {
                 count(
                     raise(
                         conn,
@@ -677,18 +601,9 @@ pub async fn sweep(
         #[diesel(sql_type = Text)]
         hour: String,
     }
-    let failing: Vec<Failing> = diesel::sql_query(
-        "SELECT 'BAD_SIGNATURE' AS what, provider, count(*) AS n, to_char(now(), 'YYYY-MM-DD\"T\"HH24') AS hour
-           FROM payment_callbacks WHERE outcome = 'BAD_SIGNATURE' AND received_at > now() - interval '10 minutes'
-          GROUP BY provider HAVING count(*) >= 3
-         UNION ALL
-         SELECT 'API_FAILING', e.payload->>'provider', count(*), to_char(now(), 'YYYY-MM-DD\"T\"HH24')
-           FROM compensation_attempts a JOIN compensation_events e ON e.id = a.event_id
-          WHERE NOT a.ok AND e.kind = 'PROVIDER_REFUND' AND a.at > now() - interval '10 minutes'
-          GROUP BY e.payload->>'provider' HAVING count(*) >= 3",
-    )
-    .load(conn)
-    .await?;
+    let failing: Vec<Failing> = StaticQuery::new(include_str!("failing_providers.sql"))
+        .load(conn)
+        .await?;
     for f in failing {
         let (cause, title, line) = if f.what == "BAD_SIGNATURE" {
             (
@@ -719,14 +634,8 @@ pub async fn sweep(
             .await?,
         );
     }
-    #[derive(QueryableByName)]
-    struct N {
-        #[diesel(sql_type = BigInt)]
-        n: i64,
-    }
-    let dead: N = diesel::sql_query("SELECT count(*) AS n FROM alert_deliveries WHERE status = 'DEAD'")
-        .get_result(conn)
-        .await?;
-    metrics::gauge!("fitorder_alert_deliveries_dead").set(dead.n as f64);
+    use crate::db::schema::alert_deliveries as ad;
+    let dead: i64 = ad::table.filter(ad::status.eq("DEAD")).count().get_result(conn).await?;
+    metrics::gauge!("fitorder_alert_deliveries_dead").set(dead as f64);
     Ok(raised)
 }

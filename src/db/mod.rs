@@ -3,6 +3,7 @@
 pub mod dev_pg;
 pub mod models;
 pub mod schema;
+pub mod sql;
 pub mod vocabulary;
 
 use anyhow::{Context, Result};
@@ -47,18 +48,16 @@ fn build_pool(url: &str, size: usize, statement_timeout: std::time::Duration, as
     config.custom_setup = Box::new(move |url| {
         let url = url.to_string();
         Box::pin(async move {
-            use diesel_async::{AsyncConnection, RunQueryDsl};
+            use diesel_async::{AsyncConnection, SimpleAsyncConnection};
             let mut conn = AsyncPgConnection::establish(&url).await?;
-            let mut setup = vec![format!("SET statement_timeout = {ms}")];
+            // The session's settings in one round trip (`ms` is a number, nothing to quote).
+            let mut setup = format!("SET statement_timeout = {ms}");
             if async_commit {
-                setup.push("SET synchronous_commit = off".to_string());
+                setup.push_str("; SET synchronous_commit = off");
             }
-            for sql in setup {
-                diesel::sql_query(sql)
-                    .execute(&mut conn)
-                    .await
-                    .map_err(diesel::ConnectionError::CouldntSetupConfiguration)?;
-            }
+            conn.batch_execute(&setup)
+                .await
+                .map_err(diesel::ConnectionError::CouldntSetupConfiguration)?;
             Ok(conn)
         })
     });
@@ -99,7 +98,7 @@ async fn migrate_here(url: &str) -> Result<()> {
     let mut conn = AsyncPgConnection::establish(url)
         .await
         .with_context(|| format!("connecting to {}", redact(url)))?;
-    diesel::sql_query("SELECT pg_advisory_lock(7250001)")
+    diesel::select(sql::pg_advisory_lock(sql::lock_keys::MIGRATIONS))
         .execute(&mut conn)
         .await?;
     let mut harness = diesel_async::AsyncMigrationHarness::new(conn);
@@ -108,7 +107,7 @@ async fn migrate_here(url: &str) -> Result<()> {
         .map(|applied| applied.len())
         .map_err(|e| anyhow::anyhow!("migration failed: {e}"));
     let mut conn = harness.into_inner();
-    diesel::sql_query("SELECT pg_advisory_unlock(7250001)")
+    diesel::select(sql::pg_advisory_unlock(sql::lock_keys::MIGRATIONS))
         .execute(&mut conn)
         .await?;
     let applied = result?;

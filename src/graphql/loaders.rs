@@ -2,7 +2,6 @@
 //! per kind of related object.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 
 use async_graphql::dataloader::{DataLoader, Loader};
 use async_graphql::Context;
@@ -28,18 +27,31 @@ impl DbLoader {
     }
 }
 
+/// A batch that could not be loaded, as the error it was (a busy pool stays UNAVAILABLE).
 #[derive(Clone, Debug)]
-pub struct LoadError(pub Arc<String>);
+pub struct LoadError(pub AppError);
 
 impl LoadError {
     pub fn into_app(self) -> AppError {
-        AppError::internal(self.0)
+        self.0
     }
 }
 
-impl<E: std::fmt::Display> From<E> for LoadError {
-    fn from(e: E) -> Self {
-        LoadError(Arc::new(e.to_string()))
+impl From<AppError> for LoadError {
+    fn from(e: AppError) -> Self {
+        LoadError(e)
+    }
+}
+
+impl From<diesel::result::Error> for LoadError {
+    fn from(e: diesel::result::Error) -> Self {
+        LoadError(e.into())
+    }
+}
+
+impl From<diesel_async::pooled_connection::deadpool::PoolError> for LoadError {
+    fn from(e: diesel_async::pooled_connection::deadpool::PoolError) -> Self {
+        LoadError(e.into())
     }
 }
 
@@ -84,9 +96,7 @@ impl Loader<OrderTimeline> for DbLoader {
     async fn load(&self, keys: &[OrderTimeline]) -> Result<HashMap<OrderTimeline, Self::Value>, LoadError> {
         let ids: Vec<i64> = keys.iter().map(|k| k.0).collect();
         let mut conn = self.pool.get().await?;
-        let all = crate::timeline::for_orders(&mut conn, &ids)
-            .await
-            .map_err(|e| LoadError(Arc::new(e.message())))?;
+        let all = crate::timeline::for_orders(&mut conn, &ids).await?;
         Ok(all
             .into_iter()
             .map(|(id, v)| (OrderTimeline(id), v.into_iter().map(timeline_entry).collect()))

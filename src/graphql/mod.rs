@@ -84,7 +84,62 @@ fn build_schema_with_depth(state: AppState, max_depth: usize) -> AppSchema {
         .limit_recursive_depth(32)
         .limit_directives(20)
         .extension(limits::BoundDocuments(state_limits))
+        .extension(TraceIds)
         .finish()
+}
+
+/// The schema extension that gives every INTERNAL error the request's trace id
+/// (`extensions.traceId`): the caller reads a stable message and quotes the id; the detail is
+/// in the log under it.
+struct TraceIds;
+
+impl async_graphql::extensions::ExtensionFactory for TraceIds {
+    fn create(&self) -> std::sync::Arc<dyn async_graphql::extensions::Extension> {
+        std::sync::Arc::new(TraceIds)
+    }
+}
+
+fn stamp_trace(mut response: async_graphql::Response, trace: &str) -> async_graphql::Response {
+    let internal = async_graphql::Value::from("INTERNAL");
+    for err in &mut response.errors {
+        if let Some(ext) = err.extensions.as_mut() {
+            if ext.get("code") == Some(&internal) && ext.get("traceId").is_none() {
+                ext.set("traceId", trace);
+            }
+        }
+    }
+    response
+}
+
+#[async_graphql::async_trait::async_trait]
+impl async_graphql::extensions::Extension for TraceIds {
+    async fn execute(
+        &self,
+        ctx: &async_graphql::extensions::ExtensionContext<'_>,
+        operation_name: Option<&str>,
+        next: async_graphql::extensions::NextExecute<'_>,
+    ) -> async_graphql::Response {
+        let response = next.run(ctx, operation_name).await;
+        match ctx.data_opt::<RequestContext>() {
+            Some(r) => stamp_trace(response, r.trace.as_str()),
+            None => response,
+        }
+    }
+
+    fn subscribe<'s>(
+        &self,
+        ctx: &async_graphql::extensions::ExtensionContext<'_>,
+        stream: futures_util::stream::BoxStream<'s, async_graphql::Response>,
+        next: async_graphql::extensions::NextSubscribe<'_>,
+    ) -> futures_util::stream::BoxStream<'s, async_graphql::Response> {
+        use futures_util::StreamExt;
+        let trace = ctx.data_opt::<RequestContext>().map(|r| r.trace.as_str().to_string());
+        let events = next.run(ctx, stream);
+        match trace {
+            Some(t) => events.map(move |r| stamp_trace(r, &t)).boxed(),
+            None => events,
+        }
+    }
 }
 
 /// The schema as SDL, as `schema/schema.graphql` holds it.

@@ -9,18 +9,14 @@ use serde_json::json;
 
 use super::HttpState;
 use crate::domain::payment::Provider;
+use crate::error::AppError;
 use crate::payments::provider::CheckedNotification;
 use crate::payments::{self, evidence_text, Outcome, Received};
 use crate::trace::TraceId;
 
 /// The caller learns only that the notification was refused (or must be retried); what went
 /// wrong is in the log under the trace id, and in the recorded evidence.
-fn wechat_fail(status: StatusCode) -> Response {
-    let message = match status {
-        StatusCode::UNAUTHORIZED => "notification refused",
-        StatusCode::SERVICE_UNAVAILABLE => "WeChat Pay is not configured",
-        _ => "not processed, please retry",
-    };
+fn wechat_fail(status: StatusCode, message: &'static str) -> Response {
     (status, axum::Json(json!({"code": "FAIL", "message": message}))).into_response()
 }
 
@@ -59,6 +55,21 @@ enum Handled {
     Unreadable,
     /// Could not be recorded or applied: the provider must retry.
     Retry,
+    /// No database connection within the checkout wait (the pool is exhausted or the database
+    /// unreachable): nothing was recorded, the provider must retry.
+    Busy,
+}
+
+impl Handled {
+    /// A notification that could not be recorded or applied: Busy when no connection could be
+    /// had, Retry otherwise. What went wrong is logged (and on the callback row when there is
+    /// one); the provider learns only that it must retry.
+    fn failed(e: &AppError) -> Handled {
+        match e {
+            AppError::Unavailable(_) => Handled::Busy,
+            _ => Handled::Retry,
+        }
+    }
 }
 
 /// One path for every provider: the provider's gateway authenticates and reads, then the
@@ -89,7 +100,7 @@ async fn handle(s: &HttpState, provider: Provider, headers: &HeaderMap, body: &[
             };
             match (record_only(s, rec, trace).await, malformed) {
                 (_, true) => Handled::Malformed,
-                (Err(_), false) => Handled::Retry,
+                (Err(e), false) => Handled::failed(&e),
                 (Ok(()), false) => Handled::Unauthentic,
             }
         }
@@ -116,15 +127,15 @@ async fn handle(s: &HttpState, provider: Provider, headers: &HeaderMap, body: &[
                     tracing::warn!(%provider, error = %e, "notification authentic but refused");
                     return match record_only(s, rec, trace).await {
                         Ok(()) => Handled::Unreadable,
-                        Err(_) => Handled::Retry,
+                        Err(e) => Handled::failed(&e),
                     };
                 }
             };
             match process(s, rec, notice, trace).await {
                 Ok(_) => Handled::Processed,
-                Err(msg) => {
-                    tracing::error!(%provider, error = %msg, "notification not processed");
-                    Handled::Retry
+                Err(e) => {
+                    tracing::error!(%provider, error = %e.message(), "notification not processed");
+                    Handled::failed(&e)
                 }
             }
         }
@@ -141,9 +152,12 @@ pub async fn wechat_notify(
 ) -> Response {
     match handle(&s, Provider::WechatPay, &headers, &body, &trace).await {
         Handled::Processed => StatusCode::NO_CONTENT.into_response(),
-        Handled::Unconfigured => wechat_fail(StatusCode::SERVICE_UNAVAILABLE),
-        Handled::Malformed | Handled::Unauthentic | Handled::Unreadable => wechat_fail(StatusCode::UNAUTHORIZED),
-        Handled::Retry => wechat_fail(StatusCode::INTERNAL_SERVER_ERROR),
+        Handled::Unconfigured => wechat_fail(StatusCode::SERVICE_UNAVAILABLE, "WeChat Pay is not configured"),
+        Handled::Malformed | Handled::Unauthentic | Handled::Unreadable => {
+            wechat_fail(StatusCode::UNAUTHORIZED, "notification refused")
+        }
+        Handled::Retry => wechat_fail(StatusCode::INTERNAL_SERVER_ERROR, "not processed, please retry"),
+        Handled::Busy => wechat_fail(StatusCode::SERVICE_UNAVAILABLE, "temporarily unavailable, please retry"),
     }
 }
 
@@ -161,43 +175,34 @@ pub async fn alipay_notify(
         Handled::Malformed | Handled::Unreadable => failure(StatusCode::BAD_REQUEST),
         Handled::Unauthentic => failure(StatusCode::UNAUTHORIZED),
         Handled::Retry => failure(StatusCode::INTERNAL_SERVER_ERROR),
+        Handled::Busy => failure(StatusCode::SERVICE_UNAVAILABLE),
     }
 }
 
 /// Records a refused callback (its own transaction) as BAD_SIGNATURE evidence.
-async fn record_only(s: &HttpState, rec: Received<'_>, trace: &TraceId) -> Result<(), String> {
-    let mut conn = s.app.pool.get().await.map_err(|e| {
-        tracing::error!(error = %e, "refused callback not recorded: database unavailable");
-        format!("database unavailable: {e}")
-    })?;
-    payments::record(&mut conn, rec, Outcome::BadSignature, trace)
-        .await
-        .map(|_| ())
-        .map_err(|e| {
-            let msg = e.message();
-            tracing::error!(error = %msg, "refused callback not recorded");
-            msg
-        })
+async fn record_only(s: &HttpState, rec: Received<'_>, trace: &TraceId) -> Result<(), AppError> {
+    let recorded = async {
+        let mut conn = s.app.pool.get().await?;
+        payments::record(&mut conn, rec, Outcome::BadSignature, trace).await
+    }
+    .await;
+    recorded.map(|_| ()).inspect_err(|e| {
+        tracing::error!(error = %e.message(), "refused callback not recorded");
+    })
 }
 
-/// Records the verified callback, then applies it. An error means the provider must retry.
+/// Records the verified callback, then applies it. An error means the provider must retry
+/// (`payments::apply` writes why on the callback row).
 async fn process(
     s: &HttpState,
     rec: Received<'_>,
     notice: payments::Notice,
     trace: &TraceId,
-) -> Result<Outcome, String> {
+) -> Result<Outcome, AppError> {
     let provider = rec.provider;
     let callback_id = {
-        let mut conn = s
-            .app
-            .evidence
-            .get()
-            .await
-            .map_err(|e| format!("database unavailable: {e}"))?;
-        let (id, duplicate) = payments::record_checked(&mut conn, rec, &notice, trace)
-            .await
-            .map_err(|e| e.message())?;
+        let mut conn = s.app.evidence.get().await?;
+        let (id, duplicate) = payments::record_checked(&mut conn, rec, &notice, trace).await?;
         if duplicate {
             // Already processed: recorded as a DUPLICATE, answered like the first time.
             return Ok(Outcome::Duplicate);
@@ -206,9 +211,7 @@ async fn process(
     };
     payments::apply(&s.app, provider, callback_id, notice, trace)
         .await
-        .map_err(|e| {
-            let msg = e.message();
-            tracing::error!(callback_id, error = %msg, "callback recorded but not applied; the provider will retry");
-            msg
+        .inspect_err(|e| {
+            tracing::error!(callback_id, error = %e.message(), "callback recorded but not applied; the provider will retry");
         })
 }

@@ -22,7 +22,7 @@ const CLOSE_FORBIDDEN: u16 = 4403;
 fn viewer_from(secret: &str, header: Option<&str>) -> Result<Option<Viewer>, String> {
     match header {
         None => Ok(None),
-        Some(h) => auth::verify(secret, h).map(Some).map_err(|e| e.message()),
+        Some(h) => auth::verify(secret, h).map(Some).map_err(|e| e.public_message()),
     }
 }
 

@@ -1,5 +1,6 @@
 use axum::extract::State;
 use axum::http::StatusCode;
+use diesel::IntoSql;
 use diesel_async::RunQueryDsl;
 
 use super::HttpState;
@@ -13,7 +14,10 @@ pub async fn healthz() -> &'static str {
 pub async fn readyz(State(s): State<HttpState>) -> (StatusCode, &'static str) {
     let check = async {
         let mut conn = s.app.pool.get().await.ok()?;
-        diesel::sql_query("SELECT 1").execute(&mut conn).await.ok()
+        diesel::select(1.into_sql::<diesel::sql_types::Integer>())
+            .execute(&mut conn)
+            .await
+            .ok()
     };
     match tokio::time::timeout(std::time::Duration::from_secs(2), check).await {
         Ok(Some(_)) => (StatusCode::OK, "ready"),

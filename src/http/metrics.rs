@@ -45,17 +45,10 @@ pub async fn render(State(s): State<HttpState>) -> impl IntoResponse {
             n: i64,
         }
         let mut conn = s.app.pool.get().await.ok()?;
-        diesel::sql_query(
-            "SELECT status, count(*) AS n FROM compensation_events WHERE status IN ('PENDING', 'RETRYING', 'DEAD') GROUP BY status
-             UNION ALL
-             SELECT 'OVERDUE', count(*) FROM compensation_events
-              WHERE status IN ('PENDING', 'RETRYING') AND next_attempt_at < now() - interval '5 minutes'
-             UNION ALL
-             SELECT 'ALERT_DEAD', count(*) FROM alert_deliveries WHERE status = 'DEAD'",
-        )
-        .load::<B>(&mut conn)
-        .await
-        .ok()
+        crate::db::sql::StaticQuery::new(include_str!("metrics/backlog.sql"))
+            .load::<B>(&mut conn)
+            .await
+            .ok()
     };
     let answered = tokio::time::timeout(std::time::Duration::from_secs(2), backlog).await;
     // Readiness as a metric (what /readyz answers): the database answered within 2 s.

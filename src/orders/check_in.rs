@@ -10,7 +10,7 @@ use crate::auth::{Role, Viewer};
 use crate::db::models::{CheckIn, Membership, Order};
 use crate::db::schema::{anomaly_events, check_ins, memberships, orders};
 use crate::domain::{AnomalyCategory, MembershipStatus, OrderKind, OrderStatus};
-use crate::error::{AppError, AppResult};
+use crate::error::{AppError, AppResult, OnViolation, Violation};
 
 pub struct CheckInOutcome {
     pub order: Order,
@@ -88,7 +88,13 @@ pub async fn check_in(
                 check_ins::trace_id.eq(ctx.trace.as_str()),
             ))
             .execute(conn)
-            .await?;
+            .await
+            .on_violation(|v| match v {
+                Violation::Unique("check_ins_order_txn_key") => {
+                    Some(AppError::Conflict("check-in already recorded".into()))
+                }
+                _ => None,
+            })?;
         metrics::counter!("fitorder_check_ins_total").increment(1);
         Ok(CheckInOutcome {
             order,
@@ -134,7 +140,19 @@ async fn check_in_membership(conn: &mut AsyncPgConnection, order: Order, ctx: &C
     Ok((order, 0))
 }
 
+/// Takes `sessions` credits of a class pack or private session order. The order is locked and
+/// its credits counted first; the row's CHECK would refuse using more than there are all the
+/// same, which the client is told as BAD_USER_INPUT too.
 async fn use_credits(conn: &mut AsyncPgConnection, order: Order, sessions: i32, ctx: &Ctx) -> AppResult<(Order, i32)> {
+    take_credits(conn, order, sessions, ctx)
+        .await
+        .on_violation(|v| match v {
+            Violation::Check("orders_sessions_in_range") => Some(AppError::bad("not enough sessions left")),
+            _ => None,
+        })
+}
+
+async fn take_credits(conn: &mut AsyncPgConnection, order: Order, sessions: i32, ctx: &Ctx) -> AppResult<(Order, i32)> {
     let left = order.sessions_total - order.sessions_used;
     if sessions > left {
         return Err(AppError::bad(format!("only {left} session(s) left on this order")));

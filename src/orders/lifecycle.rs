@@ -11,7 +11,7 @@ use crate::config::Config;
 use crate::db::models::{Membership, Order};
 use crate::db::schema::{memberships, payments, refunds};
 use crate::domain::{money, order_status, MembershipStatus, OrderStatus, PaymentMethod, Provider, WalletMoveKind};
-use crate::error::{AppError, AppResult};
+use crate::error::{AppError, AppResult, OnViolation, Violation};
 use crate::outbox::{self, Effect, RefundPayload};
 use crate::wallet::{wallet_move, WalletMove};
 
@@ -64,7 +64,13 @@ pub async fn apply_payment(
             payments::trace_id.eq(ctx.trace.as_str()),
         ))
         .execute(conn)
-        .await?;
+        .await
+        .on_violation(|v| match v {
+            Violation::Unique("payments_one_per_order" | "payments_idempotency_key") => {
+                Some(AppError::Conflict("order already paid".into()))
+            }
+            _ => None,
+        })?;
     if order.payment_method == PaymentMethod::Mixed && order.wallet_amount_cents > 0 {
         let w = order.wallet_amount_cents;
         wallet_move(
@@ -304,7 +310,11 @@ pub async fn refund_order(
             ))
             .returning(refunds::id)
             .get_result(conn)
-            .await?;
+            .await
+            .on_violation(|v| match v {
+                Violation::Unique("refunds_one_per_order") => Some(AppError::Conflict("order already refunded".into())),
+                _ => None,
+            })?;
         if wallet_back > 0 {
             wallet_move(
                 conn,

@@ -17,6 +17,7 @@ use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use crate::auth::{Role, Viewer};
 use crate::db::models::Order;
 use crate::db::schema::orders;
+use crate::db::sql::StaticQuery;
 use crate::domain::{order_status, Ctx, OrderStatus};
 use crate::error::{AppError, AppResult};
 
@@ -42,41 +43,20 @@ pub async fn transition(
 ) -> AppResult<Order> {
     let from = order.status;
     order_status::check(from, to, ctx.actor.kind)?;
-    let moved: Option<Order> = diesel::sql_query(
-        "WITH moved AS (
-            UPDATE orders SET
-                status = $2,
-                updated_at = now(),
-                paid_at = CASE WHEN $2 = 'PAID' THEN now() ELSE paid_at END,
-                expires_at = CASE WHEN $2 = 'PAID' THEN NULL ELSE expires_at END,
-                provider_txn_id = COALESCE($6, provider_txn_id),
-                canceled_at = CASE WHEN $2 = 'CANCELED' THEN now() ELSE canceled_at END,
-                cancel_reason = CASE WHEN $2 = 'CANCELED' THEN $7 ELSE cancel_reason END,
-                refunded_at = CASE WHEN $2 = 'REFUNDED' THEN now() ELSE refunded_at END,
-                refund_amount_cents = CASE WHEN $2 = 'REFUNDED' THEN $8 ELSE refund_amount_cents END,
-                sessions_used = sessions_used + $9
-            WHERE id = $1 AND status = $3
-            RETURNING *
-        ), audit AS (
-            INSERT INTO order_transitions (order_id, from_status, to_status, actor, reason, trace_id)
-            SELECT id, $3, $2, $4, $5, $10 FROM moved
-            RETURNING id
-        )
-        SELECT moved.* FROM moved, (SELECT pg_notify('fitorder_events', 'order:' || id) FROM audit) AS announced",
-    )
-    .bind::<BigInt, _>(order.id)
-    .bind::<Text, _>(to)
-    .bind::<Text, _>(from)
-    .bind::<Text, _>(ctx.actor.to_string())
-    .bind::<Text, _>(reason)
-    .bind::<Nullable<Text>, _>(changes.provider_txn_id)
-    .bind::<Nullable<Text>, _>(changes.cancel_reason)
-    .bind::<Nullable<BigInt>, _>(changes.refund_amount_cents)
-    .bind::<Integer, _>(changes.sessions_delta)
-    .bind::<Text, _>(ctx.trace.as_str())
-    .get_result(conn)
-    .await
-    .optional()?;
+    let moved: Option<Order> = StaticQuery::new(include_str!("transition.sql"))
+        .bind::<BigInt, _>(order.id) // $1
+        .bind::<Text, _>(to) // $2
+        .bind::<Text, _>(from) // $3
+        .bind::<Text, _>(ctx.actor.to_string()) // $4
+        .bind::<Text, _>(reason) // $5
+        .bind::<Nullable<Text>, _>(changes.provider_txn_id) // $6
+        .bind::<Nullable<Text>, _>(changes.cancel_reason) // $7
+        .bind::<Nullable<BigInt>, _>(changes.refund_amount_cents) // $8
+        .bind::<Integer, _>(changes.sessions_delta) // $9
+        .bind::<Text, _>(ctx.trace.as_str()) // $10
+        .get_result(conn)
+        .await
+        .optional()?;
     match moved {
         Some(o) => {
             metrics::counter!("fitorder_transitions_total", "from" => from.as_str(), "to" => to.as_str()).increment(1);

@@ -12,7 +12,7 @@ use crate::config::Config;
 use crate::db::models::{ClassPack, CoachSlot, Member, MembershipPlan, Order};
 use crate::db::schema::{class_packs, coach_slots, members, membership_plans, orders};
 use crate::domain::{OrderKind, OrderStatus, PaymentMethod, Provider, WalletMoveKind};
-use crate::error::{AppError, AppResult};
+use crate::error::{AppError, AppResult, OnViolation, Violation};
 use crate::wallet::{wallet_move, WalletMove};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -170,9 +170,7 @@ pub async fn place_order(
             reserve_item(conn, &order).await?;
             if order.expires_at.is_some() {
                 // Wakes the expiry timers of every instance for the new deadline.
-                diesel::sql_query("SELECT pg_notify('fitorder_expiry', '')")
-                    .execute(conn)
-                    .await?;
+                crate::events::wake_expiry().execute(conn).await?;
             }
             match method {
                 PaymentMethod::Wallet => {
@@ -332,14 +330,22 @@ async fn price_item(
     })
 }
 
-/// Takes the seat or stock unit. The row's CHECK constraint refuses going below zero, which
-/// reaches the client as SOLD_OUT; concurrent buyers serialize on the item's row lock.
+/// Takes the seat or stock unit, only while one is left; concurrent buyers serialize on the
+/// item's row lock. The row's CHECK constraint would refuse going below zero all the same,
+/// which the client is told as SOLD_OUT too.
 async fn reserve_item(conn: &mut AsyncPgConnection, order: &Order) -> AppResult<()> {
+    let sold_out = |v: Violation<'_>| match v {
+        Violation::Check("coach_slot_seats_in_range" | "class_pack_stock_not_negative") => {
+            Some(AppError::SoldOut("sold out".into()))
+        }
+        _ => None,
+    };
     if let Some(slot) = order.coach_slot_id {
         let taken = diesel::update(coach_slots::table.find(slot).filter(coach_slots::remaining.gt(0)))
             .set(coach_slots::remaining.eq(coach_slots::remaining - 1))
             .execute(conn)
-            .await?;
+            .await
+            .on_violation(sold_out)?;
         if taken == 0 {
             return Err(AppError::SoldOut("no seats left in this coach slot".into()));
         }
@@ -352,7 +358,8 @@ async fn reserve_item(conn: &mut AsyncPgConnection, order: &Order) -> AppResult<
         )
         .set(class_packs::stock.eq(class_packs::stock - 1))
         .execute(conn)
-        .await?;
+        .await
+        .on_violation(sold_out)?;
         if taken == 0 {
             return Err(AppError::SoldOut("this class pack is sold out".into()));
         }

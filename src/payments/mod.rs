@@ -27,6 +27,7 @@ use serde_json::json;
 use crate::app::AppState;
 use crate::db::models::Order;
 use crate::db::schema::{payment_callbacks, payment_keys};
+use crate::db::sql::StaticQuery;
 use crate::domain::money::format_yuan;
 use crate::domain::{Actor, Ctx, OrderStatus, PaymentMethod, Provider, TicketKind};
 use crate::error::{AppError, AppResult};
@@ -112,31 +113,20 @@ pub async fn record_checked(
     };
     // `conn` comes from the evidence pool (asynchronous commit): see `db::evidence_pool`.
     let key = notice.key();
-    let out_trade_no = notice.out_trade_no().map(str::to_string);
-    let rec: Recorded = diesel::sql_query(
-        "WITH seen AS (SELECT $9::text IS NOT NULL AND EXISTS (SELECT 1 FROM payment_keys WHERE key = $9) AS dup),
-              o AS (SELECT id, store_id FROM orders WHERE order_no = $10)
-         INSERT INTO payment_callbacks (provider, verified, outcome, event_type, body, headers, error, trace_id,
-                                        idempotency_key, order_id, order_no, store_id, provider_txn_id, amount_cents)
-         SELECT $1, $2, CASE WHEN seen.dup THEN 'DUPLICATE' ELSE 'RECEIVED' END, $3, $4, $5, $6, $7,
-                CASE WHEN seen.dup THEN $9 END, CASE WHEN seen.dup THEN (SELECT id FROM o) END, $10,
-                CASE WHEN seen.dup THEN (SELECT store_id FROM o) END, $8, $11
-           FROM seen
-         RETURNING id, outcome = 'DUPLICATE' AS duplicate",
-    )
-    .bind::<Text, _>(r.provider)
-    .bind::<Bool, _>(r.verified)
-    .bind::<Nullable<Text>, _>(r.event_type)
-    .bind::<Text, _>(r.body)
-    .bind::<Jsonb, _>(r.headers)
-    .bind::<Nullable<Text>, _>(r.error)
-    .bind::<Text, _>(trace.as_str())
-    .bind::<Nullable<Text>, _>(txn)
-    .bind::<Nullable<Text>, _>(key.as_deref())
-    .bind::<Nullable<Text>, _>(out_trade_no.as_deref())
-    .bind::<Nullable<diesel::sql_types::BigInt>, _>(amount)
-    .get_result(conn)
-    .await?;
+    let rec: Recorded = StaticQuery::new(include_str!("record_checked.sql"))
+        .bind::<Text, _>(r.provider) // $1
+        .bind::<Bool, _>(r.verified) // $2
+        .bind::<Nullable<Text>, _>(r.event_type) // $3
+        .bind::<Text, _>(r.body) // $4
+        .bind::<Jsonb, _>(r.headers) // $5
+        .bind::<Nullable<Text>, _>(r.error) // $6
+        .bind::<Text, _>(trace.as_str()) // $7
+        .bind::<Nullable<Text>, _>(txn) // $8
+        .bind::<Nullable<Text>, _>(key.as_deref()) // $9
+        .bind::<Nullable<Text>, _>(notice.out_trade_no()) // $10
+        .bind::<Nullable<diesel::sql_types::BigInt>, _>(amount) // $11
+        .get_result(conn)
+        .await?;
     if rec.duplicate {
         metrics::counter!("fitorder_callbacks_total", "provider" => r.provider.as_str(), "outcome" => Outcome::Duplicate.as_str())
             .increment(1);
@@ -252,27 +242,54 @@ pub async fn apply(
                     (Outcome::Recorded, order, None, None, None)
                 }
             };
-            diesel::update(payment_callbacks::table.find(callback_id))
-                .set((
-                    payment_callbacks::outcome.eq(outcome),
-                    payment_callbacks::order_id.eq(order.as_ref().map(|o| o.id)),
-                    payment_callbacks::order_no.eq(order
-                        .as_ref()
-                        .map(|o| o.order_no.clone())
-                        .or(notice.out_trade_no().map(str::to_string))),
-                    payment_callbacks::store_id.eq(order.as_ref().map(|o| o.store_id)),
-                    payment_callbacks::idempotency_key.eq(key),
-                    payment_callbacks::provider_txn_id.eq(txn),
-                    payment_callbacks::amount_cents.eq(amount),
-                ))
+            use diesel::sql_types::{BigInt, Nullable, Text};
+            StaticQuery::new(include_str!("record_outcome.sql"))
+                .bind::<BigInt, _>(callback_id) // $1
+                .bind::<Text, _>(outcome) // $2
+                .bind::<Nullable<BigInt>, _>(order.as_ref().map(|o| o.id)) // $3
+                .bind::<Nullable<Text>, _>(order.as_ref().map(|o| o.order_no.as_str()).or(notice.out_trade_no())) // $4
+                .bind::<Nullable<BigInt>, _>(order.as_ref().map(|o| o.store_id)) // $5
+                .bind::<Nullable<Text>, _>(key) // $6
+                .bind::<Nullable<Text>, _>(txn) // $7
+                .bind::<Nullable<BigInt>, _>(amount) // $8
                 .execute(conn)
                 .await?;
             Ok(outcome)
         })
-        .await?;
+        .await;
+    let outcome = match outcome {
+        Ok(o) => o,
+        Err(e) => {
+            note_unapplied(state, callback_id, &e).await;
+            return Err(e);
+        }
+    };
     metrics::counter!("fitorder_callbacks_total", "provider" => provider.as_str(), "outcome" => outcome.as_str())
         .increment(1);
     Ok(outcome)
+}
+
+/// Writes why a recorded callback could not be applied on its row, which stays RECEIVED (the
+/// provider retries): the whole text, for the people who look into it; the provider is told
+/// only to retry. Best effort: the log has it either way.
+async fn note_unapplied(state: &AppState, callback_id: i64, e: &AppError) {
+    let detail = evidence_text(e.message().as_bytes(), Some(1024));
+    let noted = async {
+        let mut conn = state.evidence.get().await?;
+        diesel::update(
+            payment_callbacks::table
+                .find(callback_id)
+                .filter(payment_callbacks::outcome.eq(Outcome::Received)),
+        )
+        .set(payment_callbacks::error.eq(&detail))
+        .execute(&mut conn)
+        .await?;
+        Ok::<_, AppError>(())
+    }
+    .await;
+    if let Err(not) = noted {
+        tracing::warn!(callback_id, error = %not.message(), "why the callback was not applied is not recorded");
+    }
 }
 
 /// Claims an idempotency key: true for the first claimant, false for every later one. The
@@ -309,17 +326,12 @@ impl ConfirmedRefund<'_> {
             #[diesel(sql_type = diesel::sql_types::BigInt)]
             all_cents: i64,
         }
-        let asked: Asked = diesel::sql_query(
-            "SELECT max((payload->>'amountCents')::bigint) FILTER (WHERE payload->>'refundNo' = $3) AS this_cents,
-                    coalesce(sum((payload->>'amountCents')::bigint), 0)::bigint AS all_cents
-               FROM compensation_events
-              WHERE kind = 'PROVIDER_REFUND' AND payload->>'provider' = $1 AND payload->>'orderNo' = $2",
-        )
-        .bind::<diesel::sql_types::Text, _>(self.provider)
-        .bind::<diesel::sql_types::Text, _>(self.out_trade_no)
-        .bind::<diesel::sql_types::Text, _>(self.refund_no)
-        .get_result(conn)
-        .await?;
+        let asked: Asked = StaticQuery::new(include_str!("refunds_asked.sql"))
+            .bind::<diesel::sql_types::Text, _>(self.provider) // $1
+            .bind::<diesel::sql_types::Text, _>(self.out_trade_no) // $2
+            .bind::<diesel::sql_types::Text, _>(self.refund_no) // $3
+            .get_result(conn)
+            .await?;
         let why = match asked.this_cents {
             None => "the provider confirms a refund fitorder never asked for".to_string(),
             Some(this) if self.refunded_total_cents < this || self.refunded_total_cents > asked.all_cents => format!(

@@ -217,18 +217,13 @@ impl SharedKeyring {
             scope: String,
         }
         use diesel::sql_types::{Text, Timestamptz};
-        let claimed: Vec<Claimed> = diesel::sql_query(
-            "INSERT INTO wechat_platform_cert_refreshes AS r (scope, last_attempt_at) VALUES ($1, $2)
-             ON CONFLICT (scope) DO UPDATE SET last_attempt_at = EXCLUDED.last_attempt_at
-              WHERE r.last_attempt_at IS NULL OR r.last_attempt_at <= $3 OR r.last_attempt_at > $2
-             RETURNING r.scope",
-        )
-        .bind::<Text, _>(REFRESH_SCOPE)
-        .bind::<Timestamptz, _>(now)
-        .bind::<Timestamptz, _>(now - gap)
-        .load(conn)
-        .await
-        .context("claiming a platform certificate refresh")?;
+        let claimed: Vec<Claimed> = crate::db::sql::StaticQuery::new(include_str!("platform_keys/claim_refresh.sql"))
+            .bind::<Text, _>(REFRESH_SCOPE) // $1
+            .bind::<Timestamptz, _>(now) // $2
+            .bind::<Timestamptz, _>(now - gap) // $3
+            .load(conn)
+            .await
+            .context("claiming a platform certificate refresh")?;
         Ok(!claimed.is_empty())
     }
 

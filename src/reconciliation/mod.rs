@@ -14,14 +14,15 @@ use std::path::{Path, PathBuf};
 use chrono::{NaiveDate, TimeZone, Utc};
 use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Text, Timestamptz};
-use diesel_async::RunQueryDsl;
+use diesel_async::{RunQueryDsl, SimpleAsyncConnection};
 use futures_util::SinkExt;
 
 use crate::app::AppState;
 use crate::db::models::ReconciliationRun;
 use crate::db::schema::{bill_rows, reconciliation_runs as rr};
+use crate::db::sql::StaticQuery;
 use crate::domain::{ReconciliationStatus, TicketKind};
-use crate::error::{AppError, AppResult};
+use crate::error::{AppError, AppResult, OnViolation, Violation};
 use crate::trace::TraceId;
 use bills::{BillKind, BillRow, Provider};
 
@@ -59,11 +60,11 @@ pub async fn run(
         .returning(ReconciliationRun::as_returning())
         .get_result(&mut conn)
         .await
-        .map_err(|e| match e {
-            diesel::result::Error::DatabaseError(diesel::result::DatabaseErrorKind::UniqueViolation, _) => {
-                AppError::Conflict(format!("a {provider} reconciliation of {date} is already running"))
-            }
-            other => other.into(),
+        .on_violation(|v| match v {
+            Violation::Unique("reconciliation_one_running") => Some(AppError::Conflict(format!(
+                "a {provider} reconciliation of {date} is already running"
+            ))),
+            _ => None,
         })?;
     drop(conn);
     let run_id = started.id;
@@ -376,82 +377,26 @@ async fn match_and_ticket(
     let mut conn = state.pool.get().await?;
     // The staging rows were just COPYed: without statistics the planner would join a million
     // rows as if they were a handful.
-    diesel::sql_query("ANALYZE bill_rows").execute(&mut conn).await?;
+    conn.batch_execute("ANALYZE bill_rows").await?;
     drop(conn);
     let confirmed = heal(state, run_id, provider, date, t0, t1, trace).await?;
     let mut conn = state.pool.get().await?;
     let findings = [
-        // The provider collected money the books do not have as an applied payment.
-        "INSERT INTO exception_tickets (kind, provider, order_id, order_no, store_id, provider_txn_id,
-                                        local_amount_cents, provider_amount_cents, detail, finding_key, trace_id)
-         SELECT 'PROVIDER_PAID_LOCAL_UNPAID', $2, o.id, b.out_trade_no, o.store_id, b.provider_txn_id,
-                CASE WHEN o.id IS NULL THEN NULL ELSE o.amount_cents - o.wallet_amount_cents END, b.amount_cents,
-                jsonb_build_object('source', 'reconciliation', 'billDate', $3::text, 'line', b.line,
-                                   'orderStatus', o.status),
-                'RECON:' || $2 || ':PROVIDER_PAID_LOCAL_UNPAID:' || b.out_trade_no || ':' || b.provider_txn_id, $4
-           FROM bill_rows b
-           LEFT JOIN orders o ON o.order_no = b.out_trade_no
-          WHERE b.run_id = $1 AND b.kind = 'PAYMENT'
-            AND NOT EXISTS (SELECT 1 FROM payments p WHERE p.provider_txn_id = b.provider_txn_id AND p.method = $2)
-            AND NOT EXISTS (SELECT 1 FROM exception_tickets t WHERE t.provider_txn_id = b.provider_txn_id
-                             AND t.kind IN ('PAID_AFTER_CANCEL', 'UNKNOWN_ORDER', 'REJECTED_TRANSITION', 'AMOUNT_MISMATCH'))
-         ON CONFLICT (finding_key) DO NOTHING RETURNING id",
-        // Both have the payment, for different amounts.
-        "INSERT INTO exception_tickets (kind, provider, order_id, order_no, store_id, provider_txn_id,
-                                        local_amount_cents, provider_amount_cents, detail, finding_key, trace_id)
-         SELECT 'AMOUNT_MISMATCH', $2, o.id, o.order_no, o.store_id, p.provider_txn_id, p.online_cents, b.amount_cents,
-                jsonb_build_object('source', 'reconciliation', 'billDate', $3::text, 'line', b.line),
-                'RECON:' || $2 || ':AMOUNT_MISMATCH:' || o.order_no || ':' || p.provider_txn_id, $4
-           FROM bill_rows b
-           JOIN payments p ON p.provider_txn_id = b.provider_txn_id AND p.method = $2
-           JOIN orders o ON o.id = p.order_id
-          WHERE b.run_id = $1 AND b.kind = 'PAYMENT' AND p.online_cents <> b.amount_cents
-         ON CONFLICT (finding_key) DO NOTHING RETURNING id",
-        // Paid here on that day, absent from the provider's bill.
-        "INSERT INTO exception_tickets (kind, provider, order_id, order_no, store_id, provider_txn_id,
-                                        local_amount_cents, provider_amount_cents, detail, finding_key, trace_id)
-         SELECT 'LOCAL_PAID_PROVIDER_MISSING', $2, o.id, o.order_no, o.store_id, p.provider_txn_id, p.online_cents, NULL,
-                jsonb_build_object('source', 'reconciliation', 'billDate', $3::text, 'paidAt', p.paid_at),
-                'RECON:' || $2 || ':LOCAL_PAID_PROVIDER_MISSING:' || o.order_no || ':' || coalesce(p.provider_txn_id, ''), $4
-           FROM payments p
-           JOIN orders o ON o.id = p.order_id
-          WHERE p.method = $2 AND p.online_cents > 0 AND p.paid_at >= $5 AND p.paid_at < $6
-            AND NOT EXISTS (SELECT 1 FROM bill_rows b WHERE b.run_id = $1 AND b.kind = 'PAYMENT'
-                             AND b.provider_txn_id = p.provider_txn_id)
-            AND NOT (coalesce(p.provider_txn_id, '') = ANY($7))
-         ON CONFLICT (finding_key) DO NOTHING RETURNING id",
-        // A refund in the bill that the books do not know, or for another amount. Its status in
-        // the bill does not matter: WeChat books a refund when it is asked for and never updates
-        // the row, so one we asked for may read PROCESSING for good. A refund whose callback
-        // already opened a ticket (failed, unknown, more than asked) is that same difference.
-        "INSERT INTO exception_tickets (kind, provider, order_id, order_no, store_id, provider_txn_id,
-                                        local_amount_cents, provider_amount_cents, detail, finding_key, trace_id)
-         SELECT 'REFUND_MISMATCH', $2, o.id, b.out_trade_no, o.store_id, coalesce(b.provider_refund_id, b.provider_txn_id),
-                (e.payload->>'amountCents')::bigint, b.amount_cents,
-                jsonb_build_object('source', 'reconciliation', 'billDate', $3::text, 'line', b.line,
-                                   'refundNo', b.refund_no, 'known', e.id IS NOT NULL),
-                'RECON:' || $2 || ':REFUND_MISMATCH:' || b.out_trade_no || ':' || coalesce(b.refund_no, b.provider_txn_id), $4
-           FROM bill_rows b
-           LEFT JOIN orders o ON o.order_no = b.out_trade_no
-           LEFT JOIN compensation_events e ON e.kind = 'PROVIDER_REFUND' AND e.payload->>'provider' = $2
-                                          AND e.payload->>'refundNo' = b.refund_no AND e.payload->>'orderNo' = b.out_trade_no
-          WHERE b.run_id = $1 AND b.kind = 'REFUND'
-            AND (e.id IS NULL OR (e.payload->>'amountCents')::bigint <> b.amount_cents)
-            AND NOT EXISTS (SELECT 1 FROM exception_tickets t WHERE t.kind = 'REFUND_MISMATCH'
-                             AND t.order_no = b.out_trade_no AND t.detail->>'refundNo' = b.refund_no
-                             AND t.detail->>'source' = 'callback')
-         ON CONFLICT (finding_key) DO NOTHING RETURNING id",
+        include_str!("sql/provider_paid_local_unpaid.sql"),
+        include_str!("sql/amount_mismatch.sql"),
+        include_str!("sql/local_paid_provider_missing.sql"),
+        include_str!("sql/refund_mismatch.sql"),
     ];
     let mut tickets = 0;
     for sql in findings {
-        let ids: Vec<Id> = diesel::sql_query(sql)
-            .bind::<BigInt, _>(run_id)
-            .bind::<Text, _>(provider)
-            .bind::<Text, _>(date.to_string())
-            .bind::<Text, _>(trace.as_str())
-            .bind::<Timestamptz, _>(t0)
-            .bind::<Timestamptz, _>(t1)
-            .bind::<diesel::sql_types::Array<Text>, _>(&confirmed)
+        let ids: Vec<Id> = StaticQuery::new(sql)
+            .bind::<BigInt, _>(run_id) // $1
+            .bind::<Text, _>(provider) // $2
+            .bind::<Text, _>(date.to_string()) // $3
+            .bind::<Text, _>(trace.as_str()) // $4
+            .bind::<Timestamptz, _>(t0) // $5
+            .bind::<Timestamptz, _>(t1) // $6
+            .bind::<diesel::sql_types::Array<Text>, _>(&confirmed) // $7
             .load(&mut conn)
             .await?;
         for id in &ids {
@@ -461,29 +406,18 @@ async fn match_and_ticket(
         }
         tickets += ids.len() as i64;
     }
-    let counts: N = diesel::sql_query(
-        "SELECT (SELECT count(*) FROM payments p WHERE p.method = $2 AND p.online_cents > 0 AND p.paid_at >= $3 AND p.paid_at < $4)
-              + (SELECT count(*) FROM compensation_events e WHERE e.kind = 'PROVIDER_REFUND' AND e.payload->>'provider' = $2
-                    AND e.created_at >= $3 AND e.created_at < $4) AS n",
-    )
-    .bind::<BigInt, _>(run_id)
-    .bind::<Text, _>(provider)
-    .bind::<Timestamptz, _>(t0)
-    .bind::<Timestamptz, _>(t1)
-    .get_result(&mut conn)
-    .await?;
-    let matched: N = diesel::sql_query(
-        "SELECT (SELECT count(*) FROM bill_rows b JOIN payments p ON p.provider_txn_id = b.provider_txn_id AND p.method = $2
-                  WHERE b.run_id = $1 AND b.kind = 'PAYMENT' AND p.online_cents = b.amount_cents)
-              + (SELECT count(*) FROM bill_rows b JOIN compensation_events e ON e.kind = 'PROVIDER_REFUND'
-                    AND e.payload->>'provider' = $2 AND e.payload->>'refundNo' = b.refund_no
-                    AND e.payload->>'orderNo' = b.out_trade_no AND (e.payload->>'amountCents')::bigint = b.amount_cents
-                  WHERE b.run_id = $1 AND b.kind = 'REFUND') AS n",
-    )
-    .bind::<BigInt, _>(run_id)
-    .bind::<Text, _>(provider)
-    .get_result(&mut conn)
-    .await?;
+    let counts: N = StaticQuery::new(include_str!("sql/local_rows.sql"))
+        .bind::<BigInt, _>(run_id)
+        .bind::<Text, _>(provider)
+        .bind::<Timestamptz, _>(t0)
+        .bind::<Timestamptz, _>(t1)
+        .get_result(&mut conn)
+        .await?;
+    let matched: N = StaticQuery::new(include_str!("sql/matched.sql"))
+        .bind::<BigInt, _>(run_id)
+        .bind::<Text, _>(provider)
+        .get_result(&mut conn)
+        .await?;
     Ok(Matched {
         local_rows: counts.n,
         matched: matched.n,
@@ -540,24 +474,12 @@ async fn heal(
     use crate::payments::{self, Notice, Outcome, Received};
     use futures_util::StreamExt;
     let mut conn = state.pool.get().await?;
-    let unbooked: Vec<Unbooked> = diesel::sql_query(
-        "SELECT b.out_trade_no AS order_no, b.provider_txn_id, b.amount_cents, b.line::int AS line
-           FROM bill_rows b
-           JOIN orders o ON o.order_no = b.out_trade_no
-          WHERE b.run_id = $1 AND b.kind = 'PAYMENT'
-            AND (o.online_provider IS NULL OR o.online_provider = $2)
-            AND ((o.status = 'WAIT_PAY' AND o.amount_cents - o.wallet_amount_cents = b.amount_cents)
-                 OR o.status = 'CANCELED')
-            AND NOT EXISTS (SELECT 1 FROM payments p WHERE p.provider_txn_id = b.provider_txn_id AND p.method = $2)
-            AND NOT EXISTS (SELECT 1 FROM exception_tickets t WHERE t.provider_txn_id = b.provider_txn_id
-                             AND t.kind IN ('PAID_AFTER_CANCEL', 'UNKNOWN_ORDER', 'REJECTED_TRANSITION', 'AMOUNT_MISMATCH'))
-          ORDER BY b.line LIMIT $3",
-    )
-    .bind::<BigInt, _>(run_id)
-    .bind::<Text, _>(provider)
-    .bind::<BigInt, _>(MAX_HEALS)
-    .load(&mut conn)
-    .await?;
+    let unbooked: Vec<Unbooked> = StaticQuery::new(include_str!("sql/unbooked_payments.sql"))
+        .bind::<BigInt, _>(run_id)
+        .bind::<Text, _>(provider)
+        .bind::<BigInt, _>(MAX_HEALS)
+        .load(&mut conn)
+        .await?;
     drop(conn);
     for u in unbooked {
         let txn = u.provider_txn_id.clone().unwrap_or_default();
@@ -617,23 +539,14 @@ async fn heal(
         return Ok(vec![]);
     }
     let mut conn = state.pool.get().await?;
-    let missing: Vec<Unbooked> = diesel::sql_query(
-        "SELECT o.order_no, p.provider_txn_id, p.online_cents AS amount_cents, 0 AS line
-           FROM payments p JOIN orders o ON o.id = p.order_id
-          WHERE p.method = $2 AND p.online_cents > 0 AND p.paid_at >= $3 AND p.paid_at < $4
-            AND NOT EXISTS (SELECT 1 FROM bill_rows b WHERE b.run_id = $1 AND b.kind = 'PAYMENT'
-                             AND b.provider_txn_id = p.provider_txn_id)
-            AND NOT EXISTS (SELECT 1 FROM reconciliation_heals h WHERE h.provider = $2
-                             AND h.category = 'LOCAL_PAID_PROVIDER_MISSING' AND h.provider_txn_id = p.provider_txn_id)
-          ORDER BY p.paid_at LIMIT $5",
-    )
-    .bind::<BigInt, _>(run_id)
-    .bind::<Text, _>(provider)
-    .bind::<Timestamptz, _>(t0)
-    .bind::<Timestamptz, _>(t1)
-    .bind::<BigInt, _>(MAX_QUERIES)
-    .load(&mut conn)
-    .await?;
+    let missing: Vec<Unbooked> = StaticQuery::new(include_str!("sql/missing_from_bill.sql"))
+        .bind::<BigInt, _>(run_id)
+        .bind::<Text, _>(provider)
+        .bind::<Timestamptz, _>(t0)
+        .bind::<Timestamptz, _>(t1)
+        .bind::<BigInt, _>(MAX_QUERIES)
+        .load(&mut conn)
+        .await?;
     drop(conn);
     let answers: Vec<(Unbooked, bool)> = futures_util::stream::iter(missing)
         .map(|m| async move {
@@ -653,18 +566,14 @@ async fn heal(
         .collect()
         .await;
     // Confirmed by an earlier run of this day: no finding either.
-    let mut confirmed: Vec<String> = diesel::sql_query(
-        "SELECT provider_txn_id AS v FROM reconciliation_heals
-          WHERE provider = $1 AND bill_date = $2 AND category = 'LOCAL_PAID_PROVIDER_MISSING'
-            AND provider_txn_id IS NOT NULL",
-    )
-    .bind::<Text, _>(provider)
-    .bind::<diesel::sql_types::Date, _>(date)
-    .load::<TextRow>(&mut state.pool.get().await?)
-    .await?
-    .into_iter()
-    .map(|r| r.v)
-    .collect();
+    let mut confirmed: Vec<String> = StaticQuery::new(include_str!("sql/confirmed_by_query.sql"))
+        .bind::<Text, _>(provider)
+        .bind::<diesel::sql_types::Date, _>(date)
+        .load::<TextRow>(&mut state.pool.get().await?)
+        .await?
+        .into_iter()
+        .map(|r| r.v)
+        .collect();
     for (m, ok) in answers {
         if ok {
             record_heal(
@@ -698,20 +607,17 @@ async fn record_heal(
     trace: &TraceId,
 ) -> AppResult<()> {
     let mut conn = state.pool.get().await?;
-    diesel::sql_query(
-        "INSERT INTO reconciliation_heals (run_id, provider, bill_date, category, action, order_no, provider_txn_id, trace_id)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
-    )
-    .bind::<BigInt, _>(run_id)
-    .bind::<Text, _>(provider)
-    .bind::<diesel::sql_types::Date, _>(date)
-    .bind::<Text, _>(category)
-    .bind::<Text, _>(action)
-    .bind::<Text, _>(order_no)
-    .bind::<diesel::sql_types::Nullable<Text>, _>(txn)
-    .bind::<Text, _>(trace.as_str())
-    .execute(&mut conn)
-    .await?;
+    StaticQuery::new(include_str!("sql/record_heal.sql"))
+        .bind::<BigInt, _>(run_id)
+        .bind::<Text, _>(provider)
+        .bind::<diesel::sql_types::Date, _>(date)
+        .bind::<Text, _>(category)
+        .bind::<Text, _>(action)
+        .bind::<Text, _>(order_no)
+        .bind::<diesel::sql_types::Nullable<Text>, _>(txn)
+        .bind::<Text, _>(trace.as_str())
+        .execute(&mut conn)
+        .await?;
     Ok(())
 }
 
@@ -731,19 +637,11 @@ pub async fn healing(
         #[diesel(sql_type = BigInt)]
         ticketed: i64,
     }
-    let rows: Vec<Row> = diesel::sql_query(
-        "SELECT c.category,
-                (SELECT count(*) FROM reconciliation_heals h WHERE h.category = c.category
-                    AND h.created_at >= $1 AND h.created_at < $2) AS healed,
-                (SELECT count(*) FROM exception_tickets t WHERE t.kind = c.category
-                    AND t.detail->>'source' = 'reconciliation' AND t.opened_at >= $1 AND t.opened_at < $2) AS ticketed
-           FROM unnest(ARRAY['PROVIDER_PAID_LOCAL_UNPAID', 'LOCAL_PAID_PROVIDER_MISSING', 'AMOUNT_MISMATCH',
-                             'REFUND_MISMATCH']) AS c(category)",
-    )
-    .bind::<Timestamptz, _>(from)
-    .bind::<Timestamptz, _>(to)
-    .load(conn)
-    .await?;
+    let rows: Vec<Row> = StaticQuery::new(include_str!("sql/healing.sql"))
+        .bind::<Timestamptz, _>(from)
+        .bind::<Timestamptz, _>(to)
+        .load(conn)
+        .await?;
     Ok(rows.into_iter().map(|r| (r.category, r.healed, r.ticketed)).collect())
 }
 
@@ -829,14 +727,9 @@ pub async fn retry_waiting(state: AppState) -> AppResult<i64> {
 pub async fn retry_waiting_at(state: &AppState, now: chrono::DateTime<Utc>) -> AppResult<i64> {
     let local = now.with_timezone(&state.config.timezone);
     let mut conn = state.pool.get().await?;
-    let waiting: Vec<Waiting> = diesel::sql_query(
-        "SELECT id, provider, bill_date, error FROM (
-             SELECT DISTINCT ON (provider, bill_date) id, provider, bill_date, status, error
-               FROM reconciliation_runs ORDER BY provider, bill_date, id DESC) latest
-          WHERE status = 'WAITING' ORDER BY bill_date, provider",
-    )
-    .load(&mut conn)
-    .await?;
+    let waiting: Vec<Waiting> = StaticQuery::new(include_str!("sql/waiting_days.sql"))
+        .load(&mut conn)
+        .await?;
     drop(conn);
     let mut n = 0;
     for w in waiting {

@@ -5,6 +5,7 @@ use diesel::QueryableByName;
 use diesel_async::{AsyncConnection, RunQueryDsl};
 
 use crate::app::AppState;
+use crate::db::sql::StaticQuery;
 use crate::error::AppResult;
 
 #[derive(QueryableByName)]
@@ -52,20 +53,10 @@ pub async fn alert_check(state: AppState) -> AppResult<i64> {
     // FAILED run, which the sweep alerts as such).
     let (stuck, raised) = conn
         .transaction(async |conn| -> AppResult<(i64, i64)> {
-            let stuck: Vec<Stuck> = diesel::sql_query(format!(
-                "WITH s AS (UPDATE task_runs SET status = 'FAILED', finished_at = now(),
-                                detail = 'stuck: no outcome after {STUCK_MINUTES} minutes (instance died?)'
-                             WHERE status = 'RUNNING' AND started_at < now() - interval '{STUCK_MINUTES} minutes'
-                            RETURNING id, task, instance),
-                      r AS (UPDATE reconciliation_runs SET status = 'FAILED', finished_at = now(),
-                                error = 'stuck: no outcome after an hour (instance died?)'
-                             WHERE status = 'RUNNING' AND started_at < now() - interval '1 hour'
-                            RETURNING id, 'reconcile:' || provider AS task, '' AS instance)
-                 SELECT id, task, instance, true AS task_run FROM s
-                 UNION ALL SELECT id, task, instance, false FROM r"
-            ))
-            .load(conn)
-            .await?;
+            let stuck: Vec<Stuck> = StaticQuery::new(include_str!("stuck_runs.sql"))
+                .bind::<BigInt, _>(STUCK_MINUTES) // $1
+                .load(conn)
+                .await?;
             let task_runs: Vec<(i64, String, String)> = stuck
                 .iter()
                 .filter(|s| s.task_run)
@@ -84,26 +75,29 @@ pub async fn alert_check(state: AppState) -> AppResult<i64> {
     if stuck > 0 {
         tracing::error!(runs = stuck, "stuck runs closed as FAILED");
     }
-    let dead: N = diesel::sql_query("SELECT count(*) AS n FROM compensation_events WHERE status = 'DEAD'")
+    #[derive(QueryableByName)]
+    struct Outbox {
+        #[diesel(sql_type = BigInt)]
+        dead: i64,
+        #[diesel(sql_type = BigInt)]
+        overdue: i64,
+    }
+    let outbox: Outbox = StaticQuery::new(include_str!("outbox_counts.sql"))
         .get_result(&mut conn)
         .await?;
-    metrics::gauge!("fitorder_compensation_dead").set(dead.n as f64);
-    let backlog: N = diesel::sql_query(
-        "SELECT count(*) AS n FROM compensation_events WHERE status IN ('PENDING', 'RETRYING') AND next_attempt_at < now() - interval '5 minutes'",
-    )
-    .get_result(&mut conn)
-    .await?;
-    metrics::gauge!("fitorder_compensation_overdue").set(backlog.n as f64);
-    if dead.n > 0 {
-        tracing::warn!(dead = dead.n, "DEAD compensation events wait for a replay");
+    let (dead, backlog) = (outbox.dead, outbox.overdue);
+    metrics::gauge!("fitorder_compensation_dead").set(dead as f64);
+    metrics::gauge!("fitorder_compensation_overdue").set(backlog as f64);
+    if dead > 0 {
+        tracing::warn!(dead, "DEAD compensation events wait for a replay");
     }
-    if backlog.n > 0 {
+    if backlog > 0 {
         tracing::warn!(
-            overdue = backlog.n,
+            overdue = backlog,
             "compensation events overdue by more than 5 minutes (no worker running?)"
         );
     }
-    Ok(stuck + raised + dead.n + backlog.n)
+    Ok(stuck + raised + dead + backlog)
 }
 
 /// Prunes what is safe to prune: old idempotency keys, old successful attempt logs, delivered
@@ -112,54 +106,16 @@ pub async fn alert_check(state: AppState) -> AppResult<i64> {
 /// open ticket's order needs.
 pub async fn data_cleanup(state: AppState) -> AppResult<i64> {
     let mut conn = state.pool.get().await?;
-    let r: N = diesel::sql_query(format!(
-        "WITH open_orders AS (
-            SELECT order_id FROM exception_tickets WHERE status IN ('OPEN', 'IN_PROGRESS') AND order_id IS NOT NULL
-         ), keys AS (
-            DELETE FROM payment_keys k USING payment_callbacks c
-             WHERE k.callback_id = c.id AND k.created_at < now() - interval '{KEY_RETENTION_DAYS} days'
-               AND (c.order_id IS NULL OR c.order_id NOT IN (SELECT order_id FROM open_orders))
-            RETURNING 1
-         ), delivered AS (
-            SELECT e.id FROM compensation_events e
-             WHERE e.status = 'SUCCEEDED' AND e.updated_at < now() - interval '{OUTBOX_RETENTION_DAYS} days'
-               AND e.kind <> 'PROVIDER_REFUND'
-               AND e.order_id NOT IN (SELECT order_id FROM open_orders)
-               AND NOT EXISTS (SELECT 1 FROM compensation_replays r WHERE r.event_id = e.id)
-             ORDER BY e.updated_at
-             LIMIT {OUTBOX_PRUNE_BATCH}
-         ), attempts AS (
-            DELETE FROM compensation_attempts a USING compensation_events e
-             WHERE a.event_id = e.id AND a.ok AND e.status = 'SUCCEEDED'
-               AND a.at < now() - interval '{ATTEMPT_RETENTION_DAYS} days'
-               AND e.order_id NOT IN (SELECT order_id FROM open_orders)
-               AND e.id NOT IN (SELECT id FROM delivered)
-            RETURNING 1
-         ), delivered_attempts AS (
-            DELETE FROM compensation_attempts a WHERE a.event_id IN (SELECT id FROM delivered)
-            RETURNING 1
-         ), events AS (
-            -- With their attempts: the foreign key is checked at the end of the statement.
-            DELETE FROM compensation_events e WHERE e.id IN (SELECT id FROM delivered)
-            RETURNING 1
-         ), unverified AS (
-            DELETE FROM payment_callbacks c
-             WHERE NOT c.verified AND c.order_id IS NULL
-               AND (c.received_at < now() - interval '{UNVERIFIED_RETENTION_DAYS} days'
-                    OR c.id <= (SELECT id FROM payment_callbacks WHERE NOT verified
-                                 ORDER BY id DESC OFFSET {UNVERIFIED_KEEP} LIMIT 1))
-               AND NOT EXISTS (SELECT 1 FROM payment_keys k WHERE k.callback_id = c.id)
-            RETURNING 1
-         ), runs AS (
-            DELETE FROM task_runs WHERE status <> 'RUNNING' AND started_at < now() - interval '{TASK_RUN_RETENTION_DAYS} days'
-            RETURNING 1
-         )
-         SELECT (SELECT count(*) FROM keys) + (SELECT count(*) FROM attempts) + (SELECT count(*) FROM runs)
-                + (SELECT count(*) FROM unverified) + (SELECT count(*) FROM events)
-                + (SELECT count(*) FROM delivered_attempts) AS n"
-    ))
-    .get_result(&mut conn)
-    .await?;
+    let r: N = StaticQuery::new(include_str!("data_cleanup.sql"))
+        .bind::<BigInt, _>(KEY_RETENTION_DAYS) // $1
+        .bind::<BigInt, _>(OUTBOX_RETENTION_DAYS) // $2
+        .bind::<BigInt, _>(OUTBOX_PRUNE_BATCH) // $3
+        .bind::<BigInt, _>(ATTEMPT_RETENTION_DAYS) // $4
+        .bind::<BigInt, _>(UNVERIFIED_RETENTION_DAYS) // $5
+        .bind::<BigInt, _>(UNVERIFIED_KEEP) // $6
+        .bind::<BigInt, _>(TASK_RUN_RETENTION_DAYS) // $7
+        .get_result(&mut conn)
+        .await?;
     tracing::info!(pruned = r.n, "data cleanup");
     Ok(r.n)
 }

@@ -222,8 +222,14 @@ pub async fn run(bench: &mut Bench, s: &Sizes) -> Result<Row> {
         ms(max),
         per_subscriber_kb
     );
-    r.check("p99", p99 <= Duration::from_millis(200));
-    r.check("RSS per subscriber", per_subscriber_kb <= 64.0);
+    r.check(
+        format!("p99 {:.1} ms > 200 ms", p99.as_secs_f64() * 1000.0),
+        p99 <= Duration::from_millis(200),
+    );
+    r.check(
+        format!("{per_subscriber_kb:.1} KB per subscriber > 64 KB"),
+        per_subscriber_kb <= 64.0,
+    );
     r.check("every subscriber got every event", missing == 0);
     r.note(format!(
         "{} graphql-transport-ws connections to /graphql/ws (ops token from `fitorder token` in connection_init), \

@@ -18,7 +18,11 @@ macro_rules! say {
 pub static STARTED: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
 
 mod env;
+mod history;
 mod load;
+mod peer;
+mod pgbench;
+mod pgbouncer;
 mod report;
 mod seed;
 mod sqlcount;
@@ -29,6 +33,7 @@ mod b4_reconcile;
 mod b5_orders;
 mod b6_outbox;
 mod b7_subscriptions;
+mod b9_prepay;
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
@@ -46,8 +51,9 @@ fitorder-bench: fitorder's hot paths as ratios to PostgreSQL on the same machine
 Usage:
   cargo run --release -p fitorder-bench -- [--quick] [--only B1,B3] [--keep] [--perf] [--out FILE]
 
-  --quick        small sizes: a smoke run in under two minutes (after the build)
-  --only LIST    run only these benchmarks (B1, B2 and B8 always run together)
+  --quick        small sizes: a smoke run of about five minutes (after the build)
+  --only LIST    run only these benchmarks (B1 runs whenever B1b, B2, B8 or B10 does: it is
+                 their baseline or their server)
   --keep         keep the databases (fitorder_bench_*) and the temp dir for inspection
   --perf         record with `perf record` during B1, B2, B5 and B6 (the whole machine, and the
                  fitorder process with call graphs); slows them down, for profiling, not
@@ -58,6 +64,8 @@ Usage:
 Environment:
   BENCH_DATABASE_URL   PostgreSQL server to use (default postgres://postgres@127.0.0.1:5432/postgres);
                        databases named fitorder_bench_* are created and dropped on it
+  BENCH_PGBOUNCER      a PgBouncer binary for B10 (else the newest of PATH, /usr/sbin,
+                       /opt/pgbouncer/bin, /usr/local/bin)
   CARGO_TARGET_DIR     where target/release/fitorder is looked for (default <repo>/target)
 ";
 
@@ -70,6 +78,12 @@ pub struct Sizes {
     /// pgbench: seconds of the timed run and the scale of `pgbench -i`.
     pub pgbench_secs: u64,
     pub pgbench_scale: u32,
+    /// B1's floor: payments made by the one-statement pgbench script.
+    pub floor_payments: i64,
+    /// B1b: historic orders in the tables before the payments.
+    pub history_orders: i64,
+    /// B9: placeOrder round trips (and as many prepay requests straight to the stand-in).
+    pub prepay_requests: usize,
     /// B3: expired orders (plus a tenth as many not yet due, which must stay).
     pub expiry_orders: i64,
     /// B4: rows of the bill and local payments.
@@ -94,6 +108,9 @@ impl Sizes {
             notifications: 20_000,
             pgbench_secs: 30,
             pgbench_scale: 16,
+            floor_payments: 48_000,
+            history_orders: 1_000_000,
+            prepay_requests: 2_000,
             expiry_orders: 100_000,
             bill_rows: 1_000_000,
             orders_secs: 20,
@@ -112,6 +129,9 @@ impl Sizes {
             notifications: 2_000,
             pgbench_secs: 5,
             pgbench_scale: 16,
+            floor_payments: 8_000,
+            history_orders: 100_000,
+            prepay_requests: 300,
             expiry_orders: 10_000,
             bill_rows: 100_000,
             orders_secs: 4,
@@ -133,7 +153,8 @@ pub struct Args {
     pub out: Option<PathBuf>,
 }
 
-const ALL: [&str; 8] = ["B1", "B2", "B3", "B4", "B5", "B6", "B7", "B8"];
+/// Every benchmark, in the report's order.
+pub const ALL: [&str; 11] = ["B1", "B1b", "B2", "B3", "B4", "B5", "B6", "B7", "B8", "B9", "B10"];
 
 fn parse_args() -> Result<Args> {
     let mut args = Args {
@@ -161,15 +182,12 @@ fn parse_args() -> Result<Args> {
             "--perf" => args.perf = true,
             "--out" => args.out = Some(PathBuf::from(value("--out")?)),
             "--only" => {
-                let list: BTreeSet<String> = value("--only")?
-                    .split(',')
-                    .map(|s| s.trim().to_ascii_uppercase())
-                    .filter(|s| !s.is_empty())
-                    .collect();
-                for b in &list {
-                    if !ALL.contains(&b.as_str()) {
+                let mut list = BTreeSet::new();
+                for b in value("--only")?.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+                    let Some(id) = ALL.iter().find(|id| id.eq_ignore_ascii_case(b)) else {
                         bail!("unknown benchmark {b} (known: {})", ALL.join(", "));
-                    }
+                    };
+                    list.insert(id.to_string());
                 }
                 args.only = Some(list);
             }
@@ -188,9 +206,10 @@ impl Args {
         self.only.as_ref().is_none_or(|o| o.contains(id))
     }
 
-    /// B2 resends B1's notifications and B8 watches B1's server: the three run together.
+    /// B2 resends B1's notifications, B8 watches B1's server, B1b and B10 are measured against
+    /// B1: any of them runs B1.
     fn wants_callbacks(&self) -> bool {
-        self.wants("B1") || self.wants("B2") || self.wants("B8")
+        ["B1", "B1b", "B2", "B8", "B10"].iter().any(|id| self.wants(id))
     }
 }
 
@@ -264,7 +283,7 @@ async fn run_all(bench: &mut Bench, args: &Args) -> Result<Vec<Row>> {
     if args.wants_callbacks() {
         match b1_callbacks::run(bench, args).await {
             Ok(r) => rows.extend(r),
-            Err(e) => rows.extend(["B1", "B2", "B8"].map(|id| Row::failed(id, &e))),
+            Err(e) => rows.extend(b1_callbacks::failed_rows(args, &e)),
         }
     }
     if args.wants("B5") {
@@ -291,9 +310,12 @@ async fn run_all(bench: &mut Bench, args: &Args) -> Result<Vec<Row>> {
                 .unwrap_or_else(|e| Row::failed("B4", &e)),
         );
     }
+    if args.wants("B9") {
+        rows.push(b9_prepay::run(bench, s).await.unwrap_or_else(|e| Row::failed("B9", &e)));
+    }
     if args.wants("B6") {
         rows.push(b6_outbox::run(bench, s).await.unwrap_or_else(|e| Row::failed("B6", &e)));
     }
-    rows.sort_by(|a, b| a.id.cmp(b.id));
+    rows.sort_by_key(|r| ALL.iter().position(|id| *id == r.id).unwrap_or(ALL.len()));
     Ok(rows)
 }

@@ -198,6 +198,8 @@ struct State {
     bill_controls: BillControls,
     /// Bill download URLs handed out, by token.
     downloads: HashMap<String, bills::Download>,
+    /// Bills published whole for a day ([`SandboxProvider::publish_bill`]), by provider and day.
+    published: HashMap<(&'static str, chrono::NaiveDate), bills::Published>,
     /// Trades whose payment the bill books on the day after it was paid.
     booked_next_day: std::collections::HashSet<(&'static str, String)>,
 }
@@ -364,6 +366,26 @@ impl SandboxProvider {
     pub fn book_on_next_day(&self, provider: &str, out_trade_no: &str) {
         let Some(p) = provider_name(provider) else { return };
         self.inner.lock().booked_next_day.insert((p, out_trade_no.to_string()));
+    }
+
+    /// From now on `provider`'s bill of `date` is `rows` (packed here, once), whatever trades the
+    /// sandbox took that day: a bill of any size for the fetch path without that many trades.
+    /// Blocking (a million rows take seconds): call it from `spawn_blocking`.
+    pub fn publish_bill(
+        &self,
+        provider: &str,
+        date: chrono::NaiveDate,
+        rows: &[crate::reconciliation::bills::BillRow],
+    ) -> Result<()> {
+        let p = provider_name(provider).ok_or_else(|| anyhow!("unknown provider {provider}"))?;
+        let pid = if p == ALIPAY {
+            alipay::SELLER_ID
+        } else {
+            self.inner.keys.mch_id.as_str()
+        };
+        let published = bills::publish(p, date, rows, pid).map_err(|e| anyhow!("packing the bill: {e}"))?;
+        self.inner.lock().published.insert((p, date), published);
+        Ok(())
     }
 
     pub fn bill_controls(&self) -> BillControls {

@@ -11,8 +11,8 @@ use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
 use crate::db::models::CompensationEvent;
 use crate::db::schema::compensation_events as ce;
 use crate::domain::CompensationStatus;
-use crate::error::{AppError, AppResult};
 use crate::domain::Ctx;
+use crate::error::{AppError, AppResult};
 use crate::outbox;
 
 /// DEAD -> PENDING: the event is due now, with a fresh allowance of attempts (the count goes

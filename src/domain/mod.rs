@@ -10,5 +10,5 @@ pub mod retry;
 pub mod schedule;
 
 pub use actor::{Actor, ActorKind, Ctx, TraceId};
-pub use order_status::{OrderStatus, TransitionError, TIMEOUT_REASON};
 pub use effect::{CompensationKind, CompensationStatus, Effect};
+pub use order_status::{OrderStatus, TransitionError, TIMEOUT_REASON};

@@ -12,8 +12,8 @@ use crate::db::models::{Membership, Order};
 use crate::db::schema::{memberships, payments, refunds};
 use crate::domain::{money, order_status, OrderStatus};
 use crate::error::{AppError, AppResult, OnViolation, Violation};
-use crate::wallet::{wallet_move, WalletMove};
 use crate::outbox::{self, Effect, RefundPayload};
+use crate::wallet::{wallet_move, WalletMove};
 
 /// A payment about to be applied to a waiting order.
 #[derive(Debug, Clone)]

@@ -8,8 +8,8 @@ use diesel::sql_types::Text;
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 
 use crate::db::models::Order;
-use crate::db::sql::StaticQuery;
 use crate::db::schema::compensation_events as ce;
+use crate::db::sql::StaticQuery;
 pub use crate::domain::effect::{AccessAction, AccessPayload, OrderRef, RefundPayload};
 pub use crate::domain::Effect;
 use crate::error::AppResult;

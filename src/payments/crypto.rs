@@ -94,7 +94,10 @@ type DigestSet =
 const VERIFIED_KEEP: usize = 8192;
 
 static VERIFIED: Verified = Verified {
-    seen: std::sync::Mutex::new((DigestSet::with_hasher(std::hash::BuildHasherDefault::new()), std::collections::VecDeque::new())),
+    seen: std::sync::Mutex::new((
+        DigestSet::with_hasher(std::hash::BuildHasherDefault::new()),
+        std::collections::VecDeque::new(),
+    )),
 };
 
 impl Verified {

@@ -303,6 +303,44 @@ async fn claim_key(conn: &mut AsyncPgConnection, key: &str, callback_id: i64) ->
     Ok(claimed == 1)
 }
 
+/// Claims a payment's key and locks its order in one statement (`claim_and_lock.sql`): whether
+/// this callback claimed the key (false: a duplicate), and the order, locked, if it exists.
+/// Claiming decides exactly as [`claim_key`]; locking as `orders::lock_order`.
+async fn claim_and_lock(
+    conn: &mut AsyncPgConnection,
+    key: &str,
+    callback_id: i64,
+    out_trade_no: &str,
+) -> AppResult<(bool, Option<Order>)> {
+    use diesel::sql_types::{BigInt, Bool, Text};
+    #[derive(diesel::QueryableByName)]
+    struct Locked {
+        #[diesel(embed)]
+        order: Order,
+        #[diesel(sql_type = Bool)]
+        claimed: bool,
+    }
+    let locked: Option<Locked> = StaticQuery::new(include_str!("claim_and_lock.sql"))
+        .bind::<Text, _>(key) // $1
+        .bind::<BigInt, _>(callback_id) // $2
+        .bind::<Text, _>(out_trade_no) // $3
+        .get_result(conn)
+        .await
+        .optional()?;
+    match locked {
+        Some(l) => Ok((l.claimed, Some(l.order))),
+        // No such order (rare): the statement's claim stands; whose it is tells.
+        None => {
+            let claimant: i64 = payment_keys::table
+                .find(key)
+                .select(payment_keys::callback_id)
+                .get_result(conn)
+                .await?;
+            Ok((claimant == callback_id, None))
+        }
+    }
+}
+
 /// A refund the provider confirmed by our refund number, with the trade's refunded total.
 struct ConfirmedRefund<'a> {
     provider: Provider,
@@ -414,12 +452,10 @@ async fn apply_paid(
     callback_id: i64,
     ctx: &Ctx,
 ) -> AppResult<(Outcome, Option<Order>)> {
-    if !claim_key(conn, p.key, callback_id).await? {
-        return Ok((Outcome::Duplicate, orders::find_order(conn, p.out_trade_no).await?));
-    }
-    let order = match orders::lock_order(conn, p.out_trade_no, None).await {
-        Ok(o) => o,
-        Err(AppError::NotFound(_)) => {
+    let order = match claim_and_lock(conn, p.key, callback_id, p.out_trade_no).await? {
+        (false, order) => return Ok((Outcome::Duplicate, order)),
+        (true, Some(order)) => order,
+        (true, None) => {
             p.ticket(
                 conn,
                 TicketKind::UnknownOrder,
@@ -430,7 +466,6 @@ async fn apply_paid(
             .await?;
             return Ok((Outcome::UnknownOrder, None));
         }
-        Err(e) => return Err(e),
     };
     match order.status {
         // Only a payment that would be applied must match the amount; money for a canceled

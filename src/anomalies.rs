@@ -12,13 +12,13 @@ use diesel_async::{AsyncPgConnection, RunQueryDsl};
 
 use crate::db::schema::anomaly_events;
 use crate::db::sql::StaticQuery;
-use crate::domain::TraceId;
+use crate::domain::{AnomalyCategory, TraceId};
 use crate::error::{AppError, AppResult};
 
 #[derive(QueryableByName)]
 struct Row {
     #[diesel(sql_type = Text)]
-    category: String,
+    category: AnomalyCategory,
     #[diesel(sql_type = BigInt)]
     n: i64,
 }
@@ -30,7 +30,7 @@ pub async fn count(
     to: DateTime<Utc>,
     store: Option<i64>,
     scope: Option<Vec<i64>>,
-) -> AppResult<HashMap<String, i64>> {
+) -> AppResult<HashMap<AnomalyCategory, i64>> {
     let rows: Vec<Row> = StaticQuery::new(include_str!("anomalies/count.sql"))
         .bind::<Timestamptz, _>(from) // $1
         .bind::<Timestamptz, _>(to) // $2
@@ -58,7 +58,7 @@ pub async fn note_refused<T>(
         });
         let counted = diesel::insert_into(anomaly_events::table)
             .values((
-                anomaly_events::category.eq("ILLEGAL_TRANSITION"),
+                anomaly_events::category.eq(AnomalyCategory::IllegalTransition),
                 anomaly_events::order_id.eq(order.as_ref().map(|o| o.id)),
                 anomaly_events::store_id.eq(order.as_ref().map(|o| o.store_id)),
                 anomaly_events::detail.eq(format!("{order_no}: {from} -> {to}")),

@@ -14,6 +14,7 @@ use crate::db::models::{CompensationEvent, ExceptionTicket};
 use crate::db::schema::{compensation_events, exception_tickets, order_transitions, orders};
 use crate::db::sql::pg_notify;
 use crate::db::DbPool;
+use crate::domain::OrderStatus;
 
 /// Channel of row changes subscribers see (`order:<transition id>`, `comp:<event id>`,
 /// `ticket:<ticket id>`).
@@ -28,8 +29,8 @@ pub struct StatusChange {
     pub order_no: String,
     pub store_id: i64,
     pub member_id: i64,
-    pub from_status: Option<String>,
-    pub to_status: String,
+    pub from_status: Option<OrderStatus>,
+    pub to_status: OrderStatus,
     pub at: chrono::DateTime<chrono::Utc>,
     pub actor: String,
     pub trace_id: String,
@@ -134,8 +135,8 @@ type TransitionRow = (
     String,
     i64,
     i64,
-    Option<String>,
-    String,
+    Option<OrderStatus>,
+    OrderStatus,
     chrono::DateTime<chrono::Utc>,
     String,
     String,

@@ -19,7 +19,7 @@ use serde_json::json;
 use crate::app::AppState;
 use crate::db::schema::{expiry_claims, orders};
 use crate::db::sql::StaticQuery;
-use crate::domain::{order_status, ActorKind, OrderStatus};
+use crate::domain::{order_status, ActorKind, OrderStatus, Provider};
 use crate::error::AppResult;
 use crate::payments::api::{ProviderApi, TradeState};
 use crate::payments::{self, Notice, Received};
@@ -70,7 +70,7 @@ struct Due {
     #[diesel(sql_type = Text)]
     order_no: String,
     #[diesel(sql_type = diesel::sql_types::Nullable<Text>)]
-    online_provider: Option<String>,
+    online_provider: Option<Provider>,
     #[diesel(sql_type = diesel::sql_types::Timestamptz)]
     expires_at: chrono::DateTime<Utc>,
 }
@@ -79,7 +79,7 @@ struct Due {
 /// another instance is claiming right now are skipped, claims that lapsed are taken over.
 async fn claim_due(
     conn: &mut AsyncPgConnection,
-    providers: &[&str],
+    providers: &[Provider],
     lease: Duration,
     who: &str,
 ) -> AppResult<Vec<Due>> {
@@ -102,10 +102,7 @@ async fn claim_due(
 pub async fn expire_due(state: &AppState, api: &ProviderApi) -> AppResult<i64> {
     let trace = TraceId::new();
     let who = format!("{}:{}", std::process::id(), trace.as_str());
-    let asked: Vec<&str> = ["WECHAT_PAY", "ALIPAY"]
-        .into_iter()
-        .filter(|p| api.configured(p))
-        .collect();
+    let asked: Vec<Provider> = Provider::ALL.into_iter().filter(|p| api.configured(*p)).collect();
     // Long enough for a batch of queries and closes, each bounded by the downstream timeout.
     let lease = state.config.downstream_timeout * 4 * (CLAIM_BATCH as u32 / QUERY_CONCURRENCY as u32 + 1)
         + Duration::from_secs(10);
@@ -123,8 +120,11 @@ pub async fn expire_due(state: &AppState, api: &ProviderApi) -> AppResult<i64> {
             .map(|d| {
                 let (state, api, trace) = (state.clone(), api.clone(), trace.clone());
                 async move {
-                    let provider = d.online_provider.unwrap_or_default();
-                    let verdict = settle_with_provider(&state, &api, &provider, &d.order_no, &trace).await;
+                    // Claimed orders are those of a provider asked here.
+                    let verdict = match d.online_provider {
+                        Some(provider) => settle_with_provider(&state, &api, provider, &d.order_no, &trace).await,
+                        None => Settle::Cancel,
+                    };
                     (d.id, verdict, d.expires_at)
                 }
             })
@@ -145,9 +145,15 @@ pub async fn expire_due(state: &AppState, api: &ProviderApi) -> AppResult<i64> {
             total += cancel_expired(&mut conn, Some(&cancel), BATCH, &trace).await?;
         }
         // Settled orders need no claim any more (a waiting one keeps its claim until it lapses).
-        diesel::delete(expiry_claims::table.filter(
-            expiry_claims::order_id.eq_any(orders::table.filter(orders::status.ne("WAIT_PAY")).select(orders::id)),
-        ))
+        diesel::delete(
+            expiry_claims::table.filter(
+                expiry_claims::order_id.eq_any(
+                    orders::table
+                        .filter(orders::status.ne(OrderStatus::WaitPay))
+                        .select(orders::id),
+                ),
+            ),
+        )
         .execute(&mut conn)
         .await?;
         if claimed < CLAIM_BATCH {
@@ -166,14 +172,14 @@ pub async fn expire_due(state: &AppState, api: &ProviderApi) -> AppResult<i64> {
 }
 
 /// Cancels due orders whose provider is not one of `asked` (WALLET/OFFLINE never expire).
-async fn cancel_unasked(conn: &mut AsyncPgConnection, asked: &[&str], trace: &TraceId) -> AppResult<i64> {
+async fn cancel_unasked(conn: &mut AsyncPgConnection, asked: &[Provider], trace: &TraceId) -> AppResult<i64> {
     let ids: Vec<i64> = orders::table
-        .filter(orders::status.eq("WAIT_PAY"))
+        .filter(orders::status.eq(OrderStatus::WaitPay))
         .filter(orders::expires_at.le(Utc::now()))
         .filter(
             orders::online_provider
                 .is_null()
-                .or(orders::online_provider.ne_all(asked.iter().map(|p| p.to_string()).collect::<Vec<_>>())),
+                .or(orders::online_provider.ne_all(asked.to_vec())),
         )
         .order(orders::expires_at)
         .limit(BATCH)
@@ -207,7 +213,7 @@ enum Settle {
 async fn settle_with_provider(
     state: &AppState,
     api: &ProviderApi,
-    provider: &str,
+    provider: Provider,
     order_no: &str,
     trace: &TraceId,
 ) -> Settle {
@@ -228,7 +234,7 @@ async fn settle_with_provider(
                         headers: json!({}),
                         error: None,
                     },
-                    "RECEIVED",
+                    payments::Outcome::Received,
                     trace,
                 )
                 .await
@@ -317,7 +323,7 @@ pub async fn run_timer(state: AppState, mut shutdown: tokio::sync::watch::Receiv
 async fn next_deadline(state: &AppState) -> AppResult<Option<chrono::DateTime<Utc>>> {
     let mut conn = state.pool.get().await?;
     Ok(orders::table
-        .filter(orders::status.eq("WAIT_PAY"))
+        .filter(orders::status.eq(OrderStatus::WaitPay))
         .filter(orders::expires_at.is_not_null())
         .select(diesel::dsl::min(orders::expires_at))
         .get_result(&mut conn)

@@ -9,6 +9,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use anyhow::{bail, Context, Result};
 use fitorder::auth::{issue_token, Role};
 use fitorder::config::{Config, ENV_HELP};
+use fitorder::domain::Provider;
 use fitorder::server::{self, ServeOptions};
 
 const USAGE: &str = "\
@@ -194,8 +195,7 @@ async fn alerts(config: Config, rest: &[String]) -> Result<()> {
 async fn reconcile(config: Config, rest: &[String]) -> Result<()> {
     use std::io::Write;
     let provider = flag(rest, "--provider").context("--provider wechatpay|alipay is required")?;
-    let provider = fitorder::reconciliation::provider_from_cli(&provider)
-        .with_context(|| format!("unknown provider {provider:?}"))?;
+    let provider = Provider::from_short_name(&provider).with_context(|| format!("unknown provider {provider:?}"))?;
     let date = flag(rest, "--date").context("--date YYYY-MM-DD is required")?;
     let date = chrono::NaiveDate::parse_from_str(&date, "%Y-%m-%d").with_context(|| format!("--date {date:?}"))?;
     let file = flag(rest, "--file").map(std::path::PathBuf::from);
@@ -235,7 +235,7 @@ async fn reconcile(config: Config, rest: &[String]) -> Result<()> {
             run.tickets_opened,
             run.error.as_ref().map(|e| format!("; error: {e}")).unwrap_or_default()
         );
-        if run.status != "SUCCEEDED" {
+        if run.status != fitorder::domain::ReconciliationStatus::Succeeded {
             bail!("reconciliation {}", run.status);
         }
         Ok(())
@@ -282,9 +282,10 @@ async fn sandbox_provider(rest: &[String]) -> Result<()> {
 /// encrypted) with the dev keys of `./.fitorder/dev-keys`, sent to the running server.
 async fn simulate_payment(config: Config, rest: &[String]) -> Result<()> {
     let order_no = flag(rest, "--order").context("--order <orderNo> is required")?;
-    let provider =
-        fitorder::reconciliation::provider_from_cli(&flag(rest, "--provider").unwrap_or_else(|| "wechatpay".into()))
-            .context("--provider wechatpay|alipay")?;
+    let provider = match flag(rest, "--provider") {
+        Some(name) => Provider::from_short_name(&name).context("--provider wechatpay|alipay")?,
+        None => Provider::WechatPay,
+    };
     let base = flag(rest, "--url").unwrap_or_else(|| format!("http://{}", config.addr));
     let keys = fitorder::payments::devkeys::DevKeys::ensure(std::path::Path::new(".fitorder/dev-keys"))?;
     let http = reqwest::Client::new();
@@ -315,7 +316,7 @@ async fn simulate_payment(config: Config, rest: &[String]) -> Result<()> {
         }
     };
     let txn = flag(rest, "--txn").unwrap_or_else(|| format!("42{}", chrono::Utc::now().format("%Y%m%d%H%M%S%6f")));
-    let resp = if provider == "WECHAT_PAY" {
+    let resp = if provider == Provider::WechatPay {
         let w = keys.wechat();
         let n = w.notification(
             "TRANSACTION.SUCCESS",

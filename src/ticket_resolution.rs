@@ -8,7 +8,7 @@ use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
 use crate::auth::Viewer;
 use crate::config::Config;
 use crate::db::models::ExceptionTicket;
-use crate::domain::{CompensationKind, Ctx};
+use crate::domain::{CompensationKind, Ctx, OrderStatus, PaymentMethod, TicketAction, TicketKind};
 use crate::error::{AppError, AppResult};
 use crate::orders::{self, PaymentApplied};
 use crate::outbox;
@@ -25,7 +25,7 @@ pub async fn resolve(
     config: &Config,
     viewer: &Viewer,
     id: i64,
-    action: &str,
+    action: TicketAction,
     note: Option<&str>,
     ctx: &Ctx,
 ) -> AppResult<ExceptionTicket> {
@@ -33,15 +33,11 @@ pub async fn resolve(
         .map(|n| n.trim().chars().take(2000).collect::<String>())
         .filter(|n| !n.is_empty());
     // The one table of who may take which action (the state machine's transitions).
-    match crate::domain::order_status::may_resolve_ticket(action, viewer.actor().kind) {
-        None => return Err(AppError::bad(format!("unknown action {action}"))),
-        Some(false) => {
-            return Err(AppError::Forbidden(format!(
-                "role {} may not resolve a ticket with {action}",
-                viewer.role.as_str()
-            )))
-        }
-        Some(true) => {}
+    if !crate::domain::order_status::may_resolve_ticket(action, viewer.actor().kind) {
+        return Err(AppError::Forbidden(format!(
+            "role {} may not resolve a ticket with {action}",
+            viewer.role.as_str()
+        )));
     }
     conn.transaction(async |conn| -> AppResult<ExceptionTicket> {
         let t = tickets::lock_unresolved(conn, id, viewer).await?;
@@ -50,26 +46,27 @@ pub async fn resolve(
             None => None,
         };
         match action {
-            "NO_ACTION" => {}
-            "REPLAY_COMPENSATION" => {
+            TicketAction::NoAction => {}
+            TicketAction::ReplayCompensation => {
                 let event_id = t.detail["eventId"]
                     .as_str()
                     .and_then(|s| s.parse::<i64>().ok())
-                    .filter(|_| t.kind == "COMPENSATION_DEAD")
-                    .ok_or_else(|| AppError::bad("REPLAY_COMPENSATION is for COMPENSATION_DEAD tickets"))?;
+                    .filter(|_| t.kind == TicketKind::CompensationDead)
+                    .ok_or_else(|| {
+                        AppError::bad(format!("{action} is for {} tickets", TicketKind::CompensationDead))
+                    })?;
                 crate::compensation::replay(conn, event_id, ctx, config.max_attempts).await?;
             }
-            "MARK_PAID" | "CREDIT_SESSIONS" => {
+            TicketAction::MarkPaid | TicketAction::CreditSessions => {
                 let order = order.ok_or_else(|| AppError::bad("this ticket has no order to mark paid"))?;
                 let locked = orders::lock_order(conn, &order.order_no, Some(viewer)).await?;
-                if locked.status() != crate::domain::OrderStatus::WaitPay {
-                    return Err(AppError::illegal(locked.status(), crate::domain::OrderStatus::Paid));
+                if locked.status != OrderStatus::WaitPay {
+                    return Err(AppError::illegal(locked.status, OrderStatus::Paid));
                 }
                 let method = t
                     .provider
-                    .clone()
-                    .or_else(|| locked.online_provider.clone())
-                    .unwrap_or_else(|| "OFFLINE".into());
+                    .or(locked.online_provider)
+                    .map_or(PaymentMethod::Offline, PaymentMethod::from);
                 let key = match &t.provider_txn_id {
                     Some(txn) => format!("{}:{txn}", locked.order_no),
                     None => format!("ticket:{}", t.id),
@@ -79,7 +76,7 @@ pub async fn resolve(
                     config,
                     &locked,
                     PaymentApplied {
-                        method: &method,
+                        method,
                         idempotency_key: key,
                         provider_txn_id: t.provider_txn_id.as_deref(),
                         reference: Some(&format!("ticket {}", t.id)),
@@ -90,15 +87,14 @@ pub async fn resolve(
                 )
                 .await?;
             }
-            "REFUND" => {
+            TicketAction::Refund => {
                 let order = order.ok_or_else(|| {
                     AppError::bad(
                         "no order to refund through: refund at the provider by hand and resolve with NO_ACTION",
                     )
                 })?;
-                let own_payment = order.status().is_live()
-                    && t.provider_txn_id.is_some()
-                    && t.provider_txn_id == order.provider_txn_id;
+                let own_payment =
+                    order.status.is_live() && t.provider_txn_id.is_some() && t.provider_txn_id == order.provider_txn_id;
                 if own_payment {
                     orders::refund_order(
                         conn,
@@ -111,11 +107,9 @@ pub async fn resolve(
                     )
                     .await?;
                 } else {
-                    let (Some(provider), Some(txn), Some(amount)) = (
-                        t.provider.as_deref(),
-                        t.provider_txn_id.as_deref(),
-                        t.provider_amount_cents,
-                    ) else {
+                    let (Some(provider), Some(txn), Some(amount)) =
+                        (t.provider, t.provider_txn_id.as_deref(), t.provider_amount_cents)
+                    else {
                         return Err(AppError::bad("this ticket names no provider payment to refund"));
                     };
                     // The transaction's one refund: claimed by key, so that concurrent
@@ -147,7 +141,7 @@ pub async fn resolve(
                     if claimed && already == 0 {
                         let refund = outbox::Effect::ProviderRefund(outbox::RefundPayload {
                             order: (&order).into(),
-                            provider: provider.to_string(),
+                            provider,
                             refund_no: format!("TK{}", t.id),
                             amount_cents: amount,
                             total_cents: amount,
@@ -161,7 +155,6 @@ pub async fn resolve(
                     }
                 }
             }
-            other => return Err(AppError::bad(format!("unknown action {other}"))),
         }
         tickets::close(conn, id, action, note.as_deref(), ctx).await
     })

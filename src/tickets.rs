@@ -10,12 +10,13 @@ use diesel_async::{AsyncPgConnection, RunQueryDsl};
 
 use crate::db::models::{ExceptionTicket, Order};
 use crate::db::schema::exception_tickets as et;
+use crate::domain::{Provider, TicketAction, TicketKind, TicketStatus};
 use crate::error::AppResult;
 use crate::trace::TraceId;
 
 pub struct NewTicket<'a> {
-    pub kind: &'a str,
-    pub provider: Option<&'a str>,
+    pub kind: TicketKind,
+    pub provider: Option<Provider>,
     pub order: Option<&'a Order>,
     pub order_no: Option<&'a str>,
     pub provider_txn_id: Option<&'a str>,
@@ -53,8 +54,8 @@ pub async fn open(
         .await
         .optional()?;
     if let Some(ticket) = &opened {
-        tracing::warn!(ticket = ticket.id, kind = t.kind, order_no = ?ticket.order_no, "exception ticket opened");
-        metrics::counter!("fitorder_tickets_opened_total", "kind" => t.kind.to_string()).increment(1);
+        tracing::warn!(ticket = ticket.id, kind = %t.kind, order_no = ?ticket.order_no, "exception ticket opened");
+        metrics::counter!("fitorder_tickets_opened_total", "kind" => t.kind.as_str()).increment(1);
         crate::events::notify_sql(&format!("ticket:{}", ticket.id))
             .execute(conn)
             .await?;
@@ -91,18 +92,18 @@ async fn lock(conn: &mut AsyncPgConnection, id: i64, viewer: &Viewer) -> AppResu
 pub async fn start(conn: &mut AsyncPgConnection, id: i64, viewer: &Viewer, ctx: &Ctx) -> AppResult<ExceptionTicket> {
     conn.transaction(async |conn| -> AppResult<ExceptionTicket> {
         let t = lock(conn, id, viewer).await?;
-        match t.status.as_str() {
-            "IN_PROGRESS" => Ok(t),
-            "OPEN" => Ok(diesel::update(et::table.find(id))
+        match t.status {
+            TicketStatus::InProgress => Ok(t),
+            TicketStatus::Open => Ok(diesel::update(et::table.find(id))
                 .set((
-                    et::status.eq("IN_PROGRESS"),
+                    et::status.eq(TicketStatus::InProgress),
                     et::resolved_by.eq(ctx.actor.to_string()),
                     et::updated_at.eq(diesel::dsl::now),
                 ))
                 .returning(ExceptionTicket::as_returning())
                 .get_result(conn)
                 .await?),
-            _ => Err(locked_ticket_error(&t)),
+            TicketStatus::Resolved | TicketStatus::Dismissed => Err(locked_ticket_error(&t)),
         }
     })
     .await
@@ -112,7 +113,7 @@ pub async fn start(conn: &mut AsyncPgConnection, id: i64, viewer: &Viewer, ctx: 
 /// resolved or dismissed one is a conflict.
 pub async fn lock_unresolved(conn: &mut AsyncPgConnection, id: i64, viewer: &Viewer) -> AppResult<ExceptionTicket> {
     let t = lock(conn, id, viewer).await?;
-    if t.status == "RESOLVED" || t.status == "DISMISSED" {
+    if t.status.is_closed() {
         return Err(locked_ticket_error(&t));
     }
     Ok(t)
@@ -122,14 +123,13 @@ pub async fn lock_unresolved(conn: &mut AsyncPgConnection, id: i64, viewer: &Vie
 pub async fn close(
     conn: &mut AsyncPgConnection,
     id: i64,
-    action: &str,
+    action: TicketAction,
     note: Option<&str>,
     ctx: &Ctx,
 ) -> AppResult<ExceptionTicket> {
-    let status = if action == "NO_ACTION" { "DISMISSED" } else { "RESOLVED" };
     Ok(diesel::update(et::table.find(id))
         .set((
-            et::status.eq(status),
+            et::status.eq(action.closes_as()),
             et::resolution.eq(action),
             et::resolved_at.eq(diesel::dsl::now),
             et::resolved_by.eq(ctx.actor.to_string()),

@@ -49,17 +49,15 @@ pub async fn for_orders(conn: &mut AsyncPgConnection, order_ids: &[i64]) -> AppR
         .await?;
     for t in transitions {
         let out = all.entry(t.order_id).or_default();
-        let from = t.from_status.as_deref().and_then(OrderStatus::parse);
-        let to = OrderStatus::parse(&t.to_status);
         out.push(Entry {
             at: t.at,
             kind: "STATUS_CHANGE".into(),
             actor: t.actor,
-            from_status: from,
-            to_status: to,
+            from_status: t.from_status,
+            to_status: Some(t.to_status),
             summary: format!(
                 "{} -> {}: {}",
-                t.from_status.as_deref().unwrap_or("NONE"),
+                t.from_status.map_or("NONE", |s| s.as_str()),
                 t.to_status,
                 t.reason
             ),

@@ -7,15 +7,14 @@ use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
 
 use crate::db::models::Member;
 use crate::db::schema::{members, wallet_ledger};
-use crate::domain::Ctx;
+use crate::domain::{Ctx, WalletMoveKind};
 use crate::error::{AppError, AppResult, OnViolation, Violation};
 
 /// One movement of wallet money: what it is, how it changes the spendable balance and the
 /// frozen amount, and what it belongs to.
 pub struct WalletMove<'a> {
     pub member_id: i64,
-    /// TOP_UP, PAY, FREEZE, UNFREEZE, CAPTURE or REFUND.
-    pub kind: &'a str,
+    pub kind: WalletMoveKind,
     pub balance_delta: i64,
     pub frozen_delta: i64,
     pub order_id: Option<i64>,
@@ -79,7 +78,7 @@ pub async fn top_up(
             .ok_or_else(|| AppError::NotFound(format!("member {member_id}")))?;
         let earlier: Option<i64> = wallet_ledger::table
             .filter(wallet_ledger::member_id.eq(member_id))
-            .filter(wallet_ledger::kind.eq("TOP_UP"))
+            .filter(wallet_ledger::kind.eq(WalletMoveKind::TopUp))
             .filter(wallet_ledger::reference.eq(reference))
             .select(wallet_ledger::balance_delta)
             .get_result(conn)
@@ -98,7 +97,7 @@ pub async fn top_up(
             conn,
             WalletMove {
                 member_id,
-                kind: "TOP_UP",
+                kind: WalletMoveKind::TopUp,
                 balance_delta: i64::from(amount_cents),
                 frozen_delta: 0,
                 order_id: None,

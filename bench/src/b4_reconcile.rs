@@ -151,7 +151,11 @@ pub async fn run(bench: &mut Bench, s: &Sizes) -> Result<Row> {
     }
     // Where fitorder unpacks what it fetched; it must not find a bill there already (it would
     // read that instead of fetching).
-    let bill = fitorder::reconciliation::statement_path(&bench.tmp.join("statements"), "WECHAT_PAY", day);
+    let bill = fitorder::reconciliation::statement_path(
+        &bench.tmp.join("statements"),
+        fitorder::domain::Provider::WechatPay,
+        day,
+    );
     let _ = std::fs::remove_file(&bill);
 
     say!("B4: fitorder reconcile, the {n}-row bill fetched from the sandbox ...");

@@ -22,6 +22,7 @@ use crate::db::sql::{lock_keys, pg_advisory_xact_lock, StaticQuery};
 use crate::db::DbPool;
 use crate::domain::money::format_yuan;
 use crate::domain::retry::backoff;
+use crate::domain::{Provider, ReconciliationStatus, TicketKind};
 use crate::error::AppResult;
 use channels::{Channel, Message};
 
@@ -50,23 +51,29 @@ fn action_zh(kind: &str) -> &'static str {
     }
 }
 
-fn provider_zh(p: &str) -> &'static str {
+fn provider_zh(p: Provider) -> &'static str {
     match p {
-        "WECHAT_PAY" | "wechatpay" => "微信支付",
-        "ALIPAY" | "alipay" => "支付宝",
-        _ => "支付渠道",
+        Provider::WechatPay => "微信支付",
+        Provider::Alipay => "支付宝",
     }
 }
 
-fn ticket_kind_zh(kind: &str) -> &'static str {
+/// A provider named by a text that is not a column of providers (an outbox payload).
+fn provider_text_zh(p: &str) -> &'static str {
+    Provider::parse(p)
+        .or_else(|| Provider::from_short_name(p))
+        .map_or("支付渠道", provider_zh)
+}
+
+fn ticket_kind_zh(kind: TicketKind) -> &'static str {
     match kind {
-        "PAID_AFTER_CANCEL" => "取消后付款",
-        "AMOUNT_MISMATCH" => "金额不符",
-        "PROVIDER_PAID_LOCAL_UNPAID" => "渠道已付、本地未付",
-        "LOCAL_PAID_PROVIDER_MISSING" => "本地已付、渠道无记录",
-        "REFUND_MISMATCH" => "退款不符",
-        "COMPENSATION_DEAD" => "补偿失败",
-        _ => "其他",
+        TicketKind::PaidAfterCancel => "取消后付款",
+        TicketKind::AmountMismatch => "金额不符",
+        TicketKind::ProviderPaidLocalUnpaid => "渠道已付、本地未付",
+        TicketKind::LocalPaidProviderMissing => "本地已付、渠道无记录",
+        TicketKind::RefundMismatch => "退款不符",
+        TicketKind::CompensationDead => "补偿失败",
+        TicketKind::UnknownOrder | TicketKind::RejectedTransition => "其他",
     }
 }
 
@@ -101,13 +108,13 @@ impl Alert {
     /// A ticket people must act on now: a payment for a canceled order, or an amount that
     /// differs from the order's. `None` for the other kinds.
     pub fn ticket(t: &ExceptionTicket) -> Option<Alert> {
-        let title = match t.kind.as_str() {
-            "PAID_AFTER_CANCEL" => "订单已取消后收到付款",
-            "AMOUNT_MISMATCH" => "实付金额与订单金额不符",
+        let title = match t.kind {
+            TicketKind::PaidAfterCancel => "订单已取消后收到付款",
+            TicketKind::AmountMismatch => "实付金额与订单金额不符",
             _ => return None,
         };
         let mut lines = vec![format!("订单:{}", t.order_no.as_deref().unwrap_or("(未知订单)"))];
-        if let Some(p) = &t.provider {
+        if let Some(p) = t.provider {
             lines.push(format!("支付渠道:{}", provider_zh(p)));
         }
         if let Some(c) = t.local_amount_cents {
@@ -119,22 +126,19 @@ impl Alert {
         if let Some(txn) = &t.provider_txn_id {
             lines.push(format!("渠道流水号:{txn}"));
         }
-        if t.kind == "PAID_AFTER_CANCEL" {
+        if t.kind == TicketKind::PaidAfterCancel {
             lines.push("订单不会恢复;已自动发起原路退款".into());
         }
-        lines.push(format!("工单:#{}({})", t.id, ticket_kind_zh(&t.kind)));
+        lines.push(format!("工单:#{}({})", t.id, ticket_kind_zh(t.kind)));
         Some(Alert {
-            cause: if t.kind == "PAID_AFTER_CANCEL" {
-                "PAID_AFTER_CANCEL"
-            } else {
-                "AMOUNT_MISMATCH"
-            },
+            // The cause is the ticket's kind (one of the two above).
+            cause: t.kind.as_str(),
             dedupe_key: format!("TICKET:{}", t.id),
             title: title.into(),
             lines,
             order_no: t.order_no.clone(),
             trace_id: t.trace_id.clone(),
-            detail: json!({"ticketId": t.id.to_string(), "kind": t.kind}),
+            detail: json!({"ticketId": t.id.to_string(), "kind": t.kind.as_str()}),
         })
     }
 }
@@ -376,11 +380,11 @@ struct RunRow {
     #[diesel(sql_type = BigInt)]
     id: i64,
     #[diesel(sql_type = Text)]
-    provider: String,
+    provider: Provider,
     #[diesel(sql_type = diesel::sql_types::Date)]
     bill_date: chrono::NaiveDate,
     #[diesel(sql_type = Text)]
-    status: String,
+    status: ReconciliationStatus,
     #[diesel(sql_type = Nullable<Text>)]
     error: Option<String>,
     #[diesel(sql_type = Text)]
@@ -434,10 +438,11 @@ async fn reconciliation_rows(conn: &mut AsyncPgConnection, run_id: Option<i64>) 
 
 fn reconciliation_alert(r: &RunRow) -> Alert {
     let mut lines = vec![
-        format!("渠道:{}", provider_zh(&r.provider)),
+        format!("渠道:{}", provider_zh(r.provider)),
         format!("账单日期:{}", r.bill_date),
     ];
-    let title = if r.status == "FAILED" {
+    let failed = r.status == ReconciliationStatus::Failed;
+    let title = if failed {
         lines.push(format!(
             "原因:{}",
             r.error.as_deref().unwrap_or("—").chars().take(300).collect::<String>()
@@ -446,14 +451,15 @@ fn reconciliation_alert(r: &RunRow) -> Alert {
     } else {
         if let Some(kinds) = r.kinds.as_object() {
             for (k, n) in kinds {
-                lines.push(format!("差异:{}({k})× {}", ticket_kind_zh(k), n));
+                let zh = TicketKind::parse(k).map_or("其他", ticket_kind_zh);
+                lines.push(format!("差异:{zh}({k})× {n}"));
             }
         }
         lines.push("请在运维页面处理对应工单".into());
         "对账发现差异"
     };
     Alert {
-        cause: if r.status == "FAILED" {
+        cause: if failed {
             "RECONCILIATION_FAILED"
         } else {
             "RECONCILIATION_DIFFERENCES"
@@ -475,7 +481,7 @@ pub const BILL_GRACE: chrono::Duration = chrono::Duration::hours(1);
 pub async fn sweep(
     conn: &mut AsyncPgConnection,
     config: &Config,
-    providers: &[&str],
+    providers: &[Provider],
     stuck_runs: &[(i64, String, String)],
 ) -> AppResult<i64> {
     let trace = crate::trace::TraceId::new().0;
@@ -550,7 +556,11 @@ pub async fn sweep(
                 rr::table
                     .filter(rr::provider.eq(*p))
                     .filter(rr::bill_date.eq(yesterday))
-                    .filter(rr::status.eq_any(["SUCCEEDED", "WAITING", "FAILED"])),
+                    .filter(rr::status.eq_any([
+                        ReconciliationStatus::Succeeded,
+                        ReconciliationStatus::Waiting,
+                        ReconciliationStatus::Failed,
+                    ])),
             ))
             .get_result(conn)
             .await?;
@@ -563,14 +573,14 @@ pub async fn sweep(
                             dedupe_key: format!("BILL_NOT_RECONCILED:{p}:{yesterday}"),
                             title: "截止时间已过,昨日账单仍未对账".into(),
                             lines: vec![
-                                format!("渠道:{}", provider_zh(p)),
+                                format!("渠道:{}", provider_zh(*p)),
                                 format!("账单日期:{yesterday}"),
                                 format!("截止:{}({})", cutoff.format("%H:%M"), config.timezone),
                                 format!("账单目录:{}", config.statement_dir.display()),
                             ],
                             order_no: None,
                             trace_id: trace.clone(),
-                            detail: json!({"provider": p, "billDate": yesterday.to_string()}),
+                            detail: json!({"provider": p.as_str(), "billDate": yesterday.to_string()}),
                         },
                     )
                     .await?,
@@ -615,7 +625,7 @@ pub async fn sweep(
                     cause,
                     dedupe_key: format!("{cause}:{}:{}", f.provider, f.hour),
                     title: title.into(),
-                    lines: vec![format!("渠道:{}", provider_zh(&f.provider)), line],
+                    lines: vec![format!("渠道:{}", provider_text_zh(&f.provider)), line],
                     order_no: None,
                     trace_id: trace.clone(),
                     detail: json!({"provider": f.provider, "count": f.n}),

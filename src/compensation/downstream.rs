@@ -86,7 +86,7 @@ impl Downstream {
             trace_id: &e.trace_id,
         };
         self.api
-            .refund(&p.provider, &req)
+            .refund(p.provider, &req)
             .await
             .map(|_| Delivered::Ok)
             .map_err(|e| e.to_string())

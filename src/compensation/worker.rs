@@ -345,7 +345,7 @@ impl Worker {
         tickets::open(
             conn,
             NewTicket {
-                kind: "COMPENSATION_DEAD",
+                kind: crate::domain::TicketKind::CompensationDead,
                 provider: None,
                 order: Some(&order),
                 order_no: None,

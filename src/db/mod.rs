@@ -4,6 +4,7 @@ pub mod dev_pg;
 pub mod models;
 pub mod schema;
 pub mod sql;
+pub mod vocabulary;
 
 use anyhow::{Context, Result};
 use diesel_async::pooled_connection::deadpool::{Object, Pool};

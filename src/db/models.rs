@@ -4,7 +4,10 @@ use chrono::{DateTime, Utc};
 use diesel::prelude::*;
 
 use super::schema::*;
-use crate::domain::OrderStatus;
+use crate::domain::{
+    MembershipStatus, OrderKind, OrderStatus, PaymentMethod, Provider, ReconciliationStatus, TicketAction, TicketKind,
+    TicketStatus,
+};
 
 #[derive(Debug, Clone, Queryable, Selectable, QueryableByName)]
 #[diesel(table_name = stores)]
@@ -71,8 +74,8 @@ pub struct Order {
     pub order_no: String,
     pub member_id: i64,
     pub store_id: i64,
-    pub kind: String,
-    pub status: String,
+    pub kind: OrderKind,
+    pub status: OrderStatus,
     pub item_name: String,
     pub membership_plan_id: Option<i64>,
     pub class_pack_id: Option<i64>,
@@ -80,8 +83,8 @@ pub struct Order {
     pub plan_days: Option<i32>,
     pub amount_cents: i64,
     pub wallet_amount_cents: i64,
-    pub payment_method: String,
-    pub online_provider: Option<String>,
+    pub payment_method: PaymentMethod,
+    pub online_provider: Option<Provider>,
     pub sessions_total: i32,
     pub sessions_used: i32,
     pub expires_at: Option<DateTime<Utc>>,
@@ -99,21 +102,18 @@ pub struct Order {
 }
 
 impl Order {
-    pub fn status(&self) -> OrderStatus {
-        OrderStatus::parse(&self.status).expect("the status CHECK constraint keeps statuses valid")
-    }
-
     /// The part of the price paid online (WECHAT_PAY, ALIPAY, the online part of MIXED).
     pub fn online_cents(&self) -> i64 {
-        match self.payment_method.as_str() {
-            "WECHAT_PAY" | "ALIPAY" | "MIXED" => self.amount_cents - self.wallet_amount_cents,
-            _ => 0,
+        if self.payment_method.is_online() {
+            self.amount_cents - self.wallet_amount_cents
+        } else {
+            0
         }
     }
 
     pub fn is_expired(&self, now: DateTime<Utc>) -> bool {
         self.cancel_reason.as_deref() == Some(crate::domain::TIMEOUT_REASON)
-            || (self.status() == OrderStatus::WaitPay && self.expires_at.is_some_and(|t| t <= now))
+            || (self.status == OrderStatus::WaitPay && self.expires_at.is_some_and(|t| t <= now))
     }
 }
 
@@ -122,8 +122,8 @@ impl Order {
 pub struct OrderTransition {
     pub id: i64,
     pub order_id: i64,
-    pub from_status: Option<String>,
-    pub to_status: String,
+    pub from_status: Option<OrderStatus>,
+    pub to_status: OrderStatus,
     pub actor: String,
     pub reason: String,
     pub trace_id: String,
@@ -138,7 +138,7 @@ pub struct Membership {
     pub store_id: i64,
     pub plan_id: i64,
     pub order_id: i64,
-    pub status: String,
+    pub status: MembershipStatus,
     pub valid_from: DateTime<Utc>,
     pub valid_to: DateTime<Utc>,
     pub created_at: DateTime<Utc>,
@@ -194,7 +194,7 @@ pub struct CompensationAttempt {
 #[diesel(table_name = payment_callbacks)]
 pub struct PaymentCallback {
     pub id: i64,
-    pub provider: String,
+    pub provider: Provider,
     pub received_at: DateTime<Utc>,
     pub verified: bool,
     pub outcome: String,
@@ -215,9 +215,9 @@ pub struct PaymentCallback {
 #[diesel(table_name = exception_tickets)]
 pub struct ExceptionTicket {
     pub id: i64,
-    pub kind: String,
-    pub status: String,
-    pub provider: Option<String>,
+    pub kind: TicketKind,
+    pub status: TicketStatus,
+    pub provider: Option<Provider>,
     pub order_id: Option<i64>,
     pub order_no: Option<String>,
     pub store_id: Option<i64>,
@@ -229,7 +229,7 @@ pub struct ExceptionTicket {
     pub opened_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
     pub resolved_at: Option<DateTime<Utc>>,
-    pub resolution: Option<String>,
+    pub resolution: Option<TicketAction>,
     pub resolved_by: Option<String>,
     pub note: Option<String>,
     pub trace_id: String,
@@ -239,9 +239,9 @@ pub struct ExceptionTicket {
 #[diesel(table_name = reconciliation_runs)]
 pub struct ReconciliationRun {
     pub id: i64,
-    pub provider: String,
+    pub provider: Provider,
     pub bill_date: chrono::NaiveDate,
-    pub status: String,
+    pub status: ReconciliationStatus,
     pub started_at: DateTime<Utc>,
     pub finished_at: Option<DateTime<Utc>>,
     pub provider_rows: i32,

@@ -24,7 +24,7 @@ use diesel::QueryResult;
 /// ```ignore
 /// StaticQuery::new(include_str!("transition.sql"))
 ///     .bind::<BigInt, _>(order.id)
-///     .bind::<Text, _>(to.as_str())
+///     .bind::<Text, _>(to) // an OrderStatus, through db::vocabulary
 /// ```
 ///
 /// Results load like `sql_query`'s, by column name (`QueryableByName`).

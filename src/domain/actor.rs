@@ -2,6 +2,8 @@
 
 use std::fmt;
 
+use super::payment::Provider;
+
 /// Who asks for a change. Members act on their own orders, staff from the admin console, ops
 /// from the ops screen, providers through signed callbacks, and the system from background tasks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -40,10 +42,10 @@ impl Actor {
             id: id.into(),
         }
     }
-    pub fn provider(name: &str) -> Actor {
+    pub fn provider(provider: Provider) -> Actor {
         Actor {
             kind: ActorKind::Provider,
-            id: name.to_string(),
+            id: provider.as_str().to_string(),
         }
     }
     pub fn system(task: &str) -> Actor {

@@ -16,6 +16,8 @@ use std::fmt;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
+use super::payment::Provider;
+
 /// Calls `$m! { Variant(Payload) = "KIND", … }` with the list of effects. Every enum of effect
 /// kinds is made from it, so none can miss one.
 macro_rules! for_each_effect {
@@ -192,8 +194,7 @@ impl Payload for AccessPayload {
 pub struct RefundPayload {
     #[serde(flatten)]
     pub order: OrderRef,
-    /// `WECHAT_PAY` or `ALIPAY`.
-    pub provider: String,
+    pub provider: Provider,
     pub refund_no: String,
     pub amount_cents: i64,
     /// What the payment being refunded collected (the providers ask for it).
@@ -269,7 +270,7 @@ mod tests {
     fn refund() -> RefundPayload {
         RefundPayload {
             order: order(),
-            provider: "ALIPAY".into(),
+            provider: Provider::Alipay,
             refund_no: "RF9".into(),
             amount_cents: 6000,
             total_cents: 10000,

@@ -1,14 +1,31 @@
 //! Pure rules of the studio's business: no I/O, no clock, no database. Everything here is
 //! decided from its arguments, so it is tested exhaustively with plain unit tests.
+//!
+//! The studio's vocabulary lives here too, one enum per kind of word ([`vocabulary`]); the
+//! database and the GraphQL API map these enums, they do not define words of their own.
 
 pub mod actor;
+pub mod anomaly;
 pub mod effect;
+pub mod membership;
 pub mod money;
+pub mod order;
 pub mod order_status;
 pub mod payment;
+pub mod reconciliation;
 pub mod retry;
 pub mod schedule;
+pub mod ticket;
+pub mod vocabulary;
+pub mod wallet;
 
 pub use actor::{Actor, ActorKind, Ctx, TraceId};
+pub use anomaly::AnomalyCategory;
 pub use effect::{CompensationKind, CompensationStatus, Effect};
-pub use order_status::{OrderStatus, TransitionError, TIMEOUT_REASON};
+pub use membership::MembershipStatus;
+pub use order::{OrderKind, PaymentMethod, TIMEOUT_REASON};
+pub use order_status::{OrderStatus, TransitionError};
+pub use payment::{CallbackOutcome, PayChannel, Provider};
+pub use reconciliation::ReconciliationStatus;
+pub use ticket::{TicketAction, TicketKind, TicketStatus};
+pub use wallet::WalletMoveKind;

@@ -9,19 +9,20 @@
 //! CANCELED    REFUNDED   REFUNDED
 //! ```
 
-use std::fmt;
-
 use super::actor::ActorKind;
+use super::ticket::TicketAction;
+use super::vocabulary::vocabulary;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, async_graphql::Enum)]
-#[graphql(rename_items = "SCREAMING_SNAKE_CASE")]
-pub enum OrderStatus {
-    WaitPay,
-    Paid,
-    Consuming,
-    Consumed,
-    Canceled,
-    Refunded,
+vocabulary! {
+    /// Where an order stands.
+    pub enum OrderStatus {
+        WaitPay = "WAIT_PAY",
+        Paid = "PAID",
+        Consuming = "CONSUMING",
+        Consumed = "CONSUMED",
+        Canceled = "CANCELED",
+        Refunded = "REFUNDED",
+    }
 }
 
 /// Every transition that exists, with the actors allowed to cause it and what it means.
@@ -60,30 +61,6 @@ pub enum TransitionError {
 }
 
 impl OrderStatus {
-    pub const ALL: [OrderStatus; 6] = [
-        OrderStatus::WaitPay,
-        OrderStatus::Paid,
-        OrderStatus::Consuming,
-        OrderStatus::Consumed,
-        OrderStatus::Canceled,
-        OrderStatus::Refunded,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            OrderStatus::WaitPay => "WAIT_PAY",
-            OrderStatus::Paid => "PAID",
-            OrderStatus::Consuming => "CONSUMING",
-            OrderStatus::Consumed => "CONSUMED",
-            OrderStatus::Canceled => "CANCELED",
-            OrderStatus::Refunded => "REFUNDED",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<OrderStatus> {
-        OrderStatus::ALL.into_iter().find(|st| st.as_str() == s)
-    }
-
     /// Statuses reachable from here in one step, whoever asks.
     pub fn allowed_next(self) -> Vec<OrderStatus> {
         TRANSITIONS
@@ -103,15 +80,6 @@ impl OrderStatus {
     }
 }
 
-impl fmt::Display for OrderStatus {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// The cancel reason of an order that timed out.
-pub const TIMEOUT_REASON: &str = "TIMEOUT";
-
 /// Decides whether `actor` may move an order from `from` to `to`.
 pub fn check(from: OrderStatus, to: OrderStatus, actor: ActorKind) -> Result<(), TransitionError> {
     match TRANSITIONS.iter().find(|(f, t, ..)| *f == from && *t == to) {
@@ -124,22 +92,10 @@ pub fn check(from: OrderStatus, to: OrderStatus, actor: ActorKind) -> Result<(),
 /// Who may close an exception ticket at all (`resolveTicket`).
 pub const TICKET_RESOLVERS: &[ActorKind] = &[ActorKind::Admin, ActorKind::Ops];
 
-/// Every action that closes a ticket and the change of status it stands for: its actors are
-/// that transition's in [`TRANSITIONS`] (among [`TICKET_RESOLVERS`]), so that the ticket screen,
-/// the order operations the actions call and the state machine cannot disagree. `None`: the
-/// action changes no order (any resolver may take it).
-pub const TICKET_ACTIONS: &[(&str, Option<(OrderStatus, OrderStatus)>)] = {
-    use OrderStatus::*;
-    &[
-        ("NO_ACTION", None),
-        ("REPLAY_COMPENSATION", None),
-        ("MARK_PAID", Some((WaitPay, Paid))),
-        ("CREDIT_SESSIONS", Some((WaitPay, Paid))),
-        // Also for money that reached no order of its own: a refund is a refund decision.
-        ("REFUND", Some((Paid, Refunded))),
-    ]
-};
-
+/// Every action that closes a ticket stands for a change of status ([`TicketAction::order_change`]):
+/// its actors are that transition's in [`TRANSITIONS`] (among [`TICKET_RESOLVERS`]), so that
+/// the ticket screen, the order operations the actions call and the state machine cannot
+/// disagree. An action that changes no order may be taken by any resolver.
 /// The actors of a transition in [`TRANSITIONS`] (none when the pair does not exist).
 pub fn actors_of(from: OrderStatus, to: OrderStatus) -> &'static [ActorKind] {
     TRANSITIONS
@@ -149,10 +105,12 @@ pub fn actors_of(from: OrderStatus, to: OrderStatus) -> &'static [ActorKind] {
         .unwrap_or(&[])
 }
 
-/// Whether `actor` may close a ticket with `action`; `None` for an unknown action.
-pub fn may_resolve_ticket(action: &str, actor: ActorKind) -> Option<bool> {
-    let (_, change) = TICKET_ACTIONS.iter().find(|(a, _)| *a == action)?;
-    Some(TICKET_RESOLVERS.contains(&actor) && change.is_none_or(|(from, to)| actors_of(from, to).contains(&actor)))
+/// Whether `actor` may close a ticket with `action`.
+pub fn may_resolve_ticket(action: TicketAction, actor: ActorKind) -> bool {
+    TICKET_RESOLVERS.contains(&actor)
+        && action
+            .order_change()
+            .is_none_or(|(from, to)| actors_of(from, to).contains(&actor))
 }
 
 #[cfg(test)]
@@ -217,20 +175,23 @@ mod tests {
     #[test]
     fn ticket_actions_follow_the_transitions() {
         use ActorKind::*;
-        for (action, admin, ops) in [
-            ("NO_ACTION", true, true),
-            ("REPLAY_COMPENSATION", true, true),
-            ("MARK_PAID", true, false),
-            ("CREDIT_SESSIONS", true, false),
-            ("REFUND", true, true),
-        ] {
-            assert_eq!(may_resolve_ticket(action, Admin), Some(admin), "{action}");
-            assert_eq!(may_resolve_ticket(action, Ops), Some(ops), "{action}");
+        let table = [
+            (TicketAction::NoAction, true, true),
+            (TicketAction::ReplayCompensation, true, true),
+            (TicketAction::MarkPaid, true, false),
+            (TicketAction::CreditSessions, true, false),
+            (TicketAction::Refund, true, true),
+        ];
+        for (action, admin, ops) in table {
+            assert_eq!(may_resolve_ticket(action, Admin), admin, "{action}");
+            assert_eq!(may_resolve_ticket(action, Ops), ops, "{action}");
             for other in [Member, Provider, System] {
-                assert_eq!(may_resolve_ticket(action, other), Some(false), "{action}");
+                assert!(!may_resolve_ticket(action, other), "{action}");
             }
         }
-        assert_eq!(may_resolve_ticket("DELETE", Admin), None);
+        // Every action is in the table above; no other text is an action.
+        assert!(TicketAction::ALL.iter().all(|a| table.iter().any(|(t, ..)| t == a)));
+        assert_eq!(TicketAction::parse("DELETE"), None);
     }
 
     #[test]

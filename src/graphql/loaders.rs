@@ -12,6 +12,7 @@ use super::types::{MemberNode, OrderNode, StoreNode};
 use crate::db::models::*;
 use crate::db::schema::*;
 use crate::db::DbPool;
+use crate::domain::OrderStatus;
 use crate::error::AppError;
 
 pub struct DbLoader {
@@ -81,8 +82,8 @@ fn timeline_entry(e: crate::timeline::Entry) -> super::TimelineEntry {
         at: e.at,
         kind: e.kind,
         actor: e.actor,
-        from_status: e.from_status,
-        to_status: e.to_status,
+        from_status: e.from_status.map(Into::into),
+        to_status: e.to_status.map(Into::into),
         summary: e.summary,
         trace_id: e.trace_id,
     }
@@ -236,7 +237,7 @@ impl Loader<MemberCredits> for DbLoader {
         let mut conn = self.pool.get().await?;
         let rows: Vec<(i64, Option<i64>)> = orders::table
             .filter(orders::member_id.eq_any(ids))
-            .filter(orders::status.eq_any(["PAID", "CONSUMING"]))
+            .filter(orders::status.eq_any([OrderStatus::Paid, OrderStatus::Consuming]))
             .group_by(orders::member_id)
             .select((
                 orders::member_id,

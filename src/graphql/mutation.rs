@@ -9,6 +9,7 @@ use super::{actor_ctx, conn, parse_id, request, state, viewer};
 use crate::auth::Role;
 use crate::catalog;
 use crate::db::DbConn;
+use crate::domain;
 use crate::error::{AppError, AppResult};
 use crate::orders::{self, PlaceOrder, PlacedItem};
 use crate::payments::trades;
@@ -117,11 +118,9 @@ impl Mutation {
             OrderItemInput::ClassPackId(id) => PlacedItem::ClassPack(parse_id(id, "classPackId")?),
             OrderItemInput::CoachSlotId(id) => PlacedItem::CoachSlot(parse_id(id, "coachSlotId")?),
         };
-        let method = input.payment_method.as_str();
-        let channel = input.channel.map(crate::domain::payment::PayChannel::from);
-        let legacy = input
-            .online_provider
-            .and_then(|p| crate::domain::payment::Provider::parse(p.as_str()));
+        let method = domain::PaymentMethod::from(input.payment_method);
+        let channel = input.channel.map(domain::PayChannel::from);
+        let legacy = input.online_provider.map(domain::Provider::from);
         let provider = trades::online_provider(method, channel, legacy)?;
         let openid = input.wechat_open_id.as_deref().map(trades::check_openid).transpose()?;
         let member_id = input.member_id.as_ref().map(|m| parse_id(m, "memberId")).transpose()?;
@@ -129,10 +128,10 @@ impl Mutation {
             idempotency_key: input.idempotency_key,
             store_id: parse_id(&input.store_id, "storeId")?,
             item,
-            payment_method: method.to_string(),
+            payment_method: method,
             wallet_amount_cents: input.wallet_amount_cents.map(i64::from),
             member_id,
-            online_provider: provider.map(|p| p.as_str().to_string()),
+            online_provider: provider,
         };
         let st = state(ctx);
         let mut c = conn(ctx).await?;
@@ -141,7 +140,7 @@ impl Mutation {
         }
         let order = orders::place_order(&mut c, &st.config, v, req, &actx).await?;
         drop(c);
-        let payment = if order.status == "WAIT_PAY" && order.online_cents() > 0 {
+        let payment = if order.status == domain::OrderStatus::WaitPay && order.online_cents() > 0 {
             let r = request(ctx);
             trades::start_payment(st, &order, channel, openid, r.client_ip.as_deref(), &r.trace)
                 .await
@@ -195,8 +194,11 @@ impl Mutation {
             .map(|r| r.trim().chars().take(500).collect::<String>())
             .filter(|r| !r.is_empty())
             .unwrap_or_else(|| format!("canceled by {}", v.role.as_str()));
-        if reason == crate::domain::TIMEOUT_REASON {
-            return Err(AppError::bad("TIMEOUT is the reason of expired orders only"));
+        if reason == domain::TIMEOUT_REASON {
+            return Err(AppError::bad(format!(
+                "{} is the reason of expired orders only",
+                domain::TIMEOUT_REASON
+            )));
         }
         let mut c = conn(ctx).await?;
         let r = orders::cancel_order(&mut c, Some(v), &order_no, &reason, &actx).await;
@@ -405,16 +407,9 @@ impl Mutation {
         let actx = actor_ctx(ctx)?;
         let id = parse_id(&id, "id")?;
         let mut c = conn(ctx).await?;
-        let t = crate::ticket_resolution::resolve(
-            &mut c,
-            &state(ctx).config,
-            v,
-            id,
-            action.as_str(),
-            note.as_deref(),
-            &actx,
-        )
-        .await?;
+        let t =
+            crate::ticket_resolution::resolve(&mut c, &state(ctx).config, v, id, action.into(), note.as_deref(), &actx)
+                .await?;
         Ok(ExceptionTicketNode(t))
     }
 
@@ -444,7 +439,7 @@ impl Mutation {
             ));
         }
         let trace = request(ctx).trace.clone();
-        let run = crate::reconciliation::run(state(ctx), provider.as_str(), date.0, None, &trace).await?;
+        let run = crate::reconciliation::run(state(ctx), provider.into(), date.0, None, &trace).await?;
         Ok(ReconciliationRunNode(run))
     }
 }

@@ -16,7 +16,7 @@ use super::{conn, parse_id, viewer};
 use crate::auth::Role;
 use crate::db::models;
 use crate::db::schema::*;
-use crate::domain::OrderStatus;
+use crate::domain;
 use crate::error::{AppError, AppResult};
 
 pub struct Query;
@@ -149,7 +149,7 @@ impl Query {
                 p = p.filter(orders::store_id.eq_any(stores));
             }
             if let Some(statuses) = &f.status {
-                let s: Vec<&str> = statuses.iter().map(|s| s.as_str()).collect();
+                let s: Vec<domain::OrderStatus> = domain_words(statuses);
                 p = p.filter(orders::status.eq_any(s));
             }
             if let Some(id) = &f.store_id {
@@ -223,7 +223,7 @@ impl Query {
                 p = p.filter(memberships::store_id.eq(parse_id(id, "storeId")?));
             }
             if let Some(st) = &f.status {
-                let s: Vec<&str> = st.iter().map(|s| s.as_str()).collect();
+                let s: Vec<domain::MembershipStatus> = domain_words(st);
                 p = p.filter(memberships::status.eq_any(s));
             }
             Ok(p)
@@ -266,11 +266,11 @@ impl Query {
                 p = p.filter(exception_tickets::store_id.eq_any(stores).assume_not_null());
             }
             if let Some(st) = &f.status {
-                let s: Vec<&str> = st.iter().map(|s| s.as_str()).collect();
+                let s: Vec<domain::TicketStatus> = domain_words(st);
                 p = p.filter(exception_tickets::status.eq_any(s));
             }
             if let Some(k) = &f.kind {
-                let s: Vec<&str> = k.iter().map(|s| s.as_str()).collect();
+                let s: Vec<domain::TicketKind> = domain_words(k);
                 p = p.filter(exception_tickets::kind.eq_any(s));
             }
             if let Some(id) = &f.store_id {
@@ -414,7 +414,7 @@ impl Query {
         Ok(rows
             .into_iter()
             .map(|(category, healed, ticketed)| ReconciliationHealing {
-                category,
+                category: category.to_string(),
                 healed: super::count(healed),
                 ticketed: super::count(ticketed),
             })
@@ -440,11 +440,11 @@ impl Query {
         }
         let mut c = conn(ctx).await?;
         let counts = crate::anomalies::count(&mut c, from, to, store, store_scope(v)).await?;
-        Ok(AnomalyCategory::ALL
-            .iter()
+        Ok(domain::AnomalyCategory::ALL
+            .into_iter()
             .map(|cat| AnomalyStat {
-                category: *cat,
-                count: counts.get(cat.as_str()).copied().map(super::count).unwrap_or(0),
+                category: cat.into(),
+                count: counts.get(&cat).copied().map(super::count).unwrap_or(0),
             })
             .collect())
     }

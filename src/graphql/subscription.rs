@@ -9,7 +9,6 @@ use super::outbox::CompensationStatus;
 use super::types::{ExceptionTicketNode, OrderStatusChange};
 use super::{parse_id, state, viewer};
 use crate::auth::{Role, Viewer};
-use crate::domain::OrderStatus;
 use crate::events::Event;
 use crate::graphql::types::CompensationEventNode;
 
@@ -102,8 +101,8 @@ impl Subscription {
                             && store.is_none_or(|s| s == c.store_id);
                         keep.then(|| OrderStatusChange {
                             order_no: c.order_no.clone(),
-                            from_status: c.from_status.as_deref().and_then(OrderStatus::parse),
-                            to_status: OrderStatus::parse(&c.to_status).unwrap_or(OrderStatus::WaitPay),
+                            from_status: c.from_status.map(Into::into),
+                            to_status: c.to_status.into(),
                             at: c.at,
                             actor: c.actor.clone(),
                             trace_id: c.trace_id.clone(),

@@ -24,19 +24,19 @@ fn wechat_fail(status: StatusCode, message: &'static str) -> Response {
 /// forgeries must not flood the log); the rest are counted in the metric and the next line.
 const WARN_PER_MINUTE: u64 = 20;
 
-fn warn_refused(provider: &str, error: &str) {
+fn warn_refused(provider: Provider, error: &str) {
     use std::sync::atomic::{AtomicU64, Ordering};
     static MINUTE: AtomicU64 = AtomicU64::new(0);
     static COUNT: AtomicU64 = AtomicU64::new(0);
     static SUPPRESSED: AtomicU64 = AtomicU64::new(0);
-    metrics::counter!("fitorder_callbacks_unverified_total", "provider" => provider.to_string()).increment(1);
+    metrics::counter!("fitorder_callbacks_unverified_total", "provider" => provider.as_str()).increment(1);
     let minute = (chrono::Utc::now().timestamp() / 60) as u64;
     if MINUTE.swap(minute, Ordering::Relaxed) != minute {
         COUNT.store(0, Ordering::Relaxed);
     }
     if COUNT.fetch_add(1, Ordering::Relaxed) < WARN_PER_MINUTE {
         let suppressed = SUPPRESSED.swap(0, Ordering::Relaxed);
-        tracing::warn!(provider, error = %evidence_text(error.as_bytes(), Some(200)), suppressed, "notification refused");
+        tracing::warn!(%provider, error = %evidence_text(error.as_bytes(), Some(200)), suppressed, "notification refused");
     } else {
         SUPPRESSED.fetch_add(1, Ordering::Relaxed);
     }
@@ -79,7 +79,6 @@ async fn handle(s: &HttpState, provider: Provider, headers: &HeaderMap, body: &[
         tracing::error!(%provider, "notification refused: the provider is not configured (see the configuration table)");
         return Handled::Unconfigured;
     };
-    let name = provider.as_str();
     match gateway.check_notification(headers, body, trace.as_str()).await {
         CheckedNotification::Refused {
             malformed,
@@ -88,11 +87,11 @@ async fn handle(s: &HttpState, provider: Provider, headers: &HeaderMap, body: &[
             error,
         } => {
             let msg = evidence_text(error.as_bytes(), Some(1024));
-            warn_refused(name, &msg);
+            warn_refused(provider, &msg);
             // Until the signature is checked the body is anybody's: only its beginning is kept.
             let raw = evidence_text(body, Some(s.app.config.unverified_callback_bytes));
             let rec = Received {
-                provider: name,
+                provider,
                 verified: false,
                 event_type: event_type.as_deref(),
                 body: &raw,
@@ -115,7 +114,7 @@ async fn handle(s: &HttpState, provider: Provider, headers: &HeaderMap, body: &[
             let body = evidence_text(body.as_bytes(), None);
             let notice_error = notice.as_ref().err().map(|e| evidence_text(e.as_bytes(), Some(1024)));
             let rec = Received {
-                provider: name,
+                provider,
                 verified: true,
                 event_type: event_type.as_deref(),
                 body: &body,
@@ -184,7 +183,7 @@ pub async fn alipay_notify(
 async fn record_only(s: &HttpState, rec: Received<'_>, trace: &TraceId) -> Result<(), AppError> {
     let recorded = async {
         let mut conn = s.app.pool.get().await?;
-        payments::record(&mut conn, rec, Outcome::BadSignature.as_str(), trace).await
+        payments::record(&mut conn, rec, Outcome::BadSignature, trace).await
     }
     .await;
     recorded.map(|_| ()).inspect_err(|e| {

@@ -9,7 +9,7 @@ use super::{lock_order, transition, Changes, Ctx};
 use crate::auth::{Role, Viewer};
 use crate::db::models::{CheckIn, Membership, Order};
 use crate::db::schema::{anomaly_events, check_ins, memberships, orders};
-use crate::domain::OrderStatus;
+use crate::domain::{AnomalyCategory, MembershipStatus, OrderKind, OrderStatus};
 use crate::error::{AppError, AppResult, OnViolation, Violation};
 
 pub struct CheckInOutcome {
@@ -33,7 +33,7 @@ pub async fn check_in(
     }
     conn.transaction(async |conn| -> AppResult<CheckInOutcome> {
         let order = lock_order(conn, order_no, Some(viewer)).await?;
-        let is_membership = order.kind == "MEMBERSHIP";
+        let is_membership = order.kind == OrderKind::Membership;
         let recorded_sessions = if is_membership { 0 } else { sessions };
 
         // The same consumption serial number again: nothing changes, the first answer stands.
@@ -53,7 +53,7 @@ pub async fn check_in(
             }
             diesel::insert_into(anomaly_events::table)
                 .values((
-                    anomaly_events::category.eq("DUPLICATE_CHECK_IN"),
+                    anomaly_events::category.eq(AnomalyCategory::DuplicateCheckIn),
                     anomaly_events::order_id.eq(order.id),
                     anomaly_events::store_id.eq(order.store_id),
                     anomaly_events::detail.eq(format!("{}:{txn}", order.order_no)),
@@ -69,7 +69,7 @@ pub async fn check_in(
             });
         }
 
-        let status = order.status();
+        let status = order.status;
         if !status.is_live() {
             return Err(AppError::illegal(status, OrderStatus::Consuming));
         }
@@ -115,7 +115,7 @@ async fn check_in_membership(conn: &mut AsyncPgConnection, order: Order, ctx: &C
         .optional()?;
     let now = Utc::now();
     match m {
-        Some(m) if m.status == "ACTIVE" && m.valid_from <= now && now < m.valid_to => {}
+        Some(m) if m.status == MembershipStatus::Active && m.valid_from <= now && now < m.valid_to => {}
         Some(m) if m.valid_from > now => {
             return Err(AppError::bad(format!(
                 "this membership starts at {}",
@@ -124,7 +124,7 @@ async fn check_in_membership(conn: &mut AsyncPgConnection, order: Order, ctx: &C
         }
         _ => return Err(AppError::bad("this membership is not valid now")),
     }
-    let order = if order.status() == OrderStatus::Paid {
+    let order = if order.status == OrderStatus::Paid {
         transition(
             conn,
             &order,
@@ -160,7 +160,7 @@ async fn take_credits(conn: &mut AsyncPgConnection, order: Order, sessions: i32,
     let remaining = left - sessions;
     let mut order = order;
     let mut delta = sessions;
-    if order.status() == OrderStatus::Paid {
+    if order.status == OrderStatus::Paid {
         let reason = "first check-in";
         order = transition(
             conn,

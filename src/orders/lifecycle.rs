@@ -10,7 +10,7 @@ use crate::auth::{Role, Viewer};
 use crate::config::Config;
 use crate::db::models::{Membership, Order};
 use crate::db::schema::{memberships, payments, refunds};
-use crate::domain::{money, order_status, OrderStatus};
+use crate::domain::{money, order_status, MembershipStatus, OrderStatus, PaymentMethod, Provider, WalletMoveKind};
 use crate::error::{AppError, AppResult, OnViolation, Violation};
 use crate::outbox::{self, Effect, RefundPayload};
 use crate::wallet::{wallet_move, WalletMove};
@@ -19,7 +19,7 @@ use crate::wallet::{wallet_move, WalletMove};
 #[derive(Debug, Clone)]
 pub struct PaymentApplied<'a> {
     /// WALLET, OFFLINE, WECHAT_PAY, ALIPAY (MIXED orders are paid by their online provider).
-    pub method: &'a str,
+    pub method: PaymentMethod,
     /// Unique forever: `out_trade_no:transaction_id` for providers, `wallet:`/`offline:` here.
     pub idempotency_key: String,
     pub provider_txn_id: Option<&'a str>,
@@ -71,13 +71,13 @@ pub async fn apply_payment(
             }
             _ => None,
         })?;
-    if order.payment_method == "MIXED" && order.wallet_amount_cents > 0 {
+    if order.payment_method == PaymentMethod::Mixed && order.wallet_amount_cents > 0 {
         let w = order.wallet_amount_cents;
         wallet_move(
             conn,
             WalletMove {
                 member_id: order.member_id,
-                kind: "CAPTURE",
+                kind: WalletMoveKind::Capture,
                 balance_delta: 0,
                 frozen_delta: -w,
                 order_id: Some(order.id),
@@ -101,7 +101,7 @@ async fn open_membership(conn: &mut AsyncPgConnection, order: &Order, plan_id: i
     let current_end: Option<chrono::DateTime<Utc>> = memberships::table
         .filter(memberships::member_id.eq(order.member_id))
         .filter(memberships::store_id.eq(order.store_id))
-        .filter(memberships::status.eq("ACTIVE"))
+        .filter(memberships::status.eq(MembershipStatus::Active))
         .filter(memberships::valid_to.gt(now))
         .select(diesel::dsl::max(memberships::valid_to))
         .get_result(conn)
@@ -114,7 +114,7 @@ async fn open_membership(conn: &mut AsyncPgConnection, order: &Order, plan_id: i
             memberships::store_id.eq(order.store_id),
             memberships::plan_id.eq(plan_id),
             memberships::order_id.eq(order.id),
-            memberships::status.eq("ACTIVE"),
+            memberships::status.eq(MembershipStatus::Active),
             memberships::valid_from.eq(from),
             memberships::valid_to.eq(to),
         ))
@@ -136,11 +136,14 @@ pub async fn confirm_offline_payment(
     let reference = crate::error::required_text(reference, 128, "reference")?;
     conn.transaction(async |conn| -> AppResult<Order> {
         let order = lock_order(conn, order_no, Some(viewer)).await?;
-        if order.payment_method != "OFFLINE" {
-            return Err(AppError::bad("only OFFLINE orders are confirmed at the desk"));
+        if order.payment_method != PaymentMethod::Offline {
+            return Err(AppError::bad(format!(
+                "only {} orders are confirmed at the desk",
+                PaymentMethod::Offline
+            )));
         }
         // A repeated confirmation with the same reference answers like the first.
-        if order.status() != OrderStatus::WaitPay {
+        if order.status != OrderStatus::WaitPay {
             let same: Option<String> = payments::table
                 .filter(payments::order_id.eq(order.id))
                 .select(payments::reference)
@@ -151,14 +154,14 @@ pub async fn confirm_offline_payment(
             if same.as_deref() == Some(reference) {
                 return Ok(order);
             }
-            return Err(AppError::illegal(order.status(), OrderStatus::Paid));
+            return Err(AppError::illegal(order.status, OrderStatus::Paid));
         }
         apply_payment(
             conn,
             config,
             &order,
             PaymentApplied {
-                method: "OFFLINE",
+                method: PaymentMethod::Offline,
                 idempotency_key: format!("offline:{}", order.order_no),
                 provider_txn_id: None,
                 reference: Some(reference),
@@ -184,7 +187,7 @@ pub async fn cancel_order(
 ) -> AppResult<Order> {
     conn.transaction(async |conn| -> AppResult<Order> {
         let order = lock_order(conn, order_no, viewer).await?;
-        if order.status() == OrderStatus::Canceled {
+        if order.status == OrderStatus::Canceled {
             return Ok(order);
         }
         cancel_locked(conn, &order, cancel_reason, ctx).await
@@ -212,13 +215,13 @@ pub async fn cancel_locked(
     )
     .await?;
     release_item(conn, order).await?;
-    if order.payment_method == "MIXED" && order.wallet_amount_cents > 0 {
+    if order.payment_method == PaymentMethod::Mixed && order.wallet_amount_cents > 0 {
         let w = order.wallet_amount_cents;
         wallet_move(
             conn,
             WalletMove {
                 member_id: order.member_id,
-                kind: "UNFREEZE",
+                kind: WalletMoveKind::Unfreeze,
                 balance_delta: w,
                 frozen_delta: -w,
                 order_id: Some(order.id),
@@ -256,10 +259,10 @@ pub async fn refund_order(
     let reason = crate::error::required_text(reason, 500, "a refund's reason")?;
     conn.transaction(async |conn| -> AppResult<Order> {
         let order = lock_order(conn, order_no, Some(viewer)).await?;
-        if order.status() == OrderStatus::Refunded {
+        if order.status == OrderStatus::Refunded {
             return Ok(order);
         }
-        order_status::check(order.status(), OrderStatus::Refunded, ctx.actor.kind)?;
+        order_status::check(order.status, OrderStatus::Refunded, ctx.actor.kind)?;
         let membership: Option<Membership> = memberships::table
             .filter(memberships::order_id.eq(order.id))
             .select(Membership::as_select())
@@ -276,12 +279,12 @@ pub async fn refund_order(
             Some(a) => a,
             None => unused_share(&order, membership.as_ref()),
         };
-        let (wallet_back, online_back) = match order.payment_method.as_str() {
-            "WALLET" => (amount, 0),
-            "MIXED" => money::split_refund(amount, order.amount_cents, order.wallet_amount_cents),
-            "WECHAT_PAY" | "ALIPAY" => (0, amount),
+        let (wallet_back, online_back) = match order.payment_method {
+            PaymentMethod::Wallet => (amount, 0),
+            PaymentMethod::Mixed => money::split_refund(amount, order.amount_cents, order.wallet_amount_cents),
+            PaymentMethod::WechatPay | PaymentMethod::Alipay => (0, amount),
             // Paid at the desk, refunded at the desk: recorded, no money moves here.
-            _ => (0, 0),
+            PaymentMethod::Offline => (0, 0),
         };
         let refunded = transition(
             conn,
@@ -317,7 +320,7 @@ pub async fn refund_order(
                 conn,
                 WalletMove {
                     member_id: order.member_id,
-                    kind: "REFUND",
+                    kind: WalletMoveKind::Refund,
                     balance_delta: wallet_back,
                     frozen_delta: 0,
                     order_id: Some(order.id),
@@ -328,10 +331,10 @@ pub async fn refund_order(
             .await?;
         }
         if online_back > 0 {
-            let provider = order.online_provider.as_deref().unwrap_or("WECHAT_PAY");
+            let provider = order.online_provider.unwrap_or(Provider::WechatPay);
             let refund = Effect::ProviderRefund(RefundPayload {
                 order: (&refunded).into(),
-                provider: provider.to_string(),
+                provider,
                 refund_no: format!("RF{}", refund_id),
                 amount_cents: online_back,
                 total_cents: order.online_cents(),
@@ -342,7 +345,10 @@ pub async fn refund_order(
         }
         if membership.is_some() {
             diesel::update(memberships::table.filter(memberships::order_id.eq(order.id)))
-                .set((memberships::status.eq("REVOKED"), memberships::ended_at.eq(Utc::now())))
+                .set((
+                    memberships::status.eq(MembershipStatus::Revoked),
+                    memberships::ended_at.eq(Utc::now()),
+                ))
                 .execute(conn)
                 .await?;
         }

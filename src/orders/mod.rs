@@ -41,12 +41,12 @@ pub async fn transition(
     reason: &str,
     changes: Changes<'_>,
 ) -> AppResult<Order> {
-    let from = order.status();
+    let from = order.status;
     order_status::check(from, to, ctx.actor.kind)?;
     let moved: Option<Order> = StaticQuery::new(include_str!("transition.sql"))
         .bind::<BigInt, _>(order.id) // $1
-        .bind::<Text, _>(to.as_str()) // $2
-        .bind::<Text, _>(from.as_str()) // $3
+        .bind::<Text, _>(to) // $2
+        .bind::<Text, _>(from) // $3
         .bind::<Text, _>(ctx.actor.to_string()) // $4
         .bind::<Text, _>(reason) // $5
         .bind::<Nullable<Text>, _>(changes.provider_txn_id) // $6
@@ -65,7 +65,7 @@ pub async fn transition(
         // Someone else changed it first (only possible when the caller did not lock the row).
         None => {
             let now = load_order_by_id(conn, order.id).await?;
-            Err(AppError::illegal(now.status(), to))
+            Err(AppError::illegal(now.status, to))
         }
     }
 }
@@ -137,8 +137,8 @@ pub async fn transition_audit_birth(conn: &mut AsyncPgConnection, order: &Order,
     let id: i64 = diesel::insert_into(ot::table)
         .values((
             ot::order_id.eq(order.id),
-            ot::from_status.eq(None::<String>),
-            ot::to_status.eq("WAIT_PAY"),
+            ot::from_status.eq(None::<OrderStatus>),
+            ot::to_status.eq(OrderStatus::WaitPay),
             ot::actor.eq(ctx.actor.to_string()),
             ot::reason.eq("order placed"),
             ot::trace_id.eq(ctx.trace.as_str()),

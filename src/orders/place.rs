@@ -11,6 +11,7 @@ use crate::auth::{Role, Viewer};
 use crate::config::Config;
 use crate::db::models::{ClassPack, CoachSlot, Member, MembershipPlan, Order};
 use crate::db::schema::{class_packs, coach_slots, members, membership_plans, orders};
+use crate::domain::{OrderKind, OrderStatus, PaymentMethod, Provider, WalletMoveKind};
 use crate::error::{AppError, AppResult, OnViolation, Violation};
 use crate::wallet::{wallet_move, WalletMove};
 
@@ -26,16 +27,15 @@ pub struct PlaceOrder {
     pub idempotency_key: String,
     pub store_id: i64,
     pub item: PlacedItem,
-    /// WECHAT_PAY, ALIPAY, WALLET, OFFLINE or MIXED.
-    pub payment_method: String,
+    pub payment_method: PaymentMethod,
     pub wallet_amount_cents: Option<i64>,
     pub member_id: Option<i64>,
     /// The online provider of a MIXED order (WECHAT_PAY unless the client says otherwise).
-    pub online_provider: Option<String>,
+    pub online_provider: Option<Provider>,
 }
 
 struct Priced {
-    kind: &'static str,
+    kind: OrderKind,
     name: String,
     amount: i64,
     sessions: i32,
@@ -48,7 +48,12 @@ impl PlaceOrder {
     fn request_hash(&self, member_id: i64) -> String {
         let canon = format!(
             "{}|{}|{:?}|{}|{:?}|{:?}",
-            member_id, self.store_id, self.item, self.payment_method, self.wallet_amount_cents, self.online_provider
+            member_id,
+            self.store_id,
+            self.item,
+            self.payment_method,
+            self.wallet_amount_cents,
+            self.online_provider.map(Provider::as_str)
         );
         hex::encode(Sha256::digest(canon.as_bytes()))
     }
@@ -77,19 +82,12 @@ pub async fn place_order(
     };
     viewer.require_store(req.store_id)?;
     let key = crate::error::required_text(&req.idempotency_key, 128, "idempotencyKey")?.to_string();
-    let method = req.payment_method.as_str();
+    let method = req.payment_method;
     let online_provider = match method {
-        "WECHAT_PAY" | "ALIPAY" => Some(method.to_string()),
-        "MIXED" => Some(req.online_provider.clone().unwrap_or_else(|| "WECHAT_PAY".into())),
-        _ => None,
+        PaymentMethod::Mixed => Some(req.online_provider.unwrap_or(Provider::WechatPay)),
+        m => m.provider(),
     };
-    if online_provider
-        .as_deref()
-        .is_some_and(|p| p != "WECHAT_PAY" && p != "ALIPAY")
-    {
-        return Err(AppError::bad("the online part is paid with WECHAT_PAY or ALIPAY"));
-    }
-    if method != "MIXED" && req.wallet_amount_cents.is_some_and(|w| w != 0) {
+    if method != PaymentMethod::Mixed && req.wallet_amount_cents.is_some_and(|w| w != 0) {
         return Err(AppError::bad("walletAmountCents is for MIXED orders only"));
     }
     let hash = req.request_hash(member_id);
@@ -115,8 +113,8 @@ pub async fn place_order(
             let now = Utc::now();
             let priced = price_item(conn, req.store_id, &req.item, now).await?;
             let wallet_part = match method {
-                "WALLET" => priced.amount,
-                "MIXED" => {
+                PaymentMethod::Wallet => priced.amount,
+                PaymentMethod::Mixed => {
                     let w = req
                         .wallet_amount_cents
                         .ok_or_else(|| AppError::bad("MIXED orders need walletAmountCents"))?;
@@ -143,7 +141,7 @@ pub async fn place_order(
                     orders::member_id.eq(member_id),
                     orders::store_id.eq(req.store_id),
                     orders::kind.eq(priced.kind),
-                    orders::status.eq("WAIT_PAY"),
+                    orders::status.eq(OrderStatus::WaitPay),
                     orders::item_name.eq(&priced.name),
                     orders::membership_plan_id.eq(plan),
                     orders::class_pack_id.eq(pack),
@@ -152,7 +150,7 @@ pub async fn place_order(
                     orders::amount_cents.eq(priced.amount),
                     orders::wallet_amount_cents.eq(wallet_part),
                     orders::payment_method.eq(method),
-                    orders::online_provider.eq(online_provider.as_deref()),
+                    orders::online_provider.eq(online_provider),
                     orders::sessions_total.eq(priced.sessions),
                     orders::expires_at.eq(expires_at),
                     orders::trace_id.eq(ctx.trace.as_str()),
@@ -175,12 +173,12 @@ pub async fn place_order(
                 crate::events::wake_expiry().execute(conn).await?;
             }
             match method {
-                "WALLET" => {
+                PaymentMethod::Wallet => {
                     wallet_move(
                         conn,
                         WalletMove {
                             member_id,
-                            kind: "PAY",
+                            kind: WalletMoveKind::Pay,
                             balance_delta: -priced.amount,
                             frozen_delta: 0,
                             order_id: Some(order.id),
@@ -194,7 +192,7 @@ pub async fn place_order(
                         config,
                         &order,
                         PaymentApplied {
-                            method: "WALLET",
+                            method: PaymentMethod::Wallet,
                             idempotency_key: format!("wallet:{}", order.order_no),
                             provider_txn_id: None,
                             reference: None,
@@ -206,12 +204,12 @@ pub async fn place_order(
                     .await?;
                     Ok(Some(paid))
                 }
-                "MIXED" => {
+                PaymentMethod::Mixed => {
                     wallet_move(
                         conn,
                         WalletMove {
                             member_id,
-                            kind: "FREEZE",
+                            kind: WalletMoveKind::Freeze,
                             balance_delta: -wallet_part,
                             frozen_delta: wallet_part,
                             order_id: Some(order.id),
@@ -228,7 +226,7 @@ pub async fn place_order(
         .await?;
     match placed {
         Some(order) => {
-            metrics::counter!("fitorder_orders_placed_total", "method" => method.to_string()).increment(1);
+            metrics::counter!("fitorder_orders_placed_total", "method" => method.as_str()).increment(1);
             Ok(order)
         }
         None => {
@@ -281,7 +279,7 @@ async fn price_item(
                 return Err(wrong_store());
             }
             Priced {
-                kind: "MEMBERSHIP",
+                kind: OrderKind::Membership,
                 name: p.name,
                 amount: p.price_cents,
                 sessions: 0,
@@ -300,7 +298,7 @@ async fn price_item(
                 return Err(wrong_store());
             }
             Priced {
-                kind: "CLASS_PACK",
+                kind: OrderKind::ClassPack,
                 name: p.name,
                 amount: p.price_cents,
                 sessions: p.sessions,
@@ -322,7 +320,7 @@ async fn price_item(
                 return Err(AppError::bad("this coach slot has already started"));
             }
             Priced {
-                kind: "PRIVATE_SESSION",
+                kind: OrderKind::PrivateSession,
                 name: format!("{} · {}", s.coach_name, s.starts_at.format("%Y-%m-%d %H:%M UTC")),
                 amount: s.price_cents,
                 sessions: 1,

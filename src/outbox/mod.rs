@@ -9,6 +9,7 @@ use diesel_async::{AsyncPgConnection, RunQueryDsl};
 
 use crate::db::models::Order;
 use crate::db::schema::compensation_events as ce;
+use crate::db::sql::StaticQuery;
 pub use crate::domain::effect::{AccessAction, AccessPayload, OrderRef, RefundPayload};
 pub use crate::domain::Effect;
 use crate::error::AppResult;
@@ -54,8 +55,9 @@ fn access(order: &Order, action: AccessAction) -> AccessPayload {
     }
 }
 
-/// Writes `effects` about the order `order_id` as due events, in one statement, and announces
-/// them on commit. Each event's idempotency key is unique: the same effect twice is refused.
+/// Writes `effects` about the order `order_id` as due events and announces them on commit, in
+/// one prepared statement (`enqueue.sql`). Each event's idempotency key is unique: the same
+/// effect twice is refused.
 pub async fn enqueue(
     conn: &mut AsyncPgConnection,
     order_id: i64,
@@ -63,26 +65,27 @@ pub async fn enqueue(
     trace: &TraceId,
     max_attempts: i32,
 ) -> AppResult<Vec<i64>> {
-    let rows: Vec<_> = effects
-        .iter()
-        .map(|e| {
-            (
-                ce::order_id.eq(order_id),
-                ce::kind.eq(e.kind().as_str()),
-                ce::max_attempts.eq(max_attempts),
-                ce::payload.eq(e.payload_json()),
-                ce::idempotency_key.eq(e.idempotency_key()),
-                ce::trace_id.eq(trace.as_str()),
-            )
-        })
-        .collect();
-    let ids: Vec<i64> = diesel::insert_into(ce::table)
-        .values(rows)
-        .returning(ce::id)
-        .get_results(conn)
+    use diesel::sql_types::{Array, BigInt, Integer, Jsonb};
+    #[derive(diesel::QueryableByName)]
+    struct Enqueued {
+        #[diesel(sql_type = BigInt)]
+        id: i64,
+    }
+    let kinds: Vec<&str> = effects.iter().map(|e| e.kind().as_str()).collect();
+    let payloads: Vec<serde_json::Value> = effects.iter().map(Effect::payload_json).collect();
+    let keys: Vec<String> = effects.iter().map(Effect::idempotency_key).collect();
+    let rows: Vec<Enqueued> = StaticQuery::new(include_str!("enqueue.sql"))
+        .bind::<BigInt, _>(order_id) // $1
+        .bind::<Array<Text>, _>(&kinds) // $2
+        .bind::<Array<Jsonb>, _>(&payloads) // $3
+        .bind::<Array<Text>, _>(&keys) // $4
+        .bind::<Integer, _>(max_attempts) // $5
+        .bind::<Text, _>(trace.as_str()) // $6
+        .bind::<Text, _>(OUTBOX_CHANNEL) // $7
+        .bind::<Text, _>(EVENTS_CHANNEL) // $8
+        .load(conn)
         .await?;
-    announce(conn, &ids).await?;
-    Ok(ids)
+    Ok(rows.into_iter().map(|r| r.id).collect())
 }
 
 /// Wakes the workers of every process and tells subscribers about each event; on commit.

@@ -87,27 +87,31 @@ impl ProviderApi {
             .map(|g| g.as_ref())
     }
 
-    fn named(&self, provider: &str) -> Result<&dyn Gateway, ProviderError> {
-        Provider::parse(provider)
-            .and_then(|p| self.gateway(p))
+    fn configured_gateway(&self, provider: Provider) -> Result<&dyn Gateway, ProviderError> {
+        self.gateway(provider)
             .ok_or_else(|| ProviderError::Unsupported(format!("{provider} is not configured")))
     }
 
-    /// Whether `provider` (as stored: `WECHAT_PAY`, `ALIPAY`) can be called.
-    pub fn configured(&self, provider: &str) -> bool {
-        self.named(provider).is_ok()
+    /// Whether `provider` can be called.
+    pub fn configured(&self, provider: Provider) -> bool {
+        self.gateway(provider).is_some()
     }
 
-    pub async fn refund(&self, provider: &str, r: &RefundRequest<'_>) -> Result<RefundAccepted, ProviderError> {
-        self.named(provider)?.refund(r).await
+    pub async fn refund(&self, provider: Provider, r: &RefundRequest<'_>) -> Result<RefundAccepted, ProviderError> {
+        self.configured_gateway(provider)?.refund(r).await
     }
 
-    pub async fn query(&self, provider: &str, out_trade_no: &str, trace: &str) -> Result<TradeState, ProviderError> {
-        self.named(provider)?.query(out_trade_no, trace).await
+    pub async fn query(
+        &self,
+        provider: Provider,
+        out_trade_no: &str,
+        trace: &str,
+    ) -> Result<TradeState, ProviderError> {
+        self.configured_gateway(provider)?.query(out_trade_no, trace).await
     }
 
-    pub async fn close(&self, provider: &str, out_trade_no: &str, trace: &str) -> Result<(), ProviderError> {
-        self.named(provider)?.close(out_trade_no, trace).await
+    pub async fn close(&self, provider: Provider, out_trade_no: &str, trace: &str) -> Result<(), ProviderError> {
+        self.configured_gateway(provider)?.close(out_trade_no, trace).await
     }
 }
 

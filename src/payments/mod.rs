@@ -29,52 +29,19 @@ use crate::db::models::Order;
 use crate::db::schema::{payment_callbacks, payment_keys};
 use crate::db::sql::StaticQuery;
 use crate::domain::money::format_yuan;
-use crate::domain::Ctx;
-use crate::domain::{Actor, OrderStatus};
+use crate::domain::{Actor, Ctx, OrderStatus, PaymentMethod, Provider, TicketKind};
 use crate::error::{AppError, AppResult};
 use crate::orders::{self, PaymentApplied};
 use crate::outbox::{self, Effect, RefundPayload};
 use crate::tickets::NewTicket;
 use crate::trace::TraceId;
 
-/// How a callback ended; stored on the callback row and shown in `Order.callbacks`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
-    Applied,
-    Duplicate,
-    PaidAfterCancel,
-    AmountMismatch,
-    RejectedTransition,
-    UnknownOrder,
-    BadSignature,
-    RefundRecorded,
-    RefundFailed,
-    /// The provider confirmed a refund fitorder did not ask for, or for more than it asked.
-    RefundMismatch,
-    Recorded,
-}
-
-impl Outcome {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Outcome::Applied => "APPLIED",
-            Outcome::Duplicate => "DUPLICATE",
-            Outcome::PaidAfterCancel => "PAID_AFTER_CANCEL",
-            Outcome::AmountMismatch => "AMOUNT_MISMATCH",
-            Outcome::RejectedTransition => "REJECTED_TRANSITION",
-            Outcome::UnknownOrder => "UNKNOWN_ORDER",
-            Outcome::BadSignature => "BAD_SIGNATURE",
-            Outcome::RefundRecorded => "REFUND_RECORDED",
-            Outcome::RefundFailed => "REFUND_FAILED",
-            Outcome::RefundMismatch => "REFUND_MISMATCH",
-            Outcome::Recorded => "RECORDED",
-        }
-    }
-}
+/// How a callback ended (the domain's word; `Outcome` here, where callbacks are applied).
+pub use crate::domain::payment::CallbackOutcome as Outcome;
 
 /// The raw evidence of one callback, as received.
 pub struct Received<'a> {
-    pub provider: &'a str,
+    pub provider: Provider,
     pub verified: bool,
     pub event_type: Option<&'a str>,
     /// Decrypted where the provider encrypts.
@@ -84,7 +51,12 @@ pub struct Received<'a> {
 }
 
 /// Writes the raw callback in a transaction of its own and returns its id.
-pub async fn record(conn: &mut AsyncPgConnection, r: Received<'_>, outcome: &str, trace: &TraceId) -> AppResult<i64> {
+pub async fn record(
+    conn: &mut AsyncPgConnection,
+    r: Received<'_>,
+    outcome: Outcome,
+    trace: &TraceId,
+) -> AppResult<i64> {
     let id = diesel::insert_into(payment_callbacks::table)
         .values((
             payment_callbacks::provider.eq(r.provider),
@@ -99,8 +71,8 @@ pub async fn record(conn: &mut AsyncPgConnection, r: Received<'_>, outcome: &str
         .returning(payment_callbacks::id)
         .get_result(conn)
         .await?;
-    metrics::counter!("fitorder_callbacks_total", "provider" => r.provider.to_string(), "outcome" => outcome.to_string())
-        .increment(u64::from(outcome != "RECEIVED"));
+    metrics::counter!("fitorder_callbacks_total", "provider" => r.provider.as_str(), "outcome" => outcome.as_str())
+        .increment(u64::from(outcome != Outcome::Received));
     Ok(id)
 }
 
@@ -156,7 +128,7 @@ pub async fn record_checked(
         .get_result(conn)
         .await?;
     if rec.duplicate {
-        metrics::counter!("fitorder_callbacks_total", "provider" => r.provider.to_string(), "outcome" => "DUPLICATE")
+        metrics::counter!("fitorder_callbacks_total", "provider" => r.provider.as_str(), "outcome" => Outcome::Duplicate.as_str())
             .increment(1);
     }
     Ok((rec.id, rec.duplicate))
@@ -166,7 +138,7 @@ pub async fn record_checked(
 /// means nothing was applied and the provider should retry (5xx).
 pub async fn apply(
     state: &AppState,
-    provider: &str,
+    provider: Provider,
     callback_id: i64,
     notice: Notice,
     trace: &TraceId,
@@ -177,7 +149,6 @@ pub async fn apply(
         actor: Actor::provider(provider),
         trace: trace.clone(),
     };
-    let provider = provider.to_string();
     let outcome = conn
         .transaction(async |conn| -> AppResult<Outcome> {
             let (outcome, order, key, txn, amount) = match &notice {
@@ -188,7 +159,7 @@ pub async fn apply(
                 } => {
                     let key = notice.key().expect("a payment has a key");
                     let paid = Paid {
-                        provider: &provider,
+                        provider,
                         out_trade_no,
                         txn_id,
                         amount_cents: *amount_cents,
@@ -215,8 +186,8 @@ pub async fn apply(
                         crate::alerts::open_ticket(
                             conn,
                             NewTicket {
-                                kind: "REFUND_MISMATCH",
-                                provider: Some(&provider),
+                                kind: TicketKind::RefundMismatch,
+                                provider: Some(provider),
                                 order: order.as_ref(),
                                 order_no: Some(out_trade_no),
                                 provider_txn_id: Some(refund_id),
@@ -246,7 +217,7 @@ pub async fn apply(
                         Outcome::Duplicate
                     } else {
                         let confirmed = ConfirmedRefund {
-                            provider: &provider,
+                            provider,
                             out_trade_no,
                             refund_no,
                             trade_no,
@@ -274,7 +245,7 @@ pub async fn apply(
             use diesel::sql_types::{BigInt, Nullable, Text};
             StaticQuery::new(include_str!("record_outcome.sql"))
                 .bind::<BigInt, _>(callback_id) // $1
-                .bind::<Text, _>(outcome.as_str()) // $2
+                .bind::<Text, _>(outcome) // $2
                 .bind::<Nullable<BigInt>, _>(order.as_ref().map(|o| o.id)) // $3
                 .bind::<Nullable<Text>, _>(order.as_ref().map(|o| o.order_no.as_str()).or(notice.out_trade_no())) // $4
                 .bind::<Nullable<BigInt>, _>(order.as_ref().map(|o| o.store_id)) // $5
@@ -293,7 +264,8 @@ pub async fn apply(
             return Err(e);
         }
     };
-    metrics::counter!("fitorder_callbacks_total", "provider" => provider, "outcome" => outcome.as_str()).increment(1);
+    metrics::counter!("fitorder_callbacks_total", "provider" => provider.as_str(), "outcome" => outcome.as_str())
+        .increment(1);
     Ok(outcome)
 }
 
@@ -307,7 +279,7 @@ async fn note_unapplied(state: &AppState, callback_id: i64, e: &AppError) {
         diesel::update(
             payment_callbacks::table
                 .find(callback_id)
-                .filter(payment_callbacks::outcome.eq("RECEIVED")),
+                .filter(payment_callbacks::outcome.eq(Outcome::Received)),
         )
         .set(payment_callbacks::error.eq(&detail))
         .execute(&mut conn)
@@ -331,9 +303,47 @@ async fn claim_key(conn: &mut AsyncPgConnection, key: &str, callback_id: i64) ->
     Ok(claimed == 1)
 }
 
+/// Claims a payment's key and locks its order in one statement (`claim_and_lock.sql`): whether
+/// this callback claimed the key (false: a duplicate), and the order, locked, if it exists.
+/// Claiming decides exactly as [`claim_key`]; locking as `orders::lock_order`.
+async fn claim_and_lock(
+    conn: &mut AsyncPgConnection,
+    key: &str,
+    callback_id: i64,
+    out_trade_no: &str,
+) -> AppResult<(bool, Option<Order>)> {
+    use diesel::sql_types::{BigInt, Bool, Text};
+    #[derive(diesel::QueryableByName)]
+    struct Locked {
+        #[diesel(embed)]
+        order: Order,
+        #[diesel(sql_type = Bool)]
+        claimed: bool,
+    }
+    let locked: Option<Locked> = StaticQuery::new(include_str!("claim_and_lock.sql"))
+        .bind::<Text, _>(key) // $1
+        .bind::<BigInt, _>(callback_id) // $2
+        .bind::<Text, _>(out_trade_no) // $3
+        .get_result(conn)
+        .await
+        .optional()?;
+    match locked {
+        Some(l) => Ok((l.claimed, Some(l.order))),
+        // No such order (rare): the statement's claim stands; whose it is tells.
+        None => {
+            let claimant: i64 = payment_keys::table
+                .find(key)
+                .select(payment_keys::callback_id)
+                .get_result(conn)
+                .await?;
+            Ok((claimant == callback_id, None))
+        }
+    }
+}
+
 /// A refund the provider confirmed by our refund number, with the trade's refunded total.
 struct ConfirmedRefund<'a> {
-    provider: &'a str,
+    provider: Provider,
     out_trade_no: &'a str,
     refund_no: &'a str,
     trade_no: &'a str,
@@ -373,7 +383,7 @@ impl ConfirmedRefund<'_> {
         crate::alerts::open_ticket(
             conn,
             NewTicket {
-                kind: "REFUND_MISMATCH",
+                kind: TicketKind::RefundMismatch,
                 provider: Some(self.provider),
                 order,
                 order_no: Some(self.out_trade_no),
@@ -397,7 +407,7 @@ impl ConfirmedRefund<'_> {
 
 /// A verified payment notice, and what makes it unique.
 struct Paid<'a> {
-    provider: &'a str,
+    provider: Provider,
     out_trade_no: &'a str,
     txn_id: &'a str,
     amount_cents: i64,
@@ -409,7 +419,7 @@ impl Paid<'_> {
     async fn ticket(
         &self,
         conn: &mut AsyncPgConnection,
-        kind: &str,
+        kind: TicketKind,
         order: Option<&Order>,
         mut detail: serde_json::Value,
         ctx: &Ctx,
@@ -442,15 +452,13 @@ async fn apply_paid(
     callback_id: i64,
     ctx: &Ctx,
 ) -> AppResult<(Outcome, Option<Order>)> {
-    if !claim_key(conn, p.key, callback_id).await? {
-        return Ok((Outcome::Duplicate, orders::find_order(conn, p.out_trade_no).await?));
-    }
-    let order = match orders::lock_order(conn, p.out_trade_no, None).await {
-        Ok(o) => o,
-        Err(AppError::NotFound(_)) => {
+    let order = match claim_and_lock(conn, p.key, callback_id, p.out_trade_no).await? {
+        (false, order) => return Ok((Outcome::Duplicate, order)),
+        (true, Some(order)) => order,
+        (true, None) => {
             p.ticket(
                 conn,
-                "UNKNOWN_ORDER",
+                TicketKind::UnknownOrder,
                 None,
                 json!({"why": "paid for an order fitorder does not know"}),
                 ctx,
@@ -458,15 +466,15 @@ async fn apply_paid(
             .await?;
             return Ok((Outcome::UnknownOrder, None));
         }
-        Err(e) => return Err(e),
     };
-    match order.status() {
+    match order.status {
         // Only a payment that would be applied must match the amount; money for a canceled
         // order goes back whatever it was.
         OrderStatus::WaitPay if p.amount_cents != order.online_cents() => {
-            let why =
-                json!({"status": order.status, "why": "the provider collected another amount than the order asks"});
-            p.ticket(conn, "AMOUNT_MISMATCH", Some(&order), why, ctx).await?;
+            let why = json!({"status": order.status.as_str(),
+                             "why": "the provider collected another amount than the order asks"});
+            p.ticket(conn, TicketKind::AmountMismatch, Some(&order), why, ctx)
+                .await?;
             Ok((Outcome::AmountMismatch, Some(order)))
         }
         OrderStatus::WaitPay => {
@@ -475,7 +483,7 @@ async fn apply_paid(
                 config,
                 &order,
                 PaymentApplied {
-                    method: p.provider,
+                    method: PaymentMethod::from(p.provider),
                     idempotency_key: p.key.to_string(),
                     provider_txn_id: Some(p.txn_id),
                     reference: None,
@@ -491,10 +499,11 @@ async fn apply_paid(
             // The order stays canceled; the money goes back to the payer.
             let detail = json!({"canceledAt": order.canceled_at, "cancelReason": order.cancel_reason,
                                 "action": "refund to the payer queued as PROVIDER_REFUND"});
-            p.ticket(conn, "PAID_AFTER_CANCEL", Some(&order), detail, ctx).await?;
+            p.ticket(conn, TicketKind::PaidAfterCancel, Some(&order), detail, ctx)
+                .await?;
             let refund = Effect::ProviderRefund(RefundPayload {
                 order: (&order).into(),
-                provider: p.provider.to_string(),
+                provider: p.provider,
                 refund_no: format!("PAC{callback_id}"),
                 amount_cents: p.amount_cents,
                 total_cents: p.amount_cents,
@@ -508,7 +517,8 @@ async fn apply_paid(
             // Already paid (by another transaction), used or refunded: a second payment.
             let detail = json!({"status": other.as_str(), "firstTxnId": order.provider_txn_id,
                                 "why": format!("payment {} arrived for an order that is {other}", p.txn_id)});
-            p.ticket(conn, "REJECTED_TRANSITION", Some(&order), detail, ctx).await?;
+            p.ticket(conn, TicketKind::RejectedTransition, Some(&order), detail, ctx)
+                .await?;
             Ok((Outcome::RejectedTransition, Some(order)))
         }
     }

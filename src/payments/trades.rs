@@ -11,7 +11,7 @@ use super::provider::{Instruction, ProviderError, TradeRequest};
 use crate::app::AppState;
 use crate::db::models::Order;
 use crate::db::schema::{members, payment_trades};
-use crate::domain::payment::{PayChannel, Provider};
+use crate::domain::{OrderStatus, PayChannel, PaymentMethod, Provider};
 use crate::error::{AppError, AppResult};
 use crate::trace::TraceId;
 
@@ -31,22 +31,22 @@ pub struct PaymentStarted {
 
 /// The provider of an online payment method (the online part of MIXED comes from the channel).
 pub fn online_provider(
-    method: &str,
+    method: PaymentMethod,
     channel: Option<PayChannel>,
     legacy: Option<Provider>,
 ) -> AppResult<Option<Provider>> {
     let named = channel.map(PayChannel::provider);
     let provider = match method {
-        "WECHAT_PAY" => Provider::WechatPay,
-        "ALIPAY" => Provider::Alipay,
-        "MIXED" => match (named, legacy) {
+        PaymentMethod::WechatPay => Provider::WechatPay,
+        PaymentMethod::Alipay => Provider::Alipay,
+        PaymentMethod::Mixed => match (named, legacy) {
             (Some(a), Some(b)) if a != b => {
                 return Err(AppError::bad("channel and onlineProvider name different providers"));
             }
             (Some(p), _) | (None, Some(p)) => p,
             (None, None) => Provider::WechatPay,
         },
-        _ => {
+        PaymentMethod::Wallet | PaymentMethod::Offline => {
             if channel.is_some() {
                 return Err(AppError::bad(format!(
                     "a {method} order has no online payment: channel is not taken"
@@ -114,14 +114,14 @@ pub async fn start_payment(
     client_ip: Option<&str>,
     trace: &TraceId,
 ) -> AppResult<PaymentStarted> {
-    if order.status != "WAIT_PAY" {
+    if order.status != OrderStatus::WaitPay {
         return Err(AppError::bad(format!(
             "order {} is {}: there is nothing to pay",
             order.order_no, order.status
         )));
     }
     let amount = order.online_cents();
-    let provider = order.online_provider.as_deref().and_then(Provider::parse);
+    let provider = order.online_provider;
     let (Some(provider), true) = (provider, amount > 0) else {
         return Err(AppError::bad(format!("order {} is not paid online", order.order_no)));
     };
@@ -182,7 +182,7 @@ pub async fn start_payment(
         Ok(i) => i,
         Err(ProviderError::TradeTaken(_)) => {
             let mut conn = state.pool.get().await?;
-            let opened: Vec<String> = payment_trades::table
+            let opened: Vec<PayChannel> = payment_trades::table
                 .filter(payment_trades::order_id.eq(order.id))
                 .select(payment_trades::channel)
                 .load(&mut conn)
@@ -193,7 +193,7 @@ pub async fn start_payment(
                 if opened.is_empty() {
                     "another channel".to_string()
                 } else {
-                    opened.join(", ")
+                    opened.iter().map(|c| c.as_str()).collect::<Vec<_>>().join(", ")
                 }
             )));
         }
@@ -205,8 +205,8 @@ pub async fn start_payment(
     diesel::insert_into(payment_trades::table)
         .values((
             payment_trades::order_id.eq(order.id),
-            payment_trades::provider.eq(provider.as_str()),
-            payment_trades::channel.eq(channel.as_str()),
+            payment_trades::provider.eq(provider),
+            payment_trades::channel.eq(channel),
             payment_trades::out_trade_no.eq(&order.order_no),
             payment_trades::amount_cents.eq(amount),
             payment_trades::expires_at.eq(expires_at),
@@ -225,7 +225,7 @@ pub async fn start_payment(
 async fn stored(conn: &mut crate::db::DbConn, order_id: i64, channel: PayChannel) -> AppResult<Option<Instruction>> {
     let found: Option<serde_json::Value> = payment_trades::table
         .filter(payment_trades::order_id.eq(order_id))
-        .filter(payment_trades::channel.eq(channel.as_str()))
+        .filter(payment_trades::channel.eq(channel))
         .select(payment_trades::instruction)
         .get_result(conn)
         .await

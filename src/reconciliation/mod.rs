@@ -21,6 +21,7 @@ use crate::app::AppState;
 use crate::db::models::ReconciliationRun;
 use crate::db::schema::{bill_rows, reconciliation_runs as rr};
 use crate::db::sql::StaticQuery;
+use crate::domain::{ReconciliationStatus, TicketKind};
 use crate::error::{AppError, AppResult, OnViolation, Violation};
 use crate::trace::TraceId;
 use bills::{BillKind, BillRow, Provider};
@@ -28,25 +29,9 @@ use bills::{BillKind, BillRow, Provider};
 /// Days back the daily run catches up when it missed some (a process down over a weekend).
 pub const CATCH_UP_DAYS: i64 = 7;
 
-/// `WECHAT_PAY` / `ALIPAY` as the files and the CLI name them.
-pub fn file_prefix(provider: &str) -> &'static str {
-    match provider {
-        "ALIPAY" => "alipay",
-        _ => "wechatpay",
-    }
-}
-
-pub fn provider_from_cli(name: &str) -> Option<&'static str> {
-    match name.to_ascii_lowercase().as_str() {
-        "wechatpay" | "wechat" | "wechat_pay" => Some("WECHAT_PAY"),
-        "alipay" => Some("ALIPAY"),
-        _ => None,
-    }
-}
-
-/// Where the bill of `provider` for `date` is found.
-pub fn statement_path(dir: &Path, provider: &str, date: NaiveDate) -> PathBuf {
-    dir.join(format!("{}-{}.csv", file_prefix(provider), date.format("%Y-%m-%d")))
+/// Where the bill of `provider` for `date` is found (`wechatpay-2024-05-01.csv`).
+pub fn statement_path(dir: &Path, provider: Provider, date: NaiveDate) -> PathBuf {
+    dir.join(format!("{}-{}.csv", provider.short_name(), date.format("%Y-%m-%d")))
 }
 
 #[derive(diesel::QueryableByName)]
@@ -59,7 +44,7 @@ struct N {
 /// A run that could not read its bill is recorded FAILED with the line and the reason.
 pub async fn run(
     state: &AppState,
-    provider: &str,
+    provider: Provider,
     date: NaiveDate,
     file: Option<PathBuf>,
     trace: &TraceId,
@@ -69,7 +54,7 @@ pub async fn run(
         .values((
             rr::provider.eq(provider),
             rr::bill_date.eq(date),
-            rr::status.eq("RUNNING"),
+            rr::status.eq(ReconciliationStatus::Running),
             rr::trace_id.eq(trace.as_str()),
         ))
         .returning(ReconciliationRun::as_returning())
@@ -106,11 +91,11 @@ pub async fn run(
         .await?;
     let finished = match outcome {
         Ok((summary, m)) => {
-            metrics::counter!("fitorder_reconciliation_findings_total", "provider" => provider.to_string())
+            metrics::counter!("fitorder_reconciliation_findings_total", "provider" => provider.as_str())
                 .increment(m.tickets as u64);
             diesel::update(rr::table.find(run_id))
                 .set((
-                    rr::status.eq("SUCCEEDED"),
+                    rr::status.eq(ReconciliationStatus::Succeeded),
                     rr::finished_at.eq(Utc::now()),
                     rr::provider_rows.eq(summary.rows as i32),
                     rr::local_rows.eq(m.local_rows as i32),
@@ -123,10 +108,10 @@ pub async fn run(
         }
         Err(e) => {
             let why = e.message();
-            tracing::error!(provider, %date, error = %why, "reconciliation failed");
+            tracing::error!(%provider, %date, error = %why, "reconciliation failed");
             diesel::update(rr::table.find(run_id))
                 .set((
-                    rr::status.eq("FAILED"),
+                    rr::status.eq(ReconciliationStatus::Failed),
                     rr::finished_at.eq(Utc::now()),
                     rr::error.eq(why),
                 ))
@@ -149,7 +134,7 @@ enum Fetched {
 /// The bill of `provider` for `date`: the file in the statement dir when it is there (put by
 /// staff, or fetched before), else fetched through the provider's gateway and unpacked into
 /// that name. Errors say what staff can do.
-async fn bill_file(state: &AppState, provider: &str, date: NaiveDate, trace: &TraceId) -> AppResult<Fetched> {
+async fn bill_file(state: &AppState, provider: Provider, date: NaiveDate, trace: &TraceId) -> AppResult<Fetched> {
     let dir = &state.config.statement_dir;
     let path = statement_path(dir, provider, date);
     if path.exists() {
@@ -159,8 +144,7 @@ async fn bill_file(state: &AppState, provider: &str, date: NaiveDate, trace: &Tr
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let Some(gateway) = crate::domain::payment::Provider::parse(provider).and_then(|p| state.providers.gateway(p))
-    else {
+    let Some(gateway) = state.providers.gateway(provider) else {
         return Err(AppError::bad(format!(
             "no bill {name} in the statement directory, and {provider} is not configured to fetch it: \
              download the bill from the merchant platform into the statement directory as {name}, then run the \
@@ -230,7 +214,7 @@ async fn bill_file(state: &AppState, provider: &str, date: NaiveDate, trace: &Tr
             "the fetched {provider} bill of {date} was refused: {e}. {what} (into {name})"
         ))
     })?;
-    tracing::info!(provider, %date, bytes = done.bytes, sha1 = %done.sha1, "bill fetched");
+    tracing::info!(%provider, %date, bytes = done.bytes, sha1 = %done.sha1, "bill fetched");
     Ok(Fetched::Ready(path))
 }
 
@@ -243,23 +227,23 @@ pub const WAITING_NOTE: &str = "asked again every 30 minutes until 18:00";
 async fn waiting(
     state: &AppState,
     run_id: i64,
-    provider: &str,
+    provider: Provider,
     date: NaiveDate,
     why: &str,
 ) -> AppResult<ReconciliationRun> {
     let nothing =
         state.config.dev_mode && (why.starts_with("NO_STATEMENT_EXIST") || why.starts_with("isp.bill_not_exist"));
     let (status, text) = if nothing {
-        tracing::info!(provider, %date, "development: the sandbox took no payment that day, nothing to reconcile");
+        tracing::info!(%provider, %date, "development: the sandbox took no payment that day, nothing to reconcile");
         (
-            "SUCCEEDED",
+            ReconciliationStatus::Succeeded,
             format!("nothing to reconcile: the sandbox took no payment that day ({why})"),
         )
     } else {
-        tracing::info!(provider, %date, why, "the provider has not made the bill yet: WAITING");
+        tracing::info!(%provider, %date, why, "the provider has not made the bill yet: WAITING");
         let name = statement_path(Path::new(""), provider, date);
         (
-            "WAITING",
+            ReconciliationStatus::Waiting,
             format!(
                 "the provider has not made the bill {} yet ({why}); {WAITING_NOTE}",
                 name.display()
@@ -284,17 +268,12 @@ async fn waiting(
 
 /// Streams the bill into `bill_rows` with COPY. The parser runs on a blocking thread and hands
 /// rows over in chunks; an error (with its line) stops everything.
-async fn load_bill(state: &AppState, run_id: i64, provider: &str, path: &Path) -> AppResult<bills::BillSummary> {
+async fn load_bill(state: &AppState, run_id: i64, provider: Provider, path: &Path) -> AppResult<bills::BillSummary> {
     let file = std::fs::File::open(path).map_err(|e| AppError::bad(format!("bill {}: {e}", path.display())))?;
-    let kind = if provider == "ALIPAY" {
-        Provider::Alipay
-    } else {
-        Provider::WechatPay
-    };
     let (tx, mut rx) = tokio::sync::mpsc::channel::<bytes::Bytes>(8);
     let parser = tokio::task::spawn_blocking(move || {
         let mut chunk = String::with_capacity(128 * 1024);
-        let result = bills::parse(kind, BufReader::with_capacity(256 * 1024, file), |row| {
+        let result = bills::parse(provider, BufReader::with_capacity(256 * 1024, file), |row| {
             copy_line(&mut chunk, run_id, &row);
             if chunk.len() >= 120 * 1024 {
                 let full = std::mem::replace(&mut chunk, String::with_capacity(128 * 1024));
@@ -384,7 +363,7 @@ struct Matched {
 async fn match_and_ticket(
     state: &AppState,
     run_id: i64,
-    provider: &str,
+    provider: Provider,
     date: NaiveDate,
     trace: &TraceId,
 ) -> AppResult<Matched> {
@@ -486,7 +465,7 @@ const MAX_HEALS: i64 = 5_000;
 async fn heal(
     state: &AppState,
     run_id: i64,
-    provider: &str,
+    provider: Provider,
     date: NaiveDate,
     t0: chrono::DateTime<Utc>,
     t1: chrono::DateTime<Utc>,
@@ -518,7 +497,7 @@ async fn heal(
                 headers: serde_json::json!({}),
                 error: None,
             },
-            "RECEIVED",
+            Outcome::Received,
             trace,
         )
         .await?;
@@ -546,7 +525,7 @@ async fn heal(
             run_id,
             provider,
             date,
-            "PROVIDER_PAID_LOCAL_UNPAID",
+            TicketKind::ProviderPaidLocalUnpaid,
             action,
             &u.order_no,
             Some(&txn),
@@ -602,7 +581,7 @@ async fn heal(
                 run_id,
                 provider,
                 date,
-                "LOCAL_PAID_PROVIDER_MISSING",
+                TicketKind::LocalPaidProviderMissing,
                 "CONFIRMED_BY_QUERY",
                 &m.order_no,
                 m.provider_txn_id.as_deref(),
@@ -619,9 +598,9 @@ async fn heal(
 async fn record_heal(
     state: &AppState,
     run_id: i64,
-    provider: &str,
+    provider: Provider,
     date: NaiveDate,
-    category: &str,
+    category: TicketKind,
     action: &str,
     order_no: &str,
     txn: Option<&str>,
@@ -648,11 +627,11 @@ pub async fn healing(
     conn: &mut diesel_async::AsyncPgConnection,
     from: chrono::DateTime<Utc>,
     to: chrono::DateTime<Utc>,
-) -> AppResult<Vec<(String, i64, i64)>> {
+) -> AppResult<Vec<(TicketKind, i64, i64)>> {
     #[derive(diesel::QueryableByName)]
     struct Row {
         #[diesel(sql_type = Text)]
-        category: String,
+        category: TicketKind,
         #[diesel(sql_type = BigInt)]
         healed: i64,
         #[diesel(sql_type = BigInt)]
@@ -673,15 +652,11 @@ struct Id {
 }
 
 /// The providers this instance reconciles: those whose callbacks are configured.
-fn configured_providers(state: &AppState) -> Vec<&'static str> {
-    let mut v = vec![];
-    if state.keys.wechat.is_some() {
-        v.push("WECHAT_PAY");
-    }
-    if state.keys.alipay.is_some() {
-        v.push("ALIPAY");
-    }
-    v
+pub fn configured_providers(state: &AppState) -> Vec<Provider> {
+    Provider::ALL
+        .into_iter()
+        .filter(|p| state.keys.configured(*p))
+        .collect()
 }
 
 pub use crate::domain::schedule::BILL_WAIT_UNTIL as WAIT_UNTIL;
@@ -697,7 +672,7 @@ pub async fn daily(state: AppState) -> AppResult<i64> {
     let mut runs = 0;
     for provider in configured_providers(&state) {
         let mut conn = state.pool.get().await?;
-        let tried: Vec<(NaiveDate, String)> = rr::table
+        let tried: Vec<(NaiveDate, ReconciliationStatus)> = rr::table
             .filter(rr::provider.eq(provider))
             .filter(rr::bill_date.ge(today - chrono::Duration::days(CATCH_UP_DAYS)))
             .select((rr::bill_date, rr::status))
@@ -711,12 +686,9 @@ pub async fn daily(state: AppState) -> AppResult<i64> {
         drop(conn);
         for back in (1..=CATCH_UP_DAYS).rev() {
             let day = today - chrono::Duration::days(back);
-            let of_day: Vec<&str> = tried
-                .iter()
-                .filter(|(d, _)| *d == day)
-                .map(|(_, s)| s.as_str())
-                .collect();
-            if of_day.iter().any(|s| matches!(*s, "SUCCEEDED" | "WAITING" | "RUNNING")) {
+            let of_day: Vec<ReconciliationStatus> = tried.iter().filter(|(d, _)| *d == day).map(|(_, s)| *s).collect();
+            use ReconciliationStatus::{Running, Succeeded, Waiting};
+            if of_day.iter().any(|s| matches!(s, Succeeded | Waiting | Running)) {
                 continue;
             }
             let exists = statement_path(&state.config.statement_dir, provider, day).exists();
@@ -726,7 +698,7 @@ pub async fn daily(state: AppState) -> AppResult<i64> {
                 continue;
             }
             let r = run(&state, provider, day, None, &TraceId::new()).await?;
-            tracing::info!(provider, day = %day, status = %r.status, tickets = r.tickets_opened, "daily reconciliation");
+            tracing::info!(%provider, day = %day, status = %r.status, tickets = r.tickets_opened, "daily reconciliation");
             runs += 1;
         }
     }
@@ -738,7 +710,7 @@ struct Waiting {
     #[diesel(sql_type = BigInt)]
     id: i64,
     #[diesel(sql_type = Text)]
-    provider: String,
+    provider: Provider,
     #[diesel(sql_type = diesel::sql_types::Date)]
     bill_date: NaiveDate,
     #[diesel(sql_type = diesel::sql_types::Nullable<Text>)]
@@ -763,12 +735,12 @@ pub async fn retry_waiting_at(state: &AppState, now: chrono::DateTime<Utc>) -> A
     for w in waiting {
         let late = local.time() >= WAIT_UNTIL || w.bill_date + chrono::Duration::days(1) < local.date_naive();
         if !late {
-            let r = run(state, &w.provider, w.bill_date, None, &TraceId::new()).await?;
+            let r = run(state, w.provider, w.bill_date, None, &TraceId::new()).await?;
             tracing::info!(provider = %w.provider, day = %w.bill_date, status = %r.status, "waiting bill asked again");
             n += 1;
             continue;
         }
-        let name = statement_path(Path::new(""), &w.provider, w.bill_date);
+        let name = statement_path(Path::new(""), w.provider, w.bill_date);
         let why = format!(
             "the provider had not made the bill by {} ({}): download it from the merchant platform into the \
              statement directory as {}, then run the reconciliation again",
@@ -782,14 +754,18 @@ pub async fn retry_waiting_at(state: &AppState, now: chrono::DateTime<Utc>) -> A
         );
         tracing::error!(provider = %w.provider, day = %w.bill_date, "bill not made by the cut-off: FAILED");
         let mut conn = state.pool.get().await?;
-        let updated = diesel::update(rr::table.find(w.id).filter(rr::status.eq("WAITING")))
-            .set((
-                rr::status.eq("FAILED"),
-                rr::finished_at.eq(Utc::now()),
-                rr::error.eq(why),
-            ))
-            .execute(&mut conn)
-            .await?;
+        let updated = diesel::update(
+            rr::table
+                .find(w.id)
+                .filter(rr::status.eq(ReconciliationStatus::Waiting)),
+        )
+        .set((
+            rr::status.eq(ReconciliationStatus::Failed),
+            rr::finished_at.eq(Utc::now()),
+            rr::error.eq(why),
+        ))
+        .execute(&mut conn)
+        .await?;
         if updated == 1 {
             crate::alerts::reconciliation_run(&mut conn, w.id).await?;
             n += 1;

@@ -20,18 +20,6 @@ struct Stuck {
     task_run: bool,
 }
 
-/// The providers whose bills are reconciled (those with keys), as the runs name them.
-fn providers(state: &AppState) -> Vec<&'static str> {
-    let mut v = vec![];
-    if state.keys.wechat.is_some() {
-        v.push("WECHAT_PAY");
-    }
-    if state.keys.alipay.is_some() {
-        v.push("ALIPAY");
-    }
-    v
-}
-
 #[derive(QueryableByName)]
 struct N {
     #[diesel(sql_type = BigInt)]
@@ -74,7 +62,13 @@ pub async fn alert_check(state: AppState) -> AppResult<i64> {
                 .filter(|s| s.task_run)
                 .map(|s| (s.id, s.task.clone(), s.instance.clone()))
                 .collect();
-            let raised = crate::alerts::sweep(conn, &state.config, &providers(&state), &task_runs).await?;
+            let raised = crate::alerts::sweep(
+                conn,
+                &state.config,
+                &crate::reconciliation::configured_providers(&state),
+                &task_runs,
+            )
+            .await?;
             Ok((stuck.len() as i64, raised))
         })
         .await?;

@@ -390,14 +390,14 @@ async fn a_failed_reconciliation_and_one_with_differences_alert_once_with_counts
     let date = chrono::NaiveDate::from_ymd_opt(2026, 11, 20).unwrap();
     let run = fitorder::reconciliation::run(
         &app.state,
-        "WECHAT_PAY",
+        fitorder::domain::Provider::WechatPay,
         date,
         Some("/nonexistent/bill.csv".into()),
         &trace,
     )
     .await
     .unwrap();
-    assert_eq!(run.status, "FAILED");
+    assert_eq!(run.status, fitorder::domain::ReconciliationStatus::Failed);
     let mut conn = app.conn().await;
     let id = fitorder::alerts::reconciliation_run(&mut conn, run.id).await.unwrap();
     assert!(id.is_some());

@@ -3,6 +3,7 @@
 
 use chrono::{TimeZone, Utc};
 use fitorder::domain::payment::Provider;
+use fitorder::domain::ReconciliationStatus;
 use fitorder::payments::provider::{BillArchive, BillDownload};
 use fitorder::payments::sandbox_server::BillControls;
 use fitorder::reconciliation::{self, statement_path};
@@ -65,7 +66,7 @@ async fn place(app: &TestApp, s: &Studio, channel: &str) -> String {
         .to_string()
 }
 
-async fn reconcile(app: &TestApp, provider: &str) -> fitorder::db::models::ReconciliationRun {
+async fn reconcile(app: &TestApp, provider: Provider) -> fitorder::db::models::ReconciliationRun {
     reconciliation::run(&app.state, provider, today(), None, &TraceId::new())
         .await
         .unwrap()
@@ -80,11 +81,11 @@ async fn both_bills_are_fetched_unpacked_and_reconciled() {
     app.sandbox.pay("WECHAT_PAY", &wx).await.unwrap();
     app.sandbox.pay("ALIPAY", &ali).await.unwrap();
 
-    for provider in ["WECHAT_PAY", "ALIPAY"] {
+    for provider in Provider::ALL {
         let path = statement_path(&dir, provider, today());
         assert!(!path.exists());
         let r = reconcile(&app, provider).await;
-        assert_eq!(r.status, "SUCCEEDED", "{provider}: {:?}", r.error);
+        assert_eq!(r.status, ReconciliationStatus::Succeeded, "{provider}: {:?}", r.error);
         assert_eq!(
             (r.provider_rows, r.local_rows, r.matched, r.tickets_opened),
             (1, 1, 1, 0),
@@ -101,9 +102,9 @@ async fn both_bills_are_fetched_unpacked_and_reconciled() {
             .collect();
         assert!(names.iter().all(|n| !n.to_string_lossy().starts_with('.')), "{names:?}");
     }
-    let wechat_bill = std::fs::read_to_string(statement_path(&dir, "WECHAT_PAY", today())).unwrap();
+    let wechat_bill = std::fs::read_to_string(statement_path(&dir, Provider::WechatPay, today())).unwrap();
     assert!(wechat_bill.contains(&format!("`{wx}")), "{wechat_bill}");
-    let alipay_bill = std::fs::read(statement_path(&dir, "ALIPAY", today())).unwrap();
+    let alipay_bill = std::fs::read(statement_path(&dir, Provider::Alipay, today())).unwrap();
     assert!(std::str::from_utf8(&alipay_bill).is_err(), "the Alipay bill stays GBK");
     assert!(encoding_rs::GBK.decode(&alipay_bill).0.contains(&ali));
     let calls = app.sandbox.calls();
@@ -168,24 +169,27 @@ async fn a_wrong_sha1_fails_the_run_with_what_to_do_and_keeps_no_file() {
         wrong_sha1: true,
         ..Default::default()
     });
-    let r = reconcile(&app, "WECHAT_PAY").await;
-    assert_eq!(r.status, "FAILED");
+    let r = reconcile(&app, Provider::WechatPay).await;
+    assert_eq!(r.status, ReconciliationStatus::Failed);
     let why = r.error.unwrap();
     assert!(why.contains("SHA1"), "{why}");
     assert!(why.contains("run the reconciliation again"), "{why}");
-    assert!(!statement_path(&dir, "WECHAT_PAY", today()).exists());
+    assert!(!statement_path(&dir, Provider::WechatPay, today()).exists());
     assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0, "no archive or part left");
     // An answer signed by a key we do not trust is no answer: FAILED, saying what to check.
     app.sandbox.set_bill_controls(BillControls::default());
     app.sandbox.sign_answers_with_wrong_key(true);
-    let r = reconcile(&app, "WECHAT_PAY").await;
-    assert_eq!(r.status, "FAILED");
+    let r = reconcile(&app, Provider::WechatPay).await;
+    assert_eq!(r.status, ReconciliationStatus::Failed);
     let why = r.error.unwrap();
     assert!(why.contains("not signed by the provider's key"), "{why}");
-    assert!(!statement_path(&dir, "WECHAT_PAY", today()).exists());
+    assert!(!statement_path(&dir, Provider::WechatPay, today()).exists());
     app.sandbox.sign_answers_with_wrong_key(false);
     // The provider's answer is right again: the next run succeeds.
-    assert_eq!(reconcile(&app, "WECHAT_PAY").await.status, "SUCCEEDED");
+    assert_eq!(
+        reconcile(&app, Provider::WechatPay).await.status,
+        ReconciliationStatus::Succeeded
+    );
     let _ = std::fs::remove_dir_all(dir);
 }
 
@@ -198,15 +202,15 @@ async fn a_lapsed_download_url_is_asked_for_again() {
     app.sandbox.pay("WECHAT_PAY", &wx).await.unwrap();
     app.sandbox.pay("ALIPAY", &ali).await.unwrap();
     for (provider, api) in [
-        ("WECHAT_PAY", "/v3/bill/tradebill"),
-        ("ALIPAY", "alipay.data.dataservice.bill.downloadurl.query"),
+        (Provider::WechatPay, "/v3/bill/tradebill"),
+        (Provider::Alipay, "alipay.data.dataservice.bill.downloadurl.query"),
     ] {
         app.sandbox.set_bill_controls(BillControls {
             lapse_once: true,
             ..Default::default()
         });
         let r = reconcile(&app, provider).await;
-        assert_eq!(r.status, "SUCCEEDED", "{provider}: {:?}", r.error);
+        assert_eq!(r.status, ReconciliationStatus::Succeeded, "{provider}: {:?}", r.error);
         assert_eq!(r.matched, 1);
         let asked = app.sandbox.calls().iter().filter(|c| c.api == api).count();
         assert_eq!(
@@ -227,8 +231,8 @@ async fn a_bill_not_made_yet_waits_is_asked_again_and_fails_with_one_alert_at_18
         not_ready: true,
         ..Default::default()
     });
-    let r = reconcile(&app, "WECHAT_PAY").await;
-    assert_eq!(r.status, "WAITING");
+    let r = reconcile(&app, Provider::WechatPay).await;
+    assert_eq!(r.status, ReconciliationStatus::Waiting);
     assert!(
         r.error.as_deref().unwrap().contains("STATEMENT_CREATING"),
         "{:?}",
@@ -284,10 +288,10 @@ async fn a_bill_not_made_yet_waits_is_asked_again_and_fails_with_one_alert_at_18
         ..Default::default()
     });
     let yesterday = today().pred_opt().unwrap();
-    let r = reconciliation::run(&app.state, "ALIPAY", yesterday, None, &TraceId::new())
+    let r = reconciliation::run(&app.state, Provider::Alipay, yesterday, None, &TraceId::new())
         .await
         .unwrap();
-    assert_eq!(r.status, "WAITING", "{:?}", r.error);
+    assert_eq!(r.status, ReconciliationStatus::Waiting, "{:?}", r.error);
     let six = tz
         .from_local_datetime(&today().and_hms_opt(18, 0, 0).unwrap())
         .unwrap()
@@ -300,7 +304,7 @@ async fn a_bill_not_made_yet_waits_is_asked_again_and_fails_with_one_alert_at_18
     assert_eq!(alerts, 1);
     // The bill-late sweep leaves that day to the run's alert.
     let mut c = app.conn().await;
-    fitorder::alerts::sweep(&mut c, &app.state.config, &["ALIPAY"], &[])
+    fitorder::alerts::sweep(&mut c, &app.state.config, &[Provider::Alipay], &[])
         .await
         .unwrap();
     assert_eq!(
@@ -320,12 +324,15 @@ async fn in_development_a_day_without_sandbox_payments_has_nothing_to_reconcile(
         c.dev_mode = true;
     })
     .await;
-    let r = reconcile(&app, "WECHAT_PAY").await;
-    assert_eq!(r.status, "SUCCEEDED");
+    let r = reconcile(&app, Provider::WechatPay).await;
+    assert_eq!(r.status, ReconciliationStatus::Succeeded);
     assert!(r.error.unwrap().contains("nothing to reconcile"));
     // Outside development the same answer is a bill not made yet.
     let (app, dir2) = self::app(false).await;
-    assert_eq!(reconcile(&app, "WECHAT_PAY").await.status, "WAITING");
+    assert_eq!(
+        reconcile(&app, Provider::WechatPay).await.status,
+        ReconciliationStatus::Waiting
+    );
     let _ = std::fs::remove_dir_all(dir);
     let _ = std::fs::remove_dir_all(dir2);
 }
@@ -361,14 +368,14 @@ async fn safe_differences_heal_under_the_runs_trace_and_the_rest_are_tickets() {
         let id = fitorder::payments::record(
             &mut c,
             fitorder::payments::Received {
-                provider: "WECHAT_PAY",
+                provider: Provider::WechatPay,
                 verified: true,
                 event_type: Some("TRANSACTION.SUCCESS"),
                 body: "{}",
                 headers: json!({}),
                 error: None,
             },
-            "RECEIVED",
+            fitorder::payments::Outcome::Received,
             &TraceId::new(),
         )
         .await
@@ -379,7 +386,7 @@ async fn safe_differences_heal_under_the_runs_trace_and_the_rest_are_tickets() {
             txn_id: t.txn_id.unwrap(),
             amount_cents: t.amount_cents,
         };
-        let o = fitorder::payments::apply(&app.state, "WECHAT_PAY", id, n, &TraceId::new())
+        let o = fitorder::payments::apply(&app.state, Provider::WechatPay, id, n, &TraceId::new())
             .await
             .unwrap();
         assert_eq!(o, fitorder::payments::Outcome::Applied);
@@ -387,10 +394,10 @@ async fn safe_differences_heal_under_the_runs_trace_and_the_rest_are_tickets() {
     app.sandbox.set_state("WECHAT_PAY", &doubtful, "NOTPAY");
 
     let trace = TraceId::new();
-    let r = reconciliation::run(&app.state, "WECHAT_PAY", today(), None, &trace)
+    let r = reconciliation::run(&app.state, Provider::WechatPay, today(), None, &trace)
         .await
         .unwrap();
-    assert_eq!(r.status, "SUCCEEDED", "{:?}", r.error);
+    assert_eq!(r.status, ReconciliationStatus::Succeeded, "{:?}", r.error);
     assert_eq!(r.tickets_opened, 1, "only the doubtful payment needs a person");
 
     // The waiting order is paid, through the state machine, audited under the run's trace.
@@ -454,7 +461,7 @@ async fn safe_differences_heal_under_the_runs_trace_and_the_rest_are_tickets() {
     );
 
     // Re-running the day heals and opens nothing new.
-    let again = reconciliation::run(&app.state, "WECHAT_PAY", today(), None, &TraceId::new())
+    let again = reconciliation::run(&app.state, Provider::WechatPay, today(), None, &TraceId::new())
         .await
         .unwrap();
     assert_eq!((again.status.as_str(), again.tickets_opened), ("SUCCEEDED", 0));

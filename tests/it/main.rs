@@ -43,4 +43,5 @@ mod standin_bills;
 mod start_payment;
 mod state_machine;
 mod statement_cache;
+mod vocabulary;
 mod ws;

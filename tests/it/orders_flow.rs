@@ -135,9 +135,9 @@ pub async fn pay_online(app: &TestApp, order_no: &str, txn: &str) {
     let txn = txn.to_string();
     c.transaction(async |c| -> Result<(), fitorder::error::AppError> {
         let o = orders::lock_order(c, &order_no, None).await?;
-        let provider = o.online_provider.clone().unwrap();
+        let provider = o.online_provider.unwrap();
         let ctx = Ctx {
-            actor: Actor::provider(&provider),
+            actor: Actor::provider(provider),
             trace: fitorder::trace::TraceId::new(),
         };
         orders::apply_payment(
@@ -145,7 +145,7 @@ pub async fn pay_online(app: &TestApp, order_no: &str, txn: &str) {
             &config,
             &o,
             PaymentApplied {
-                method: &provider,
+                method: provider.into(),
                 idempotency_key: format!("{order_no}:{txn}"),
                 provider_txn_id: Some(&txn),
                 reference: None,

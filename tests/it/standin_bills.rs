@@ -3,6 +3,7 @@
 //! documentation): the WeChat Pay trade bill as gzip with the SHA1 in a signed answer, and the
 //! Alipay zip whose entries are named in GBK.
 
+use fitorder::domain::{Provider, ReconciliationStatus};
 use fitorder::reconciliation::{self, statement_path};
 use fitorder::trace::TraceId;
 use serde_json::json;
@@ -60,11 +61,11 @@ async fn bills_fetched_from_the_standin_are_reconciled() {
         }
     };
     mode(true).await;
-    for provider in ["WECHAT_PAY", "ALIPAY"] {
+    for provider in Provider::ALL {
         let r = reconciliation::run(&app.state, provider, today, None, &TraceId::new())
             .await
             .unwrap();
-        assert_eq!(r.status, "WAITING", "{provider}: {:?}", r.error);
+        assert_eq!(r.status, ReconciliationStatus::Waiting, "{provider}: {:?}", r.error);
     }
     mode(false).await;
 
@@ -73,11 +74,14 @@ async fn bills_fetched_from_the_standin_are_reconciled() {
         .await;
     s.set_trade(Trade::alipay("FOSTANDINBILL2", "TRADE_SUCCESS").amount(5_678))
         .await;
-    for (provider, no) in [("WECHAT_PAY", "FOSTANDINBILL1"), ("ALIPAY", "FOSTANDINBILL2")] {
+    for (provider, no) in [
+        (Provider::WechatPay, "FOSTANDINBILL1"),
+        (Provider::Alipay, "FOSTANDINBILL2"),
+    ] {
         let r = reconciliation::run(&app.state, provider, today, None, &TraceId::new())
             .await
             .unwrap();
-        assert_eq!(r.status, "SUCCEEDED", "{provider}: {:?}", r.error);
+        assert_eq!(r.status, ReconciliationStatus::Succeeded, "{provider}: {:?}", r.error);
         assert_eq!((r.provider_rows, r.tickets_opened), (1, 1), "{provider}");
         let t = app
             .sql_i64(&format!(
@@ -85,7 +89,7 @@ async fn bills_fetched_from_the_standin_are_reconciled() {
                   WHERE kind = 'PROVIDER_PAID_LOCAL_UNPAID' AND order_no = '{no}'"
             ))
             .await;
-        assert_eq!(t, if provider == "ALIPAY" { 5_678 } else { 1_234 });
+        assert_eq!(t, if provider == Provider::Alipay { 5_678 } else { 1_234 });
         assert!(statement_path(&dir, provider, today).exists());
     }
     let log = s.requests().await;

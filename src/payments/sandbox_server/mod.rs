@@ -51,8 +51,9 @@ use sha2::Sha256;
 use super::sandbox::{AlipaySandbox, WechatSandbox};
 pub use bills::BillControls;
 
-pub const WECHAT_PAY: &str = "WECHAT_PAY";
-pub const ALIPAY: &str = "ALIPAY";
+/// The providers as the sandbox's trades are keyed and its API names them (the stored names).
+pub const WECHAT_PAY: &str = crate::domain::Provider::WechatPay.as_str();
+pub const ALIPAY: &str = crate::domain::Provider::Alipay.as_str();
 
 /// The keys and identities the sandbox plays the providers with.
 #[derive(Clone)]
@@ -236,11 +237,7 @@ pub struct SandboxProvider {
 
 /// `WECHAT_PAY`/`wechat`/`wechatpay` → `WECHAT_PAY`; `ALIPAY`/`alipay` → `ALIPAY`.
 pub(crate) fn provider_name(p: &str) -> Option<&'static str> {
-    match p.to_ascii_lowercase().as_str() {
-        "wechat_pay" | "wechat" | "wechatpay" => Some(WECHAT_PAY),
-        "alipay" => Some(ALIPAY),
-        _ => None,
-    }
+    crate::domain::Provider::from_short_name(p).map(crate::domain::Provider::as_str)
 }
 
 impl SandboxProvider {

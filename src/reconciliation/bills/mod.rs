@@ -119,11 +119,7 @@ impl BillError {
 }
 
 /// Which provider wrote a bill.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Provider {
-    WechatPay,
-    Alipay,
-}
+pub use crate::domain::Provider;
 
 /// Reads a whole bill, calling `row` for each data row in file order; checks the summary.
 ///

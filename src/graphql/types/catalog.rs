@@ -1,0 +1,83 @@
+//! What a store sells.
+
+use async_graphql::{Object, SimpleObject, ID};
+use chrono::{DateTime, Utc};
+
+use super::super::int;
+use crate::db::models;
+use crate::error::AppResult;
+
+pub struct MembershipPlanNode(pub models::MembershipPlan);
+
+#[Object(name = "MembershipPlan")]
+impl MembershipPlanNode {
+    async fn id(&self) -> ID {
+        ID(self.0.id.to_string())
+    }
+    async fn name(&self) -> &str {
+        &self.0.name
+    }
+    async fn duration_days(&self) -> i32 {
+        self.0.duration_days
+    }
+    async fn price_cents(&self) -> AppResult<i32> {
+        int(self.0.price_cents)
+    }
+}
+
+pub struct ClassPackNode(pub models::ClassPack);
+
+#[Object(name = "ClassPack")]
+impl ClassPackNode {
+    async fn id(&self) -> ID {
+        ID(self.0.id.to_string())
+    }
+    async fn name(&self) -> &str {
+        &self.0.name
+    }
+    async fn sessions(&self) -> i32 {
+        self.0.sessions
+    }
+    async fn price_cents(&self) -> AppResult<i32> {
+        int(self.0.price_cents)
+    }
+    /// null: unlimited
+    async fn remaining_stock(&self) -> Option<i32> {
+        self.0.stock
+    }
+}
+
+pub struct CoachSlotNode(pub models::CoachSlot);
+
+#[Object(name = "CoachSlot")]
+impl CoachSlotNode {
+    async fn id(&self) -> ID {
+        ID(self.0.id.to_string())
+    }
+    async fn coach_name(&self) -> &str {
+        &self.0.coach_name
+    }
+    async fn starts_at(&self) -> DateTime<Utc> {
+        self.0.starts_at
+    }
+    async fn ends_at(&self) -> DateTime<Utc> {
+        self.0.ends_at
+    }
+    async fn capacity(&self) -> i32 {
+        self.0.capacity
+    }
+    async fn remaining(&self) -> i32 {
+        self.0.remaining
+    }
+    async fn price_cents(&self) -> AppResult<i32> {
+        int(self.0.price_cents)
+    }
+}
+
+#[derive(SimpleObject)]
+#[graphql(name = "Catalog")]
+pub struct CatalogNode {
+    pub membership_plans: Vec<MembershipPlanNode>,
+    pub class_packs: Vec<ClassPackNode>,
+    pub coach_slots: Vec<CoachSlotNode>,
+}

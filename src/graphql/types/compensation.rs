@@ -1,0 +1,96 @@
+//! The outbox's events and their delivery attempts.
+
+use async_graphql::{Context, Object, SimpleObject, ID};
+use chrono::{DateTime, Utc};
+
+use super::super::loaders::*;
+use super::super::outbox::{CompensationKind, CompensationStatus};
+use super::is_member;
+use crate::db::models;
+use crate::error::{AppError, AppResult};
+
+fn parse_or_internal<T>(v: Option<T>, what: &str, raw: &str) -> AppResult<T> {
+    v.ok_or_else(|| AppError::internal(format!("unknown {what} {raw:?} in the database")))
+}
+
+#[derive(SimpleObject, Clone, Debug)]
+#[graphql(name = "CompensationAttempt")]
+pub struct CompensationAttemptNode {
+    pub at: DateTime<Utc>,
+    pub ok: bool,
+    pub error: Option<String>,
+    pub duration_ms: i32,
+}
+
+pub struct CompensationEventNode(pub models::CompensationEvent);
+
+#[Object(name = "CompensationEvent")]
+impl CompensationEventNode {
+    async fn id(&self) -> ID {
+        ID(self.0.id.to_string())
+    }
+    async fn order_no(&self) -> String {
+        self.0.payload["orderNo"].as_str().unwrap_or_default().to_string()
+    }
+    async fn kind(&self) -> AppResult<CompensationKind> {
+        parse_or_internal(
+            crate::domain::CompensationKind::parse(&self.0.kind),
+            "compensation kind",
+            &self.0.kind,
+        )
+        .map(Into::into)
+    }
+    async fn status(&self) -> AppResult<CompensationStatus> {
+        parse_or_internal(
+            crate::domain::CompensationStatus::parse(&self.0.status),
+            "compensation status",
+            &self.0.status,
+        )
+        .map(Into::into)
+    }
+    async fn attempts(&self) -> i32 {
+        self.0.attempts
+    }
+    async fn max_attempts(&self) -> i32 {
+        self.0.max_attempts
+    }
+    async fn next_attempt_at(&self) -> Option<DateTime<Utc>> {
+        match self.0.status.as_str() {
+            "PENDING" | "RETRYING" => self.0.next_attempt_at,
+            _ => None,
+        }
+    }
+    /// the downstream's last answer (staff only: it can hold another system's internals)
+    async fn last_error(&self, ctx: &Context<'_>) -> Option<&str> {
+        if is_member(ctx) {
+            return None;
+        }
+        self.0.last_error.as_deref()
+    }
+    async fn updated_at(&self) -> DateTime<Utc> {
+        self.0.updated_at
+    }
+    async fn trace_id(&self) -> &str {
+        &self.0.trace_id
+    }
+    /// The downstream's idempotency key, the same on every attempt.
+    async fn idempotency_key(&self) -> &str {
+        &self.0.idempotency_key
+    }
+    async fn attempt_log(&self, ctx: &Context<'_>) -> AppResult<Vec<CompensationAttemptNode>> {
+        let member = is_member(ctx);
+        Ok(loader(ctx)
+            .load_one(EventAttempts(self.0.id))
+            .await
+            .map_err(|e| e.into_app())?
+            .unwrap_or_default()
+            .into_iter()
+            .map(|a| CompensationAttemptNode {
+                at: a.at,
+                ok: a.ok,
+                error: if member { None } else { a.error },
+                duration_ms: a.duration_ms,
+            })
+            .collect())
+    }
+}

@@ -1,0 +1,154 @@
+//! Members, their wallets and memberships, stores, and who is asking.
+
+use async_graphql::{Context, Object, SimpleObject, ID};
+use chrono::{DateTime, Utc};
+
+use super::super::loaders::*;
+use super::super::{int, request, viewer};
+use super::{MembershipPlanNode, MembershipStatus, OrderNode};
+use crate::auth::Role;
+use crate::db::models;
+use crate::error::{AppError, AppResult};
+
+/// Ops screens see phone numbers masked; staff and the member themself see them whole.
+pub fn mask_phone(phone: &str) -> String {
+    let n = phone.chars().count();
+    if n <= 7 {
+        return "*".repeat(n);
+    }
+    let head: String = phone.chars().take(3).collect();
+    let tail: String = phone.chars().skip(n - 4).collect();
+    format!("{head}{}{tail}", "*".repeat(n - 7))
+}
+
+pub struct StoreNode(pub models::Store);
+
+#[Object(name = "Store")]
+impl StoreNode {
+    async fn id(&self) -> ID {
+        ID(self.0.id.to_string())
+    }
+    async fn name(&self) -> &str {
+        &self.0.name
+    }
+    async fn code(&self) -> &str {
+        &self.0.code
+    }
+}
+
+#[derive(SimpleObject)]
+#[graphql(name = "Wallet")]
+pub struct WalletNode {
+    pub balance_cents: i32,
+    pub frozen_cents: i32,
+}
+
+pub struct MemberNode(pub models::Member);
+
+#[Object(name = "Member")]
+impl MemberNode {
+    async fn id(&self) -> ID {
+        ID(self.0.id.to_string())
+    }
+    async fn name(&self) -> &str {
+        &self.0.name
+    }
+    async fn phone(&self, ctx: &Context<'_>) -> String {
+        match request(ctx).viewer.as_ref().map(|v| v.role) {
+            Some(Role::Ops) => mask_phone(&self.0.phone),
+            _ => self.0.phone.clone(),
+        }
+    }
+    async fn store(&self, ctx: &Context<'_>) -> AppResult<StoreNode> {
+        load_store(ctx, self.0.store_id).await
+    }
+    async fn wallet(&self) -> AppResult<WalletNode> {
+        Ok(WalletNode {
+            balance_cents: int(self.0.balance_cents)?,
+            frozen_cents: int(self.0.frozen_cents)?,
+        })
+    }
+    /// Unused session credits over all paid orders
+    async fn session_credits(&self, ctx: &Context<'_>) -> AppResult<i32> {
+        Ok(loader(ctx)
+            .load_one(MemberCredits(self.0.id))
+            .await
+            .map_err(|e| e.into_app())?
+            .unwrap_or(0))
+    }
+    async fn memberships(&self, ctx: &Context<'_>) -> AppResult<Vec<MembershipNode>> {
+        let v = request(ctx).viewer.as_ref();
+        Ok(loader(ctx)
+            .load_one(MemberMemberships(self.0.id))
+            .await
+            .map_err(|e| e.into_app())?
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|m| v.is_none_or(|v| v.sees_store(m.store_id)))
+            .map(MembershipNode)
+            .collect())
+    }
+}
+
+/// A member reached through another object (an order, a membership): a store-limited admin
+/// sees only members of their stores; anyone else is refused with FORBIDDEN.
+pub(super) async fn scoped_member(ctx: &Context<'_>, id: i64) -> AppResult<MemberNode> {
+    let m = load_member(ctx, id).await?;
+    match request(ctx).viewer.as_ref() {
+        Some(v) if !v.sees_store(m.0.store_id) => Err(AppError::Forbidden(format!(
+            "member {id} belongs to a store outside your stores"
+        ))),
+        _ => Ok(m),
+    }
+}
+
+/// Who is asking: the role, the token's subject and, for members, their account.
+pub struct ViewerNode;
+
+#[Object(name = "Viewer")]
+impl ViewerNode {
+    async fn role(&self, ctx: &Context<'_>) -> AppResult<&'static str> {
+        Ok(viewer(ctx)?.role.as_str())
+    }
+    async fn subject(&self, ctx: &Context<'_>) -> AppResult<String> {
+        Ok(viewer(ctx)?.subject.clone())
+    }
+    async fn member(&self, ctx: &Context<'_>) -> AppResult<Option<MemberNode>> {
+        match viewer(ctx)?.member_id {
+            Some(id) => load_member(ctx, id).await.map(Some),
+            None => Ok(None),
+        }
+    }
+}
+
+pub struct MembershipNode(pub models::Membership);
+
+#[Object(name = "Membership")]
+impl MembershipNode {
+    async fn id(&self) -> ID {
+        ID(self.0.id.to_string())
+    }
+    async fn status(&self) -> MembershipStatus {
+        self.0.status.into()
+    }
+    async fn valid_from(&self) -> DateTime<Utc> {
+        self.0.valid_from
+    }
+    async fn valid_to(&self) -> DateTime<Utc> {
+        self.0.valid_to
+    }
+    async fn member(&self, ctx: &Context<'_>) -> AppResult<MemberNode> {
+        scoped_member(ctx, self.0.member_id).await
+    }
+    async fn plan(&self, ctx: &Context<'_>) -> AppResult<MembershipPlanNode> {
+        loader(ctx)
+            .load_one(PlanId(self.0.plan_id))
+            .await
+            .map_err(|e| e.into_app())?
+            .map(MembershipPlanNode)
+            .ok_or_else(|| AppError::NotFound("plan".into()))
+    }
+    async fn order(&self, ctx: &Context<'_>) -> AppResult<OrderNode> {
+        load_order(ctx, self.0.order_id).await
+    }
+}

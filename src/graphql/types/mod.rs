@@ -1,0 +1,54 @@
+//! The object types of the schema, one file per entity. Nodes wrap database rows; related
+//! objects come through the request's DataLoader so that a page of 100 orders costs a handful
+//! of statements. The enums are the domain's words, mirrored in [`enums`].
+
+mod catalog;
+mod compensation;
+pub mod enums;
+mod member;
+mod ops;
+mod order;
+mod payment;
+mod ticket;
+
+use chrono::NaiveDate;
+
+pub use catalog::*;
+pub use compensation::*;
+pub use enums::*;
+pub use member::*;
+pub use ops::*;
+pub use order::*;
+pub use payment::*;
+pub use ticket::*;
+
+use async_graphql::Context;
+
+use crate::auth::Role;
+
+/// Members see their own things, and less of them than staff.
+fn is_member(ctx: &Context<'_>) -> bool {
+    super::request(ctx)
+        .viewer
+        .as_ref()
+        .is_none_or(|v| v.role == Role::Member)
+}
+
+/// Calendar date, YYYY-MM-DD
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Date(pub NaiveDate);
+
+#[async_graphql::Scalar(name = "Date")]
+impl async_graphql::ScalarType for Date {
+    fn parse(value: async_graphql::Value) -> async_graphql::InputValueResult<Self> {
+        match &value {
+            async_graphql::Value::String(s) => NaiveDate::parse_from_str(s, "%Y-%m-%d")
+                .map(Date)
+                .map_err(|_| async_graphql::InputValueError::custom("expected a date YYYY-MM-DD")),
+            _ => Err(async_graphql::InputValueError::expected_type(value)),
+        }
+    }
+    fn to_value(&self) -> async_graphql::Value {
+        async_graphql::Value::String(self.0.format("%Y-%m-%d").to_string())
+    }
+}

@@ -1,0 +1,190 @@
+//! Orders, their timelines and status changes, check-ins.
+
+use async_graphql::{Context, Object, SimpleObject};
+use chrono::{DateTime, Utc};
+
+use super::super::loaders::*;
+use super::super::{int, request};
+use super::member::scoped_member;
+use super::{
+    is_member, mirror, CompensationEventNode, ExceptionTicketNode, MemberNode, MembershipNode, OrderKind, OrderStatus,
+    PaymentCallbackNode, PaymentMethod, PaymentProvider, StoreNode,
+};
+use crate::auth::Role;
+use crate::db::models;
+use crate::error::AppResult;
+
+pub struct OrderNode(pub models::Order);
+
+#[Object(name = "Order")]
+impl OrderNode {
+    async fn order_no(&self) -> &str {
+        &self.0.order_no
+    }
+    async fn kind(&self) -> OrderKind {
+        self.0.kind.into()
+    }
+    async fn status(&self) -> OrderStatus {
+        self.0.status.into()
+    }
+    async fn member(&self, ctx: &Context<'_>) -> AppResult<MemberNode> {
+        scoped_member(ctx, self.0.member_id).await
+    }
+    async fn store(&self, ctx: &Context<'_>) -> AppResult<StoreNode> {
+        load_store(ctx, self.0.store_id).await
+    }
+    async fn item_name(&self) -> &str {
+        &self.0.item_name
+    }
+    async fn amount_cents(&self) -> AppResult<i32> {
+        int(self.0.amount_cents)
+    }
+    /// the part paid from the wallet (MIXED and WALLET)
+    async fn wallet_amount_cents(&self) -> AppResult<i32> {
+        int(self.0.wallet_amount_cents)
+    }
+    async fn payment_method(&self) -> PaymentMethod {
+        self.0.payment_method.into()
+    }
+    /// The provider that takes the online part (WECHAT_PAY, ALIPAY), if any.
+    async fn online_provider(&self) -> Option<PaymentProvider> {
+        self.0.online_provider.map(Into::into)
+    }
+    async fn sessions_total(&self) -> i32 {
+        self.0.sessions_total
+    }
+    async fn sessions_used(&self) -> i32 {
+        self.0.sessions_used
+    }
+    async fn expires_at(&self) -> Option<DateTime<Utc>> {
+        self.0.expires_at
+    }
+    async fn is_expired(&self) -> bool {
+        self.0.is_expired(Utc::now())
+    }
+    async fn created_at(&self) -> DateTime<Utc> {
+        self.0.created_at
+    }
+    async fn paid_at(&self) -> Option<DateTime<Utc>> {
+        self.0.paid_at
+    }
+    async fn canceled_at(&self) -> Option<DateTime<Utc>> {
+        self.0.canceled_at
+    }
+    /// TIMEOUT for expired orders
+    async fn cancel_reason(&self) -> Option<&str> {
+        self.0.cancel_reason.as_deref()
+    }
+    async fn refunded_at(&self) -> Option<DateTime<Utc>> {
+        self.0.refunded_at
+    }
+    async fn refund_amount_cents(&self) -> AppResult<Option<i32>> {
+        self.0.refund_amount_cents.map(int).transpose()
+    }
+    async fn provider_txn_id(&self) -> Option<&str> {
+        self.0.provider_txn_id.as_deref()
+    }
+    async fn trace_id(&self) -> &str {
+        &self.0.trace_id
+    }
+    /// statuses the state machine allows from here
+    async fn allowed_transitions(&self) -> Vec<OrderStatus> {
+        mirror(self.0.status.allowed_next())
+    }
+    /// Status changes, callbacks, check-ins, compensation attempts and tickets, oldest first.
+    async fn timeline(&self, ctx: &Context<'_>) -> AppResult<Vec<TimelineEntry>> {
+        let entries = loader(ctx)
+            .load_one(OrderTimeline(self.0.id))
+            .await
+            .map_err(LoadError::into_app)?
+            .unwrap_or_default();
+        if !is_member(ctx) {
+            return Ok(entries);
+        }
+        // Members: no tickets (staff's working material), no downstream error texts, no
+        // worker names.
+        Ok(entries
+            .into_iter()
+            .filter(|e| e.kind != "TICKET")
+            .map(|mut e| {
+                if e.kind == "COMPENSATION_ATTEMPT" {
+                    if let Some((head, _)) = e.summary.split_once(": ") {
+                        e.summary = head.to_string();
+                    }
+                    e.actor = "system".into();
+                }
+                e
+            })
+            .collect())
+    }
+    async fn callbacks(&self, ctx: &Context<'_>) -> AppResult<Vec<PaymentCallbackNode>> {
+        Ok(loader(ctx)
+            .load_one(OrderCallbacks(self.0.id))
+            .await
+            .map_err(|e| e.into_app())?
+            .unwrap_or_default()
+            .into_iter()
+            .map(PaymentCallbackNode)
+            .collect())
+    }
+    async fn compensation(&self, ctx: &Context<'_>) -> AppResult<Vec<CompensationEventNode>> {
+        Ok(loader(ctx)
+            .load_one(OrderCompensation(self.0.id))
+            .await
+            .map_err(|e| e.into_app())?
+            .unwrap_or_default()
+            .into_iter()
+            .map(CompensationEventNode)
+            .collect())
+    }
+    async fn tickets(&self, ctx: &Context<'_>) -> AppResult<Vec<ExceptionTicketNode>> {
+        if request(ctx).viewer.as_ref().is_some_and(|v| v.role == Role::Member) {
+            // Tickets are staff's working material, not the member's.
+            return Ok(vec![]);
+        }
+        Ok(loader(ctx)
+            .load_one(OrderTickets(self.0.id))
+            .await
+            .map_err(|e| e.into_app())?
+            .unwrap_or_default()
+            .into_iter()
+            .map(ExceptionTicketNode)
+            .collect())
+    }
+    async fn membership(&self, ctx: &Context<'_>) -> AppResult<Option<MembershipNode>> {
+        Ok(loader(ctx)
+            .load_one(OrderMembership(self.0.id))
+            .await
+            .map_err(|e| e.into_app())?
+            .map(MembershipNode))
+    }
+}
+
+#[derive(SimpleObject, Clone, Debug)]
+pub struct TimelineEntry {
+    pub at: DateTime<Utc>,
+    /// STATUS_CHANGE, CALLBACK, COMPENSATION_ATTEMPT, CHECK_IN, TICKET, ...
+    pub kind: String,
+    pub actor: String,
+    pub from_status: Option<OrderStatus>,
+    pub to_status: Option<OrderStatus>,
+    pub summary: String,
+    pub trace_id: String,
+}
+
+#[derive(SimpleObject)]
+pub struct CheckInPayload {
+    pub order: OrderNode,
+    pub duplicate: bool,
+    pub remaining_sessions: i32,
+}
+
+#[derive(SimpleObject, Clone, Debug)]
+pub struct OrderStatusChange {
+    pub order_no: String,
+    pub from_status: Option<OrderStatus>,
+    pub to_status: OrderStatus,
+    pub at: DateTime<Utc>,
+    pub actor: String,
+    pub trace_id: String,
+}

@@ -31,6 +31,10 @@ pub struct Config {
     pub retry_base: Duration,
     pub max_attempts: i32,
     pub downstream_timeout: Duration,
+    /// Outbox workers per process, and how many due events each claims (and delivers
+    /// concurrently) at a time.
+    pub outbox_workers: usize,
+    pub outbox_batch: i64,
     pub door_access_url: Option<String>,
     pub ai_access_url: Option<String>,
     pub statement_dir: PathBuf,
@@ -227,6 +231,8 @@ impl Config {
             retry_base: duration("FITORDER_RETRY_BASE", "30s")?,
             max_attempts,
             downstream_timeout: duration("FITORDER_DOWNSTREAM_TIMEOUT", "3s")?,
+            outbox_workers: number::<usize>("FITORDER_OUTBOX_WORKERS", 2)?.clamp(1, 64),
+            outbox_batch: number::<i64>("FITORDER_OUTBOX_BATCH", 64)?.clamp(1, 1000),
             door_access_url: var("FITORDER_DOOR_ACCESS_URL"),
             ai_access_url: var("FITORDER_AI_ACCESS_URL"),
             statement_dir: var("FITORDER_STATEMENT_DIR")
@@ -299,6 +305,8 @@ impl Config {
             retry_base: Duration::from_secs(30),
             max_attempts: 5,
             downstream_timeout: Duration::from_secs(3),
+            outbox_workers: 2,
+            outbox_batch: 64,
             door_access_url: None,
             ai_access_url: None,
             statement_dir: "./statements".into(),
@@ -437,6 +445,8 @@ impl std::fmt::Debug for Config {
             retry_base,
             max_attempts,
             downstream_timeout,
+            outbox_workers,
+            outbox_batch,
             door_access_url,
             ai_access_url,
             statement_dir,
@@ -478,6 +488,8 @@ impl std::fmt::Debug for Config {
             .field("retry_base", retry_base)
             .field("max_attempts", max_attempts)
             .field("downstream_timeout", downstream_timeout)
+            .field("outbox_workers", outbox_workers)
+            .field("outbox_batch", outbox_batch)
             .field("door_access_url", &url(door_access_url))
             .field("ai_access_url", &url(ai_access_url))
             .field("statement_dir", statement_dir)

@@ -1,5 +1,8 @@
 -- Claims up to $3 due events for worker $1 under a lease of $2 seconds. Rows another worker
 -- holds (locked, or under a lease that has not run out) are skipped, never waited for.
+--
+-- The columns are listed (not *) so that a column added by a later migration does not change
+-- the result of this statement, which each connection keeps prepared.
 UPDATE compensation_events e
    SET locked_until = now() + make_interval(secs => $2), locked_by = $1
  WHERE e.id IN (
@@ -9,4 +12,6 @@ UPDATE compensation_events e
         ORDER BY next_attempt_at
         LIMIT $3
           FOR UPDATE SKIP LOCKED)
-RETURNING e.*
+RETURNING e.id, e.order_id, e.kind, e.status, e.attempts, e.max_attempts, e.next_attempt_at,
+          e.last_error, e.payload, e.idempotency_key, e.trace_id, e.locked_until, e.locked_by,
+          e.created_at, e.updated_at

@@ -17,6 +17,7 @@ use super::downstream::{Delivered, Downstream};
 use crate::app::AppState;
 use crate::db::models::{CompensationEvent, Order};
 use crate::db::schema::{compensation_attempts, compensation_events, orders};
+use crate::db::sql::StaticQuery;
 use crate::domain::retry::backoff;
 use crate::domain::CompensationStatus;
 use crate::error::AppResult;
@@ -38,12 +39,13 @@ impl Worker {
         let downstream = Downstream::new(state.config.clone(), state.keys.clone());
         let id = format!("{}-{}", hostname(), &TraceId::new().0[..8]);
         let alerts = crate::alerts::Deliverer::new(state.config.clone(), id.clone());
+        let state_batch = state.config.outbox_batch;
         Worker {
             state,
             downstream,
             alerts,
             id,
-            batch: 64,
+            batch: state_batch,
         }
     }
 
@@ -180,10 +182,10 @@ impl Worker {
     /// Claims the due events no one holds, at most one batch, for `lease`.
     async fn claim(&self, lease: Duration) -> AppResult<Vec<CompensationEvent>> {
         let mut conn = self.state.pool.get().await?;
-        Ok(diesel::sql_query(include_str!("claim.sql"))
-            .bind::<Text, _>(&self.id)
-            .bind::<Double, _>(lease.as_secs_f64())
-            .bind::<BigInt, _>(self.batch)
+        Ok(StaticQuery::new(include_str!("claim.sql"))
+            .bind::<Text, _>(&self.id) // $1
+            .bind::<Double, _>(lease.as_secs_f64()) // $2
+            .bind::<BigInt, _>(self.batch) // $3
             .load(&mut conn)
             .await?)
     }
@@ -231,12 +233,12 @@ impl Worker {
             })
             .collect();
         let mut conn = self.state.pool.get().await?;
-        diesel::sql_query(include_str!("record_delivered.sql"))
-            .bind::<Array<BigInt>, _>(&ids)
-            .bind::<Array<Integer>, _>(&attempts)
-            .bind::<Array<Integer>, _>(&ms)
-            .bind::<Array<Text>, _>(&workers)
-            .bind::<Text, _>(&self.id)
+        StaticQuery::new(include_str!("record_delivered.sql"))
+            .bind::<Array<BigInt>, _>(&ids) // $1
+            .bind::<Array<Integer>, _>(&attempts) // $2
+            .bind::<Array<Integer>, _>(&ms) // $3
+            .bind::<Array<Text>, _>(&workers) // $4
+            .bind::<Text, _>(&self.id) // $5
             .execute(&mut conn)
             .await?;
         let now = Utc::now();

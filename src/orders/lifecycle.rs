@@ -9,7 +9,9 @@ use super::{lock_order, release_item, transition, Changes, Ctx};
 use crate::auth::{Role, Viewer};
 use crate::config::Config;
 use crate::db::models::{Membership, Order};
-use crate::db::schema::{memberships, payments, refunds};
+use crate::db::schema::{memberships, orders, payments, refunds};
+use crate::db::sql::StaticQuery;
+use crate::events::{EVENTS_CHANNEL, OUTBOX_CHANNEL};
 use crate::domain::{money, order_status, MembershipStatus, OrderStatus, PaymentMethod, Provider, WalletMoveKind};
 use crate::error::{AppError, AppResult, OnViolation, Violation};
 use crate::outbox::{self, Effect, RefundPayload};
@@ -38,39 +40,73 @@ pub async fn apply_payment(
     ctx: &Ctx,
     reason: &str,
 ) -> AppResult<Order> {
-    let paid = transition(
-        conn,
-        order,
-        OrderStatus::Paid,
-        ctx,
-        reason,
-        Changes {
-            provider_txn_id: payment.provider_txn_id,
-            ..Default::default()
-        },
-    )
-    .await?;
-    diesel::insert_into(payments::table)
-        .values((
-            payments::order_id.eq(order.id),
-            payments::method.eq(payment.method),
-            payments::idempotency_key.eq(&payment.idempotency_key),
-            payments::provider_txn_id.eq(payment.provider_txn_id),
-            payments::amount_cents.eq(order.amount_cents),
-            payments::wallet_cents.eq(order.wallet_amount_cents),
-            payments::online_cents.eq(payment.online_cents),
-            payments::reference.eq(payment.reference),
-            payments::actor.eq(ctx.actor.to_string()),
-            payments::trace_id.eq(ctx.trace.as_str()),
-        ))
-        .execute(conn)
+    let paid = record_payment(conn, config, order, &payment, ctx, reason).await?;
+    finish_payment(conn, order, &paid, ctx).await?;
+    Ok(paid)
+}
+
+/// The one statement of [`apply_payment`] (`pay.sql`): WAIT_PAY -> PAID with its audit row,
+/// the payment row and the grant events. It takes the connection shared, so that a caller may
+/// pipeline another statement of its transaction with it (the payment callback writes its
+/// outcome in the same round trip); [`finish_payment`] must follow.
+pub async fn record_payment(
+    conn: &AsyncPgConnection,
+    config: &Config,
+    order: &Order,
+    payment: &PaymentApplied<'_>,
+    ctx: &Ctx,
+    reason: &str,
+) -> AppResult<Order> {
+    use diesel::sql_types::{Array, BigInt, Integer, Jsonb, Nullable, Text};
+    order_status::check(order.status, OrderStatus::Paid, ctx.actor.kind)?;
+    let grants = outbox::encode(&outbox::grants(order));
+    let mut conn = conn;
+    let paid: Option<Order> = StaticQuery::new(include_str!("pay.sql"))
+        .bind::<BigInt, _>(order.id) // $1
+        .bind::<Text, _>(ctx.actor.to_string()) // $2
+        .bind::<Text, _>(reason) // $3
+        .bind::<Nullable<Text>, _>(payment.provider_txn_id) // $4
+        .bind::<Text, _>(ctx.trace.as_str()) // $5
+        .bind::<Text, _>(payment.method) // $6
+        .bind::<Text, _>(&payment.idempotency_key) // $7
+        .bind::<Nullable<Text>, _>(payment.reference) // $8
+        .bind::<BigInt, _>(payment.online_cents) // $9
+        .bind::<Array<Text>, _>(&grants.kinds) // $10
+        .bind::<Array<Jsonb>, _>(&grants.payloads) // $11
+        .bind::<Array<Text>, _>(&grants.keys) // $12
+        .bind::<Integer, _>(config.max_attempts) // $13
+        .bind::<Text, _>(OUTBOX_CHANNEL) // $14
+        .bind::<Text, _>(EVENTS_CHANNEL) // $15
+        .get_result(&mut conn)
         .await
+        .optional()
         .on_violation(|v| match v {
             Violation::Unique("payments_one_per_order" | "payments_idempotency_key") => {
                 Some(AppError::Conflict("order already paid".into()))
             }
             _ => None,
         })?;
+    match paid {
+        Some(paid) => {
+            metrics::counter!("fitorder_transitions_total", "from" => OrderStatus::WaitPay.as_str(), "to" => OrderStatus::Paid.as_str())
+                .increment(1);
+            Ok(paid)
+        }
+        // Someone else changed it first (only possible when the caller did not lock the row).
+        None => {
+            let now: OrderStatus = orders::table
+                .find(order.id)
+                .select(orders::status)
+                .get_result(&mut conn)
+                .await?;
+            Err(AppError::illegal(now, OrderStatus::Paid))
+        }
+    }
+}
+
+/// What a payment brings beyond [`record_payment`]'s statement, in the same transaction: the
+/// captured wallet part of a MIXED order, and the membership a card opens.
+pub async fn finish_payment(conn: &mut AsyncPgConnection, order: &Order, paid: &Order, ctx: &Ctx) -> AppResult<()> {
     if order.payment_method == PaymentMethod::Mixed && order.wallet_amount_cents > 0 {
         let w = order.wallet_amount_cents;
         wallet_move(
@@ -88,10 +124,9 @@ pub async fn apply_payment(
         .await?;
     }
     if let (Some(plan_id), Some(days)) = (order.membership_plan_id, order.plan_days) {
-        open_membership(conn, &paid, plan_id, days).await?;
+        open_membership(conn, paid, plan_id, days).await?;
     }
-    outbox::enqueue(conn, paid.id, &outbox::grants(&paid), &ctx.trace, config.max_attempts).await?;
-    Ok(paid)
+    Ok(())
 }
 
 /// A new card starts now, or when the member's current card of this store ends, so that

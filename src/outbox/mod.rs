@@ -55,6 +55,23 @@ fn access(order: &Order, action: AccessAction) -> AccessPayload {
     }
 }
 
+/// Effects as the outbox writes them: a kind, a payload and an idempotency key per event, the
+/// arrays that `enqueue.sql` (and `orders/pay.sql`, which enqueues a payment's grants in its
+/// one statement) take.
+pub struct Encoded {
+    pub kinds: Vec<&'static str>,
+    pub payloads: Vec<serde_json::Value>,
+    pub keys: Vec<String>,
+}
+
+pub fn encode(effects: &[Effect]) -> Encoded {
+    Encoded {
+        kinds: effects.iter().map(|e| e.kind().as_str()).collect(),
+        payloads: effects.iter().map(Effect::payload_json).collect(),
+        keys: effects.iter().map(Effect::idempotency_key).collect(),
+    }
+}
+
 /// Writes `effects` about the order `order_id` as due events and announces them on commit, in
 /// one prepared statement (`enqueue.sql`). Each event's idempotency key is unique: the same
 /// effect twice is refused.
@@ -71,9 +88,7 @@ pub async fn enqueue(
         #[diesel(sql_type = BigInt)]
         id: i64,
     }
-    let kinds: Vec<&str> = effects.iter().map(|e| e.kind().as_str()).collect();
-    let payloads: Vec<serde_json::Value> = effects.iter().map(Effect::payload_json).collect();
-    let keys: Vec<String> = effects.iter().map(Effect::idempotency_key).collect();
+    let Encoded { kinds, payloads, keys } = encode(effects);
     let rows: Vec<Enqueued> = StaticQuery::new(include_str!("enqueue.sql"))
         .bind::<BigInt, _>(order_id) // $1
         .bind::<Array<Text>, _>(&kinds) // $2

@@ -151,7 +151,8 @@ pub async fn apply(
     };
     let outcome = conn
         .transaction(async |conn| -> AppResult<Outcome> {
-            let (outcome, order, key, txn, amount) = match &notice {
+            // `recorded`: the outcome is written already (pipelined with the payment).
+            let (outcome, order, key, txn, amount, recorded) = match &notice {
                 Notice::Paid {
                     out_trade_no,
                     txn_id,
@@ -165,8 +166,8 @@ pub async fn apply(
                         amount_cents: *amount_cents,
                         key: &key,
                     };
-                    let (o, order) = apply_paid(conn, &config, paid, callback_id, &ctx).await?;
-                    (o, order, Some(key), Some(txn_id.clone()), Some(*amount_cents))
+                    let (o, order, recorded) = apply_paid(conn, &config, paid, callback_id, &ctx).await?;
+                    (o, order, Some(key), Some(txn_id.clone()), Some(*amount_cents), recorded)
                 }
                 Notice::Refund {
                     out_trade_no,
@@ -202,7 +203,7 @@ pub async fn apply(
                         .await?;
                         Outcome::RefundFailed
                     };
-                    (outcome, order, Some(key), Some(refund_id.clone()), Some(*amount_cents))
+                    (outcome, order, Some(key), Some(refund_id.clone()), Some(*amount_cents), false)
                 }
                 Notice::RefundConfirmed {
                     out_trade_no,
@@ -232,6 +233,7 @@ pub async fn apply(
                         Some(key),
                         Some(trade_no.clone()),
                         Some(*refunded_total_cents),
+                        false,
                     )
                 }
                 Notice::Other { out_trade_no, .. } => {
@@ -239,21 +241,21 @@ pub async fn apply(
                         Some(no) => orders::find_order(conn, no).await?,
                         None => None,
                     };
-                    (Outcome::Recorded, order, None, None, None)
+                    (Outcome::Recorded, order, None, None, None, false)
                 }
             };
-            use diesel::sql_types::{BigInt, Nullable, Text};
-            StaticQuery::new(include_str!("record_outcome.sql"))
-                .bind::<BigInt, _>(callback_id) // $1
-                .bind::<Text, _>(outcome) // $2
-                .bind::<Nullable<BigInt>, _>(order.as_ref().map(|o| o.id)) // $3
-                .bind::<Nullable<Text>, _>(order.as_ref().map(|o| o.order_no.as_str()).or(notice.out_trade_no())) // $4
-                .bind::<Nullable<BigInt>, _>(order.as_ref().map(|o| o.store_id)) // $5
-                .bind::<Nullable<Text>, _>(key) // $6
-                .bind::<Nullable<Text>, _>(txn) // $7
-                .bind::<Nullable<BigInt>, _>(amount) // $8
-                .execute(conn)
-                .await?;
+            if !recorded {
+                let row = OutcomeRow {
+                    callback_id,
+                    outcome,
+                    order: order.as_ref(),
+                    out_trade_no: notice.out_trade_no(),
+                    key: key.as_deref(),
+                    txn: txn.as_deref(),
+                    amount,
+                };
+                row.write(conn).await?;
+            }
             Ok(outcome)
         })
         .await;
@@ -267,6 +269,38 @@ pub async fn apply(
     metrics::counter!("fitorder_callbacks_total", "provider" => provider.as_str(), "outcome" => outcome.as_str())
         .increment(1);
     Ok(outcome)
+}
+
+/// How callback `callback_id` ended, with what it was about (`record_outcome.sql`), written in
+/// the transaction that applied it. Takes the connection shared, so that it can be pipelined
+/// with the payment's own statement.
+struct OutcomeRow<'a> {
+    callback_id: i64,
+    outcome: Outcome,
+    order: Option<&'a Order>,
+    out_trade_no: Option<&'a str>,
+    key: Option<&'a str>,
+    txn: Option<&'a str>,
+    amount: Option<i64>,
+}
+
+impl OutcomeRow<'_> {
+    async fn write(&self, conn: &AsyncPgConnection) -> AppResult<()> {
+        use diesel::sql_types::{BigInt, Nullable, Text};
+        let mut conn = conn;
+        StaticQuery::new(include_str!("record_outcome.sql"))
+            .bind::<BigInt, _>(self.callback_id) // $1
+            .bind::<Text, _>(self.outcome) // $2
+            .bind::<Nullable<BigInt>, _>(self.order.map(|o| o.id)) // $3
+            .bind::<Nullable<Text>, _>(self.order.map(|o| o.order_no.as_str()).or(self.out_trade_no)) // $4
+            .bind::<Nullable<BigInt>, _>(self.order.map(|o| o.store_id)) // $5
+            .bind::<Nullable<Text>, _>(self.key) // $6
+            .bind::<Nullable<Text>, _>(self.txn) // $7
+            .bind::<Nullable<BigInt>, _>(self.amount) // $8
+            .execute(&mut conn)
+            .await?;
+        Ok(())
+    }
 }
 
 /// Writes why a recorded callback could not be applied on its row, which stays RECEIVED (the
@@ -451,9 +485,9 @@ async fn apply_paid(
     p: Paid<'_>,
     callback_id: i64,
     ctx: &Ctx,
-) -> AppResult<(Outcome, Option<Order>)> {
+) -> AppResult<(Outcome, Option<Order>, bool)> {
     let order = match claim_and_lock(conn, p.key, callback_id, p.out_trade_no).await? {
-        (false, order) => return Ok((Outcome::Duplicate, order)),
+        (false, order) => return Ok((Outcome::Duplicate, order, false)),
         (true, Some(order)) => order,
         (true, None) => {
             p.ticket(
@@ -464,7 +498,7 @@ async fn apply_paid(
                 ctx,
             )
             .await?;
-            return Ok((Outcome::UnknownOrder, None));
+            return Ok((Outcome::UnknownOrder, None, false));
         }
     };
     match order.status {
@@ -475,25 +509,37 @@ async fn apply_paid(
                              "why": "the provider collected another amount than the order asks"});
             p.ticket(conn, TicketKind::AmountMismatch, Some(&order), why, ctx)
                 .await?;
-            Ok((Outcome::AmountMismatch, Some(order)))
+            Ok((Outcome::AmountMismatch, Some(order), false))
         }
         OrderStatus::WaitPay => {
-            let paid = orders::apply_payment(
-                conn,
-                config,
-                &order,
-                PaymentApplied {
-                    method: PaymentMethod::from(p.provider),
-                    idempotency_key: p.key.to_string(),
-                    provider_txn_id: Some(p.txn_id),
-                    reference: None,
-                    online_cents: p.amount_cents,
-                },
-                ctx,
-                &format!("{} payment {}", p.provider, p.txn_id),
-            )
-            .await?;
-            Ok((Outcome::Applied, Some(paid)))
+            // The payment's statement and the callback's outcome in one round trip (pipelined
+            // on the transaction's connection); the payment's error wins: the outcome's is then
+            // only "transaction aborted".
+            let payment = PaymentApplied {
+                method: PaymentMethod::from(p.provider),
+                idempotency_key: p.key.to_string(),
+                provider_txn_id: Some(p.txn_id),
+                reference: None,
+                online_cents: p.amount_cents,
+            };
+            let reason = format!("{} payment {}", p.provider, p.txn_id);
+            let outcome = OutcomeRow {
+                callback_id,
+                outcome: Outcome::Applied,
+                order: Some(&order),
+                out_trade_no: Some(p.out_trade_no),
+                key: Some(p.key),
+                txn: Some(p.txn_id),
+                amount: Some(p.amount_cents),
+            };
+            let (paid, recorded) = futures_util::join!(
+                orders::record_payment(conn, config, &order, &payment, ctx, &reason),
+                outcome.write(conn),
+            );
+            let paid = paid?;
+            recorded?;
+            orders::finish_payment(conn, &order, &paid, ctx).await?;
+            Ok((Outcome::Applied, Some(paid), true))
         }
         OrderStatus::Canceled => {
             // The order stays canceled; the money goes back to the payer.
@@ -511,7 +557,7 @@ async fn apply_paid(
                 reason: "paid after the order was canceled".into(),
             });
             outbox::enqueue(conn, order.id, &[refund], &ctx.trace, config.max_attempts).await?;
-            Ok((Outcome::PaidAfterCancel, Some(order)))
+            Ok((Outcome::PaidAfterCancel, Some(order), false))
         }
         other => {
             // Already paid (by another transaction), used or refunded: a second payment.
@@ -519,7 +565,7 @@ async fn apply_paid(
                                 "why": format!("payment {} arrived for an order that is {other}", p.txn_id)});
             p.ticket(conn, TicketKind::RejectedTransition, Some(&order), detail, ctx)
                 .await?;
-            Ok((Outcome::RejectedTransition, Some(order)))
+            Ok((Outcome::RejectedTransition, Some(order), false))
         }
     }
 }

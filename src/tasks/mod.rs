@@ -64,7 +64,7 @@ pub fn spawn_background(
     state: &AppState,
     shutdown: &tokio::sync::watch::Receiver<bool>,
 ) -> Vec<tokio::task::JoinHandle<()>> {
-    let mut running = crate::compensation::worker::spawn(state, 2, shutdown);
+    let mut running = crate::compensation::worker::spawn(state, state.config.outbox_workers, shutdown);
     running.push(tokio::spawn(crate::expiry::run_timer(state.clone(), shutdown.clone())));
     running.push(tokio::spawn(Scheduler::standard(state.clone()).run(shutdown.clone())));
     running

@@ -20,6 +20,9 @@ pub struct AppState {
     pub db_url: Arc<String>,
     /// Connections for raw callback records (asynchronous commit, see `db::evidence_pool`).
     pub evidence: DbPool,
+    /// Payment keys this process saw processed lately: which way a notification takes
+    /// (`payments::processed_lately`), never whether it is applied.
+    pub processed: Arc<crate::payments::seen::Seen>,
 }
 
 impl AppState {
@@ -49,6 +52,7 @@ impl AppState {
             events,
             db_url: Arc::new(db_url),
             evidence,
+            processed: Arc::new(crate::payments::seen::Seen::new(16_384)),
         }
     }
 }

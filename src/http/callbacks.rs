@@ -191,8 +191,10 @@ async fn record_only(s: &HttpState, rec: Received<'_>, trace: &TraceId) -> Resul
     })
 }
 
-/// Records the verified callback, then applies it. An error means the provider must retry
-/// (`payments::apply` writes why on the callback row).
+/// Records the verified callback, then applies it: a payment not seen before in one
+/// transaction (`payments::receive_and_apply`), a redelivery and any other notice by recording
+/// it first (`payments::record_checked`, which answers a duplicate at once). An error means the
+/// provider must retry (why is written on the callback row).
 async fn process(
     s: &HttpState,
     rec: Received<'_>,
@@ -200,6 +202,15 @@ async fn process(
     trace: &TraceId,
 ) -> Result<Outcome, AppError> {
     let provider = rec.provider;
+    if matches!(notice, payments::Notice::Paid { .. }) && !payments::processed_lately(&s.app, &notice) {
+        // Not a redelivery this process knows of: received, claimed and applied in one
+        // transaction (a duplicate all the same is found by the key's claim there).
+        return payments::receive_and_apply(&s.app, rec, &notice, trace)
+            .await
+            .inspect_err(|e| {
+                tracing::error!(error = %e.message(), "payment notification not applied; the provider will retry");
+            });
+    }
     let callback_id = {
         let mut conn = s.app.evidence.get().await?;
         let (id, duplicate) = payments::record_checked(&mut conn, rec, &notice, trace).await?;

@@ -8,6 +8,8 @@ use rsa::signature::{SignatureEncoding, Signer, Verifier};
 use rsa::{RsaPrivateKey, RsaPublicKey};
 use sha2::Sha256;
 
+use super::seen::Seen;
+
 const B64: base64::engine::general_purpose::GeneralPurpose = base64::engine::general_purpose::STANDARD;
 
 /// The base64 SHA256withRSA signature of `message`. Signed by `ring` (already in the tree
@@ -61,7 +63,7 @@ pub fn verify(key: &RsaPublicKey, message: &[u8], signature_b64: &str) -> bool {
         return false;
     };
     let (n, e) = (key.n().to_bytes_be(), key.e().to_bytes_be());
-    let seen = Verified::digest(&n, &e, message, &raw);
+    let seen = Seen::digest(&[&n, &e, message, &raw]);
     if VERIFIED.contains(&seen) {
         return true;
     }
@@ -84,50 +86,9 @@ pub fn verify(key: &RsaPublicKey, message: &[u8], signature_b64: &str) -> bool {
 /// sends the same notification again and again until it hears our answer (B2 in
 /// BENCHMARKS.md), and the same bytes under the same key verify the same way. Only successes
 /// are kept, so a forgery is checked every time; bounded, oldest out first.
-struct Verified {
-    seen: std::sync::Mutex<(DigestSet, std::collections::VecDeque<[u8; 32]>)>,
-}
-
-type DigestSet =
-    std::collections::HashSet<[u8; 32], std::hash::BuildHasherDefault<std::collections::hash_map::DefaultHasher>>;
+static VERIFIED: Seen = Seen::new(VERIFIED_KEEP);
 
 const VERIFIED_KEEP: usize = 8192;
-
-static VERIFIED: Verified = Verified {
-    seen: std::sync::Mutex::new((
-        DigestSet::with_hasher(std::hash::BuildHasherDefault::new()),
-        std::collections::VecDeque::new(),
-    )),
-};
-
-impl Verified {
-    fn digest(n: &[u8], e: &[u8], message: &[u8], signature: &[u8]) -> [u8; 32] {
-        use sha2::Digest;
-        let mut h = Sha256::new();
-        for part in [n, e, message, signature] {
-            h.update((part.len() as u64).to_be_bytes());
-            h.update(part);
-        }
-        h.finalize().into()
-    }
-
-    fn contains(&self, d: &[u8; 32]) -> bool {
-        self.seen.lock().unwrap_or_else(|p| p.into_inner()).0.contains(d)
-    }
-
-    fn insert(&self, d: [u8; 32]) {
-        let mut guard = self.seen.lock().unwrap_or_else(|p| p.into_inner());
-        let (set, order) = &mut *guard;
-        if set.insert(d) {
-            order.push_back(d);
-            if order.len() > VERIFIED_KEEP {
-                if let Some(old) = order.pop_front() {
-                    set.remove(&old);
-                }
-            }
-        }
-    }
-}
 
 /// A random nonce of `n` letters and digits (WeChat Pay asks for at most 32).
 pub fn nonce(n: usize) -> String {
@@ -180,9 +141,8 @@ mod tests {
     #[test]
     fn the_cache_is_bounded() {
         for i in 0..(VERIFIED_KEEP + 10) {
-            VERIFIED.insert(Verified::digest(b"n", b"e", &i.to_be_bytes(), b"s"));
+            VERIFIED.insert(Seen::digest(&[b"n", b"e", &i.to_be_bytes(), b"s"]));
         }
-        let guard = VERIFIED.seen.lock().unwrap();
-        assert!(guard.0.len() <= VERIFIED_KEEP && guard.1.len() <= VERIFIED_KEEP);
+        assert!(VERIFIED.count() <= VERIFIED_KEEP);
     }
 }

@@ -15,6 +15,7 @@ pub mod platform_keys;
 pub mod provider;
 pub mod sandbox;
 pub mod sandbox_server;
+pub mod seen;
 pub mod trades;
 pub mod wechat;
 
@@ -32,6 +33,7 @@ use crate::domain::money::format_yuan;
 use crate::domain::{Actor, Ctx, OrderStatus, PaymentMethod, Provider, TicketKind};
 use crate::error::{AppError, AppResult};
 use crate::orders::{self, PaymentApplied};
+use seen::Seen;
 use crate::outbox::{self, Effect, RefundPayload};
 use crate::tickets::NewTicket;
 use crate::trace::TraceId;
@@ -166,7 +168,8 @@ pub async fn apply(
                         amount_cents: *amount_cents,
                         key: &key,
                     };
-                    let (o, order, recorded) = apply_paid(conn, &config, paid, callback_id, &ctx).await?;
+                    let locked = claim_and_lock(conn, &key, callback_id, out_trade_no).await?;
+                    let (o, order, recorded) = apply_paid(conn, &config, paid, callback_id, locked, &ctx).await?;
                     (o, order, Some(key), Some(txn_id.clone()), Some(*amount_cents), recorded)
                 }
                 Notice::Refund {
@@ -268,7 +271,144 @@ pub async fn apply(
     };
     metrics::counter!("fitorder_callbacks_total", "provider" => provider.as_str(), "outcome" => outcome.as_str())
         .increment(1);
+    if let Some(key) = notice.key() {
+        remember_processed(state, &key);
+    }
     Ok(outcome)
+}
+
+/// Whether this process saw the notice's key processed lately (applied, or found a duplicate;
+/// `AppState::processed`). Such a notification is a redelivery, which [`record_checked`]
+/// answers in one statement; any other payment goes to [`receive_and_apply`]. Only a hint on
+/// which way is cheaper: the key's unique index decides either way, in every process.
+pub fn processed_lately(state: &AppState, notice: &Notice) -> bool {
+    notice
+        .key()
+        .is_some_and(|k| state.processed.contains(&Seen::digest(&[k.as_bytes()])))
+}
+
+fn remember_processed(state: &AppState, key: &str) {
+    state.processed.insert(Seen::digest(&[key.as_bytes()]));
+}
+
+/// A payment notification not seen before, in one transaction: its evidence, the key's claim
+/// and the order's lock as one statement (`receive_and_lock.sql`), then the payment as in
+/// [`apply`] (whose statement and the outcome are pipelined), then the commit. Should the
+/// transaction fail, the evidence is written on its own as RECEIVED with why (the provider
+/// retries); a process killed mid-way leaves nothing but an unanswered notification, which the
+/// provider sends again.
+pub async fn receive_and_apply(state: &AppState, r: Received<'_>, notice: &Notice, trace: &TraceId) -> AppResult<Outcome> {
+    let Notice::Paid {
+        out_trade_no,
+        txn_id,
+        amount_cents,
+    } = notice
+    else {
+        return Err(AppError::internal("receive_and_apply takes payment notices only"));
+    };
+    let key = notice.key().expect("a payment has a key");
+    let provider = r.provider;
+    let config = state.config.clone();
+    let ctx = Ctx {
+        actor: Actor::provider(provider),
+        trace: trace.clone(),
+    };
+    let applied = async {
+        let mut conn = state.pool.get().await?;
+        conn.transaction(async |conn| -> AppResult<Outcome> {
+            let (callback_id, locked) =
+                receive_and_lock(conn, &r, trace, &key, out_trade_no, txn_id, *amount_cents).await?;
+            let paid = Paid {
+                provider,
+                out_trade_no,
+                txn_id,
+                amount_cents: *amount_cents,
+                key: &key,
+            };
+            let (outcome, order, recorded) = apply_paid(conn, &config, paid, callback_id, locked, &ctx).await?;
+            if !recorded {
+                let row = OutcomeRow {
+                    callback_id,
+                    outcome,
+                    order: order.as_ref(),
+                    out_trade_no: Some(out_trade_no),
+                    key: Some(&key),
+                    txn: Some(txn_id),
+                    amount: Some(*amount_cents),
+                };
+                row.write(conn).await?;
+            }
+            Ok(outcome)
+        })
+        .await
+    }
+    .await;
+    match applied {
+        Ok(outcome) => {
+            metrics::counter!("fitorder_callbacks_total", "provider" => provider.as_str(), "outcome" => outcome.as_str())
+                .increment(1);
+            remember_processed(state, &key);
+            Ok(outcome)
+        }
+        Err(e) => {
+            // The evidence went with the transaction: kept on its own, with why.
+            let why = evidence_text(e.message().as_bytes(), Some(1024));
+            let kept = async {
+                let mut conn = state.evidence.get().await?;
+                record(
+                    &mut conn,
+                    Received {
+                        error: Some(&why),
+                        ..r
+                    },
+                    Outcome::Received,
+                    trace,
+                )
+                .await
+            }
+            .await;
+            if let Err(not) = kept {
+                tracing::warn!(error = %not.message(), "the evidence of a callback not applied is not recorded");
+            }
+            Err(e)
+        }
+    }
+}
+
+/// `receive_and_lock.sql`: the callback's id, whether it claimed the key, the order locked.
+async fn receive_and_lock(
+    conn: &mut AsyncPgConnection,
+    r: &Received<'_>,
+    trace: &TraceId,
+    key: &str,
+    out_trade_no: &str,
+    txn_id: &str,
+    amount_cents: i64,
+) -> AppResult<(i64, (bool, Option<Order>))> {
+    use diesel::sql_types::{BigInt, Bool, Jsonb, Nullable, Text};
+    #[derive(diesel::QueryableByName)]
+    struct Row {
+        #[diesel(sql_type = BigInt)]
+        callback_id: i64,
+        #[diesel(sql_type = Bool)]
+        claimed: bool,
+        #[diesel(embed)]
+        order: Option<Order>,
+    }
+    let got: Row = StaticQuery::new(include_str!("receive_and_lock.sql"))
+        .bind::<Text, _>(r.provider) // $1
+        .bind::<Nullable<Text>, _>(r.event_type) // $2
+        .bind::<Text, _>(r.body) // $3
+        .bind::<Jsonb, _>(&r.headers) // $4
+        .bind::<Text, _>(trace.as_str()) // $5
+        .bind::<Text, _>(key) // $6
+        .bind::<Text, _>(out_trade_no) // $7
+        .bind::<Text, _>(txn_id) // $8
+        .bind::<BigInt, _>(amount_cents) // $9
+        .bind::<Bool, _>(r.verified) // $10
+        .get_result(conn)
+        .await?;
+    Ok((got.callback_id, (got.claimed, got.order)))
 }
 
 /// How callback `callback_id` ended, with what it was about (`record_outcome.sql`), written in
@@ -484,9 +624,10 @@ async fn apply_paid(
     config: &crate::config::Config,
     p: Paid<'_>,
     callback_id: i64,
+    locked: (bool, Option<Order>),
     ctx: &Ctx,
 ) -> AppResult<(Outcome, Option<Order>, bool)> {
-    let order = match claim_and_lock(conn, p.key, callback_id, p.out_trade_no).await? {
+    let order = match locked {
         (false, order) => return Ok((Outcome::Duplicate, order, false)),
         (true, Some(order)) => order,
         (true, None) => {

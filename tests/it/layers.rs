@@ -30,6 +30,7 @@ const RANKS: &[(&str, u8, u8)] = &[
     ("payments::crypto", 3, 0),
     ("payments::certs", 3, 0),
     ("payments::platform_keys", 3, 0),
+    ("payments::seen", 3, 0),
     // 4: the shared state.
     ("app", 4, 0),
     // 5: the capabilities, each using only those before it. Tickets are a leaf the others call.

@@ -34,6 +34,8 @@ fn main() {
     let out = PathBuf::from(std::env::var("OUT_DIR").unwrap());
     let pkg = root.join("playground/graphiql");
     println!("cargo:rerun-if-changed=build.rs");
+    // embed_migrations! reads migrations/ at compile time: a new migration must rebuild.
+    println!("cargo:rerun-if-changed=migrations");
     println!("cargo:rerun-if-changed=playground/graphiql/package-lock.json");
     println!("cargo:rerun-if-env-changed=FITORDER_GRAPHIQL_DIR");
     println!("cargo:rerun-if-env-changed=FITORDER_NO_NPM");

@@ -1,0 +1,1 @@
+ALTER TABLE compensation_events RESET (fillfactor);

@@ -11,9 +11,9 @@ use crate::config::Config;
 use crate::db::models::{Membership, Order};
 use crate::db::schema::{memberships, orders, payments, refunds};
 use crate::db::sql::StaticQuery;
-use crate::events::{EVENTS_CHANNEL, OUTBOX_CHANNEL};
 use crate::domain::{money, order_status, MembershipStatus, OrderStatus, PaymentMethod, Provider, WalletMoveKind};
 use crate::error::{AppError, AppResult, OnViolation, Violation};
+use crate::events::{EVENTS_CHANNEL, OUTBOX_CHANNEL};
 use crate::outbox::{self, Effect, RefundPayload};
 use crate::wallet::{wallet_move, WalletMove};
 
@@ -40,20 +40,21 @@ pub async fn apply_payment(
     ctx: &Ctx,
     reason: &str,
 ) -> AppResult<Order> {
-    let paid = record_payment(conn, config, order, &payment, ctx, reason).await?;
+    let paid = record_payment(conn, config, order, &payment, None, ctx, reason).await?;
     finish_payment(conn, order, &paid, ctx).await?;
     Ok(paid)
 }
 
 /// The one statement of [`apply_payment`] (`pay.sql`): WAIT_PAY -> PAID with its audit row,
-/// the payment row and the grant events. It takes the connection shared, so that a caller may
-/// pipeline another statement of its transaction with it (the payment callback writes its
-/// outcome in the same round trip); [`finish_payment`] must follow.
+/// the payment row and the grant events, and the outcome of `callback` (the provider's
+/// notification that brought the payment) when there is one; [`finish_payment`] must follow.
+/// It takes the connection shared, so that a caller may pipeline it.
 pub async fn record_payment(
     conn: &AsyncPgConnection,
     config: &Config,
     order: &Order,
     payment: &PaymentApplied<'_>,
+    callback: Option<i64>,
     ctx: &Ctx,
     reason: &str,
 ) -> AppResult<Order> {
@@ -77,6 +78,7 @@ pub async fn record_payment(
         .bind::<Integer, _>(config.max_attempts) // $13
         .bind::<Text, _>(OUTBOX_CHANNEL) // $14
         .bind::<Text, _>(EVENTS_CHANNEL) // $15
+        .bind::<Nullable<BigInt>, _>(callback) // $16
         .get_result(&mut conn)
         .await
         .optional()

@@ -1,5 +1,6 @@
 -- WAIT_PAY -> PAID in one statement: the status change with its audit row, the payment, the
--- grant events, and their announcements on commit. The caller has locked the order and checked
+-- grant events, their announcements on commit, and, for a payment a provider's callback
+-- brought, that callback's outcome (APPLIED, with what it was about). The caller has locked the order and checked
 -- the transition with the state machine; the UPDATE matches only a waiting order and the
 -- `orders_status_guard` trigger checks the pair once more. A second payment of the order (or
 -- of the key) fails on the payments' unique constraints, and with it the whole statement.
@@ -19,6 +20,7 @@
 --   $13 max attempts                   integer
 --   $14 the outbox's channel           text
 --   $15 the events' channel            text
+--   $16 the callback that brought it   bigint, NULL (none: wallet, offline, staff)
 --
 -- The columns are listed (not RETURNING *) so that a column added by a later migration does
 -- not change the result of this statement, which each connection keeps prepared.
@@ -46,6 +48,12 @@ WITH moved AS (
       FROM moved, unnest($10::text[], $11::jsonb[], $12::text[]) WITH ORDINALITY AS g(kind, payload, key, n)
      ORDER BY g.n
     RETURNING id
+), applied AS (
+    UPDATE payment_callbacks c
+       SET outcome = 'APPLIED', order_id = moved.id, order_no = moved.order_no, store_id = moved.store_id,
+           idempotency_key = $7, provider_txn_id = $4, amount_cents = $9
+      FROM moved
+     WHERE c.id = $16
 )
 SELECT moved.*
   FROM moved,

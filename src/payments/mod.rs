@@ -33,10 +33,10 @@ use crate::domain::money::format_yuan;
 use crate::domain::{Actor, Ctx, OrderStatus, PaymentMethod, Provider, TicketKind};
 use crate::error::{AppError, AppResult};
 use crate::orders::{self, PaymentApplied};
-use seen::Seen;
 use crate::outbox::{self, Effect, RefundPayload};
 use crate::tickets::NewTicket;
 use crate::trace::TraceId;
+use seen::Seen;
 
 /// How a callback ended (the domain's word; `Outcome` here, where callbacks are applied).
 pub use crate::domain::payment::CallbackOutcome as Outcome;
@@ -206,7 +206,14 @@ pub async fn apply(
                         .await?;
                         Outcome::RefundFailed
                     };
-                    (outcome, order, Some(key), Some(refund_id.clone()), Some(*amount_cents), false)
+                    (
+                        outcome,
+                        order,
+                        Some(key),
+                        Some(refund_id.clone()),
+                        Some(*amount_cents),
+                        false,
+                    )
                 }
                 Notice::RefundConfirmed {
                     out_trade_no,
@@ -297,7 +304,12 @@ fn remember_processed(state: &AppState, key: &str) {
 /// transaction fail, the evidence is written on its own as RECEIVED with why (the provider
 /// retries); a process killed mid-way leaves nothing but an unanswered notification, which the
 /// provider sends again.
-pub async fn receive_and_apply(state: &AppState, r: Received<'_>, notice: &Notice, trace: &TraceId) -> AppResult<Outcome> {
+pub async fn receive_and_apply(
+    state: &AppState,
+    r: Received<'_>,
+    notice: &Notice,
+    trace: &TraceId,
+) -> AppResult<Outcome> {
     let Notice::Paid {
         out_trade_no,
         txn_id,
@@ -355,16 +367,7 @@ pub async fn receive_and_apply(state: &AppState, r: Received<'_>, notice: &Notic
             let why = evidence_text(e.message().as_bytes(), Some(1024));
             let kept = async {
                 let mut conn = state.evidence.get().await?;
-                record(
-                    &mut conn,
-                    Received {
-                        error: Some(&why),
-                        ..r
-                    },
-                    Outcome::Received,
-                    trace,
-                )
-                .await
+                record(&mut conn, Received { error: Some(&why), ..r }, Outcome::Received, trace).await
             }
             .await;
             if let Err(not) = kept {
@@ -412,8 +415,8 @@ async fn receive_and_lock(
 }
 
 /// How callback `callback_id` ended, with what it was about (`record_outcome.sql`), written in
-/// the transaction that applied it. Takes the connection shared, so that it can be pipelined
-/// with the payment's own statement.
+/// the transaction that applied it (an applied payment's is written by its own statement,
+/// `orders/pay.sql`).
 struct OutcomeRow<'a> {
     callback_id: i64,
     outcome: Outcome,
@@ -425,9 +428,8 @@ struct OutcomeRow<'a> {
 }
 
 impl OutcomeRow<'_> {
-    async fn write(&self, conn: &AsyncPgConnection) -> AppResult<()> {
+    async fn write(&self, conn: &mut AsyncPgConnection) -> AppResult<()> {
         use diesel::sql_types::{BigInt, Nullable, Text};
-        let mut conn = conn;
         StaticQuery::new(include_str!("record_outcome.sql"))
             .bind::<BigInt, _>(self.callback_id) // $1
             .bind::<Text, _>(self.outcome) // $2
@@ -437,7 +439,7 @@ impl OutcomeRow<'_> {
             .bind::<Nullable<Text>, _>(self.key) // $6
             .bind::<Nullable<Text>, _>(self.txn) // $7
             .bind::<Nullable<BigInt>, _>(self.amount) // $8
-            .execute(&mut conn)
+            .execute(conn)
             .await?;
         Ok(())
     }
@@ -653,9 +655,7 @@ async fn apply_paid(
             Ok((Outcome::AmountMismatch, Some(order), false))
         }
         OrderStatus::WaitPay => {
-            // The payment's statement and the callback's outcome in one round trip (pipelined
-            // on the transaction's connection); the payment's error wins: the outcome's is then
-            // only "transaction aborted".
+            // The payment and the callback's outcome in one statement (`orders/pay.sql`).
             let payment = PaymentApplied {
                 method: PaymentMethod::from(p.provider),
                 idempotency_key: p.key.to_string(),
@@ -664,21 +664,7 @@ async fn apply_paid(
                 online_cents: p.amount_cents,
             };
             let reason = format!("{} payment {}", p.provider, p.txn_id);
-            let outcome = OutcomeRow {
-                callback_id,
-                outcome: Outcome::Applied,
-                order: Some(&order),
-                out_trade_no: Some(p.out_trade_no),
-                key: Some(p.key),
-                txn: Some(p.txn_id),
-                amount: Some(p.amount_cents),
-            };
-            let (paid, recorded) = futures_util::join!(
-                orders::record_payment(conn, config, &order, &payment, ctx, &reason),
-                outcome.write(conn),
-            );
-            let paid = paid?;
-            recorded?;
+            let paid = orders::record_payment(conn, config, &order, &payment, Some(callback_id), ctx, &reason).await?;
             orders::finish_payment(conn, &order, &paid, ctx).await?;
             Ok((Outcome::Applied, Some(paid), true))
         }

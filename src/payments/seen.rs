@@ -17,7 +17,10 @@ impl Seen {
     pub const fn new(keep: usize) -> Seen {
         Seen {
             keep,
-            seen: Mutex::new((Digests::with_hasher(std::hash::BuildHasherDefault::new()), VecDeque::new())),
+            seen: Mutex::new((
+                Digests::with_hasher(std::hash::BuildHasherDefault::new()),
+                VecDeque::new(),
+            )),
         }
     }
 

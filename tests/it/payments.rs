@@ -158,6 +158,43 @@ async fn forty_identical_callbacks_at_once_pay_once() {
     assert_eq!(app.sql_i64("SELECT count(*) AS v FROM compensation_events").await, 2);
 }
 
+/// A process remembers the keys it processed, and answers their redeliveries in one statement;
+/// another process knows nothing of them and finds the duplicate by the key's claim in its
+/// payment transaction. Either way: one payment, every delivery recorded whole.
+#[tokio::test]
+async fn a_redelivery_to_another_process_is_a_duplicate_all_the_same() {
+    let a = app().await;
+    let b = TestApp::on_database(&a.db_url, providers::configure).await;
+    let s = a.studio(0, None, 3).await;
+    let no = online_order(&a, &s, "WECHAT_PAY").await;
+    let w = providers::wechat();
+    let n = w.notification(
+        "TRANSACTION.SUCCESS",
+        &w.transaction(&no, "4200000000000000000000000041", 10_000),
+        chrono::Utc::now().timestamp(),
+    );
+    assert_eq!(a.wechat_notify(&n).await.0, StatusCode::NO_CONTENT);
+    // `b` has never seen the key: its own transaction claims nothing and records a duplicate.
+    assert_eq!(b.wechat_notify(&n).await.0, StatusCode::NO_CONTENT);
+    // `a` remembers it.
+    assert_eq!(a.wechat_notify(&n).await.0, StatusCode::NO_CONTENT);
+    let o = chain(&a, &no).await;
+    assert_eq!(outcomes(&o), ["APPLIED", "DUPLICATE", "DUPLICATE"], "{o}");
+    assert_eq!(o["status"], "PAID");
+    assert_eq!(a.sql_i64("SELECT count(*) AS v FROM payments").await, 1);
+    assert_eq!(a.sql_i64("SELECT count(*) AS v FROM compensation_events").await, 2);
+    // Every record names its order and key, however it was answered.
+    assert_eq!(
+        a.sql_i64(&format!(
+            "SELECT count(*) AS v FROM payment_callbacks c JOIN orders o ON o.id = c.order_id
+              WHERE o.order_no = '{no}' AND c.idempotency_key = '{no}:4200000000000000000000000041'
+                AND c.verified AND c.error IS NULL"
+        ))
+        .await,
+        3
+    );
+}
+
 #[tokio::test]
 async fn forgeries_are_refused_with_401_and_change_nothing() {
     let app = app().await;

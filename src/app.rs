@@ -52,7 +52,7 @@ impl AppState {
             events,
             db_url: Arc::new(db_url),
             evidence,
-            processed: Arc::new(crate::payments::seen::Seen::new(16_384)),
+            processed: Arc::new(crate::payments::seen::Seen::new(crate::payments::seen::KEEP)),
         }
     }
 }

@@ -276,6 +276,13 @@ async fn run(args: Args) -> Result<()> {
     Ok(())
 }
 
+/// Before a benchmark: PostgreSQL quiet (see `Bench::settle`); a failure to check is said, not fatal.
+async fn settle(bench: &Bench, before: &str) {
+    if let Err(e) = bench.settle(before).await {
+        eprintln!("settle before {before}: {e:#}");
+    }
+}
+
 /// Runs the selected benchmarks. A failing benchmark becomes a row saying so; the others run.
 async fn run_all(bench: &mut Bench, args: &Args) -> Result<Vec<Row>> {
     let mut rows: Vec<Row> = vec![];
@@ -285,8 +292,11 @@ async fn run_all(bench: &mut Bench, args: &Args) -> Result<Vec<Row>> {
             Ok(r) => rows.extend(r),
             Err(e) => rows.extend(b1_callbacks::failed_rows(args, &e)),
         }
+        // B1b's million orders and B10's copy are done with.
+        bench.drop_databases().await;
     }
     if args.wants("B5") {
+        settle(bench, "B5").await;
         rows.push(
             b5_orders::run(bench, args)
                 .await
@@ -294,6 +304,7 @@ async fn run_all(bench: &mut Bench, args: &Args) -> Result<Vec<Row>> {
         );
     }
     if args.wants("B7") {
+        settle(bench, "B7").await;
         rows.push(
             b7_subscriptions::run(bench, s)
                 .await
@@ -301,9 +312,11 @@ async fn run_all(bench: &mut Bench, args: &Args) -> Result<Vec<Row>> {
         );
     }
     if args.wants("B3") {
+        settle(bench, "B3").await;
         rows.push(b3_expiry::run(bench, s).await.unwrap_or_else(|e| Row::failed("B3", &e)));
     }
     if args.wants("B4") {
+        settle(bench, "B4").await;
         rows.push(
             b4_reconcile::run(bench, s)
                 .await
@@ -311,9 +324,11 @@ async fn run_all(bench: &mut Bench, args: &Args) -> Result<Vec<Row>> {
         );
     }
     if args.wants("B9") {
+        settle(bench, "B9").await;
         rows.push(b9_prepay::run(bench, s).await.unwrap_or_else(|e| Row::failed("B9", &e)));
     }
     if args.wants("B6") {
+        settle(bench, "B6").await;
         rows.push(b6_outbox::run(bench, s).await.unwrap_or_else(|e| Row::failed("B6", &e)));
     }
     rows.sort_by_key(|r| ALL.iter().position(|id| *id == r.id).unwrap_or(ALL.len()));

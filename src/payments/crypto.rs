@@ -88,7 +88,7 @@ pub fn verify(key: &RsaPublicKey, message: &[u8], signature_b64: &str) -> bool {
 /// are kept, so a forgery is checked every time; bounded, oldest out first.
 static VERIFIED: Seen = Seen::new(VERIFIED_KEEP);
 
-const VERIFIED_KEEP: usize = 8192;
+const VERIFIED_KEEP: usize = super::seen::KEEP;
 
 /// A random nonce of `n` letters and digits (WeChat Pay asks for at most 32).
 pub fn nonce(n: usize) -> String {

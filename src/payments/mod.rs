@@ -1,9 +1,12 @@
 //! Payment callbacks: WeChat Pay API v3 and Alipay notifications, applied exactly once.
 //!
-//! The order of work for every notification: authenticate -> record the raw callback in its own
-//! transaction (evidence survives whatever happens next) -> claim the idempotency key with a
-//! unique index -> lock the order -> ask the state machine -> apply -> mark the outcome. The
-//! business change, its outbox rows, tickets and the callback's outcome commit together.
+//! The order of work for a payment notification: authenticate -> in one transaction, record the
+//! raw callback, claim the idempotency key with a unique index and lock the order (one
+//! statement) -> ask the state machine -> apply -> mark the outcome: the evidence, the business
+//! change, its outbox rows, tickets and the callback's outcome commit together
+//! ([`receive_and_apply`]); if the transaction fails the evidence is kept on its own with why.
+//! A redelivery this process has processed, and every other notice, is recorded first in one
+//! statement that also answers a duplicate ([`record_checked`]), then applied ([`apply`]).
 
 pub mod alipay;
 pub mod api;

@@ -8,6 +8,10 @@ use std::sync::Mutex;
 
 type Digests = HashSet<[u8; 32], std::hash::BuildHasherDefault<std::collections::hash_map::DefaultHasher>>;
 
+/// How many digests a set keeps: the payments of a busy day (a provider redelivers within
+/// minutes, at most a day), about 6 MB at the most.
+pub const KEEP: usize = 65_536;
+
 pub struct Seen {
     keep: usize,
     seen: Mutex<(Digests, VecDeque<[u8; 32]>)>,

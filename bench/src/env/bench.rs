@@ -273,3 +273,46 @@ pub fn perf_stop(recs: Vec<Proc>) {
         p.stop_with(libc::SIGINT, Duration::from_secs(120));
     }
 }
+
+impl Bench {
+    /// Drops the databases made so far (the run's own template stays): a benchmark that is done
+    /// leaves nothing for PostgreSQL's background workers to chew on during the next one.
+    pub async fn drop_databases(&mut self) {
+        for name in std::mem::take(&mut self.created) {
+            if name == self.template {
+                self.created.push(name);
+            } else if let Err(e) = self.pg.drop_db(&name).await {
+                eprintln!("dropping {name}: {e:#}");
+                self.created.push(name);
+            }
+        }
+    }
+
+    /// Waits (at most a minute) until PostgreSQL does nothing of its own: no autovacuum worker
+    /// and no other session running a statement, after a CHECKPOINT, so that what the previous
+    /// benchmark left behind is not measured with the next. Says how long it waited.
+    pub async fn settle(&self, before: &str) -> Result<()> {
+        let admin = self.pg.admin().await?;
+        admin.batch_execute("CHECKPOINT").await?;
+        let started = std::time::Instant::now();
+        loop {
+            let busy: i64 = admin
+                .query_one(
+                    "SELECT count(*) FROM pg_stat_activity
+                      WHERE pid <> pg_backend_pid()
+                        AND (backend_type = 'autovacuum worker'
+                             OR (backend_type = 'client backend' AND state = 'active'))",
+                    &[],
+                )
+                .await?
+                .get(0);
+            if busy == 0 || started.elapsed() > Duration::from_secs(60) {
+                if started.elapsed() > Duration::from_secs(1) {
+                    say!("settle: PostgreSQL busy for {:.0} s before {before}", started.elapsed().as_secs_f64());
+                }
+                return Ok(());
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+}

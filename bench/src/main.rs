@@ -277,7 +277,7 @@ async fn run(args: Args) -> Result<()> {
 }
 
 /// Before a benchmark: PostgreSQL quiet (see `Bench::settle`); a failure to check is said, not fatal.
-async fn settle(bench: &Bench, before: &str) {
+pub(crate) async fn settle(bench: &Bench, before: &str) {
     if let Err(e) = bench.settle(before).await {
         eprintln!("settle before {before}: {e:#}");
     }
@@ -292,8 +292,10 @@ async fn run_all(bench: &mut Bench, args: &Args) -> Result<Vec<Row>> {
             Ok(r) => rows.extend(r),
             Err(e) => rows.extend(b1_callbacks::failed_rows(args, &e)),
         }
-        // B1b's million orders and B10's copy are done with.
-        bench.drop_databases().await;
+        // B1b's million orders and B10's copy are done with (B1's own database serves B5, B7).
+        for done in ["b1b", "b10", "floor", "pgbench"] {
+            bench.drop_db_now(done).await;
+        }
     }
     if args.wants("B5") {
         settle(bench, "B5").await;
@@ -314,6 +316,8 @@ async fn run_all(bench: &mut Bench, args: &Args) -> Result<Vec<Row>> {
     if args.wants("B3") {
         settle(bench, "B3").await;
         rows.push(b3_expiry::run(bench, s).await.unwrap_or_else(|e| Row::failed("B3", &e)));
+        bench.drop_db_now("b3_ours").await;
+        bench.drop_db_now("b3_base").await;
     }
     if args.wants("B4") {
         settle(bench, "B4").await;
@@ -322,10 +326,13 @@ async fn run_all(bench: &mut Bench, args: &Args) -> Result<Vec<Row>> {
                 .await
                 .unwrap_or_else(|e| Row::failed("B4", &e)),
         );
+        // A million bill rows and payments: their autovacuum would run during the next ones.
+        bench.drop_db_now("b4").await;
     }
     if args.wants("B9") {
         settle(bench, "B9").await;
         rows.push(b9_prepay::run(bench, s).await.unwrap_or_else(|e| Row::failed("B9", &e)));
+        bench.drop_db_now("b9").await;
     }
     if args.wants("B6") {
         settle(bench, "B6").await;

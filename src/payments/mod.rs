@@ -164,15 +164,9 @@ pub async fn apply(
                     amount_cents,
                 } => {
                     let key = notice.key().expect("a payment has a key");
-                    let paid = Paid {
-                        provider,
-                        out_trade_no,
-                        txn_id,
-                        amount_cents: *amount_cents,
-                        key: &key,
-                    };
+                    let paid = Paid::of(provider, &notice, &key).expect("a payment notice");
                     let locked = claim_and_lock(conn, &key, callback_id, out_trade_no).await?;
-                    let (o, order, recorded) = apply_paid(conn, &config, paid, callback_id, locked, &ctx).await?;
+                    let (o, order, recorded) = apply_paid(conn, &config, &paid, callback_id, locked, &ctx).await?;
                     (o, order, Some(key), Some(txn_id.clone()), Some(*amount_cents), recorded)
                 }
                 Notice::Refund {
@@ -303,7 +297,7 @@ fn remember_processed(state: &AppState, key: &str) {
 
 /// A payment notification not seen before, in one transaction: its evidence, the key's claim
 /// and the order's lock as one statement (`receive_and_lock.sql`), then the payment as in
-/// [`apply`] (whose statement and the outcome are pipelined), then the commit. Should the
+/// [`apply`] (its statement writes the outcome too), then the commit. Should the
 /// transaction fail, the evidence is written on its own as RECEIVED with why (the provider
 /// retries); a process killed mid-way leaves nothing but an unanswered notification, which the
 /// provider sends again.
@@ -313,16 +307,11 @@ pub async fn receive_and_apply(
     notice: &Notice,
     trace: &TraceId,
 ) -> AppResult<Outcome> {
-    let Notice::Paid {
-        out_trade_no,
-        txn_id,
-        amount_cents,
-    } = notice
-    else {
+    let provider = r.provider;
+    let key = notice.key().unwrap_or_default();
+    let Some(paid) = Paid::of(provider, notice, &key) else {
         return Err(AppError::internal("receive_and_apply takes payment notices only"));
     };
-    let key = notice.key().expect("a payment has a key");
-    let provider = r.provider;
     let config = state.config.clone();
     let ctx = Ctx {
         actor: Actor::provider(provider),
@@ -331,25 +320,17 @@ pub async fn receive_and_apply(
     let applied = async {
         let mut conn = state.pool.get().await?;
         conn.transaction(async |conn| -> AppResult<Outcome> {
-            let (callback_id, locked) =
-                receive_and_lock(conn, &r, trace, &key, out_trade_no, txn_id, *amount_cents).await?;
-            let paid = Paid {
-                provider,
-                out_trade_no,
-                txn_id,
-                amount_cents: *amount_cents,
-                key: &key,
-            };
-            let (outcome, order, recorded) = apply_paid(conn, &config, paid, callback_id, locked, &ctx).await?;
+            let (callback_id, locked) = receive_and_lock(conn, &r, trace, &paid).await?;
+            let (outcome, order, recorded) = apply_paid(conn, &config, &paid, callback_id, locked, &ctx).await?;
             if !recorded {
                 let row = OutcomeRow {
                     callback_id,
                     outcome,
                     order: order.as_ref(),
-                    out_trade_no: Some(out_trade_no),
-                    key: Some(&key),
-                    txn: Some(txn_id),
-                    amount: Some(*amount_cents),
+                    out_trade_no: Some(paid.out_trade_no),
+                    key: Some(paid.key),
+                    txn: Some(paid.txn_id),
+                    amount: Some(paid.amount_cents),
                 };
                 row.write(conn).await?;
             }
@@ -386,10 +367,7 @@ async fn receive_and_lock(
     conn: &mut AsyncPgConnection,
     r: &Received<'_>,
     trace: &TraceId,
-    key: &str,
-    out_trade_no: &str,
-    txn_id: &str,
-    amount_cents: i64,
+    p: &Paid<'_>,
 ) -> AppResult<(i64, (bool, Option<Order>))> {
     use diesel::sql_types::{BigInt, Bool, Jsonb, Nullable, Text};
     #[derive(diesel::QueryableByName)]
@@ -407,10 +385,10 @@ async fn receive_and_lock(
         .bind::<Text, _>(r.body) // $3
         .bind::<Jsonb, _>(&r.headers) // $4
         .bind::<Text, _>(trace.as_str()) // $5
-        .bind::<Text, _>(key) // $6
-        .bind::<Text, _>(out_trade_no) // $7
-        .bind::<Text, _>(txn_id) // $8
-        .bind::<BigInt, _>(amount_cents) // $9
+        .bind::<Text, _>(p.key) // $6
+        .bind::<Text, _>(p.out_trade_no) // $7
+        .bind::<Text, _>(p.txn_id) // $8
+        .bind::<BigInt, _>(p.amount_cents) // $9
         .bind::<Bool, _>(r.verified) // $10
         .get_result(conn)
         .await?;
@@ -593,7 +571,25 @@ struct Paid<'a> {
     key: &'a str,
 }
 
-impl Paid<'_> {
+impl<'a> Paid<'a> {
+    /// The payment a notice reports, if it reports one (`key`: the notice's).
+    fn of(provider: Provider, notice: &'a Notice, key: &'a str) -> Option<Paid<'a>> {
+        match notice {
+            Notice::Paid {
+                out_trade_no,
+                txn_id,
+                amount_cents,
+            } => Some(Paid {
+                provider,
+                out_trade_no,
+                txn_id,
+                amount_cents: *amount_cents,
+                key,
+            }),
+            _ => None,
+        }
+    }
+
     /// Opens the ticket of a payment that could not simply be applied (once per notice).
     async fn ticket(
         &self,
@@ -627,7 +623,7 @@ impl Paid<'_> {
 async fn apply_paid(
     conn: &mut AsyncPgConnection,
     config: &crate::config::Config,
-    p: Paid<'_>,
+    p: &Paid<'_>,
     callback_id: i64,
     locked: (bool, Option<Order>),
     ctx: &Ctx,

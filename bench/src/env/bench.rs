@@ -275,15 +275,17 @@ pub fn perf_stop(recs: Vec<Proc>) {
 }
 
 impl Bench {
-    /// Drops the databases made so far (the run's own template stays): a benchmark that is done
-    /// leaves nothing for PostgreSQL's background workers to chew on during the next one.
-    pub async fn drop_databases(&mut self) {
-        for name in std::mem::take(&mut self.created) {
-            if name == self.template {
-                self.created.push(name);
-            } else if let Err(e) = self.pg.drop_db(&name).await {
-                eprintln!("dropping {name}: {e:#}");
-                self.created.push(name);
+    /// Drops `fitorder_bench_<pid>_<suffix>` now, if this run made it: a benchmark that is done
+    /// with a database leaves nothing for PostgreSQL's background workers to chew on during the
+    /// next one.
+    pub async fn drop_db_now(&mut self, suffix: &str) {
+        let name = self.db_name(suffix);
+        if let Some(i) = self.created.iter().position(|n| *n == name) {
+            match self.pg.drop_db(&name).await {
+                Ok(()) => {
+                    self.created.remove(i);
+                }
+                Err(e) => eprintln!("dropping {name}: {e:#}"),
             }
         }
     }
@@ -308,7 +310,10 @@ impl Bench {
                 .get(0);
             if busy == 0 || started.elapsed() > Duration::from_secs(60) {
                 if started.elapsed() > Duration::from_secs(1) {
-                    say!("settle: PostgreSQL busy for {:.0} s before {before}", started.elapsed().as_secs_f64());
+                    say!(
+                        "settle: PostgreSQL busy for {:.0} s before {before}",
+                        started.elapsed().as_secs_f64()
+                    );
                 }
                 return Ok(());
             }

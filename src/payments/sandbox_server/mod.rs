@@ -388,6 +388,14 @@ impl SandboxProvider {
         Ok(())
     }
 
+    /// Takes back a bill [`publish_bill`](Self::publish_bill) gave: the day is served as if
+    /// nothing had been published.
+    pub fn withdraw_bill(&self, provider: &str, date: chrono::NaiveDate) -> Result<()> {
+        let p = provider_name(provider).ok_or_else(|| anyhow!("unknown provider {provider}"))?;
+        self.inner.lock().published.remove(&(p, date));
+        Ok(())
+    }
+
     pub fn bill_controls(&self) -> BillControls {
         self.inner.lock().bill_controls
     }

@@ -156,7 +156,7 @@ pub async fn apply(
     };
     let outcome = conn
         .transaction(async |conn| -> AppResult<Outcome> {
-            // `recorded`: the outcome is written already (pipelined with the payment).
+            // `recorded`: the outcome is written already (by the payment's own statement).
             let (outcome, order, key, txn, amount, recorded) = match &notice {
                 Notice::Paid {
                     out_trade_no,

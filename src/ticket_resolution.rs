@@ -81,6 +81,7 @@ pub async fn resolve(
                         provider_txn_id: t.provider_txn_id.as_deref(),
                         reference: Some(&format!("ticket {}", t.id)),
                         online_cents: t.provider_amount_cents.unwrap_or(locked.online_cents()),
+                        callback_id: None,
                     },
                     ctx,
                     &format!("marked paid from ticket {} ({})", t.id, t.kind),

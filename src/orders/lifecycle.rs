@@ -27,11 +27,16 @@ pub struct PaymentApplied<'a> {
     pub provider_txn_id: Option<&'a str>,
     pub reference: Option<&'a str>,
     pub online_cents: i64,
+    /// The provider's notification that brought the payment, if one did: its outcome
+    /// (APPLIED) is written with the payment.
+    pub callback_id: Option<i64>,
 }
 
 /// WAIT_PAY -> PAID with everything that comes with it, in the caller's transaction on an order
-/// the caller has locked: the payment row, the captured wallet part of a MIXED order, the
-/// membership or the credits (credits are the live order's unused sessions), the grant events.
+/// the caller has locked: the status change with its audit row, the payment row, the grant
+/// events and the outcome of the callback that brought it, in one statement (`pay.sql`); then
+/// the captured wallet part of a MIXED order and the membership a card opens (credits are the
+/// live order's unused sessions).
 pub async fn apply_payment(
     conn: &mut AsyncPgConnection,
     config: &Config,
@@ -40,28 +45,9 @@ pub async fn apply_payment(
     ctx: &Ctx,
     reason: &str,
 ) -> AppResult<Order> {
-    let paid = record_payment(conn, config, order, &payment, None, ctx, reason).await?;
-    finish_payment(conn, order, &paid, ctx).await?;
-    Ok(paid)
-}
-
-/// The one statement of [`apply_payment`] (`pay.sql`): WAIT_PAY -> PAID with its audit row,
-/// the payment row and the grant events, and the outcome of `callback` (the provider's
-/// notification that brought the payment) when there is one; [`finish_payment`] must follow.
-/// It takes the connection shared, so that a caller may pipeline it.
-pub async fn record_payment(
-    conn: &AsyncPgConnection,
-    config: &Config,
-    order: &Order,
-    payment: &PaymentApplied<'_>,
-    callback: Option<i64>,
-    ctx: &Ctx,
-    reason: &str,
-) -> AppResult<Order> {
     use diesel::sql_types::{Array, BigInt, Integer, Jsonb, Nullable, Text};
     order_status::check(order.status, OrderStatus::Paid, ctx.actor.kind)?;
     let grants = outbox::encode(&outbox::grants(order));
-    let mut conn = conn;
     let paid: Option<Order> = StaticQuery::new(include_str!("pay.sql"))
         .bind::<BigInt, _>(order.id) // $1
         .bind::<Text, _>(ctx.actor.to_string()) // $2
@@ -78,8 +64,8 @@ pub async fn record_payment(
         .bind::<Integer, _>(config.max_attempts) // $13
         .bind::<Text, _>(OUTBOX_CHANNEL) // $14
         .bind::<Text, _>(EVENTS_CHANNEL) // $15
-        .bind::<Nullable<BigInt>, _>(callback) // $16
-        .get_result(&mut conn)
+        .bind::<Nullable<BigInt>, _>(payment.callback_id) // $16
+        .get_result(conn)
         .await
         .optional()
         .on_violation(|v| match v {
@@ -88,27 +74,17 @@ pub async fn record_payment(
             }
             _ => None,
         })?;
-    match paid {
-        Some(paid) => {
-            metrics::counter!("fitorder_transitions_total", "from" => OrderStatus::WaitPay.as_str(), "to" => OrderStatus::Paid.as_str())
-                .increment(1);
-            Ok(paid)
-        }
+    let Some(paid) = paid else {
         // Someone else changed it first (only possible when the caller did not lock the row).
-        None => {
-            let now: OrderStatus = orders::table
-                .find(order.id)
-                .select(orders::status)
-                .get_result(&mut conn)
-                .await?;
-            Err(AppError::illegal(now, OrderStatus::Paid))
-        }
-    }
-}
-
-/// What a payment brings beyond [`record_payment`]'s statement, in the same transaction: the
-/// captured wallet part of a MIXED order, and the membership a card opens.
-pub async fn finish_payment(conn: &mut AsyncPgConnection, order: &Order, paid: &Order, ctx: &Ctx) -> AppResult<()> {
+        let now: OrderStatus = orders::table
+            .find(order.id)
+            .select(orders::status)
+            .get_result(conn)
+            .await?;
+        return Err(AppError::illegal(now, OrderStatus::Paid));
+    };
+    metrics::counter!("fitorder_transitions_total", "from" => OrderStatus::WaitPay.as_str(), "to" => OrderStatus::Paid.as_str())
+        .increment(1);
     if order.payment_method == PaymentMethod::Mixed && order.wallet_amount_cents > 0 {
         let w = order.wallet_amount_cents;
         wallet_move(
@@ -126,9 +102,9 @@ pub async fn finish_payment(conn: &mut AsyncPgConnection, order: &Order, paid: &
         .await?;
     }
     if let (Some(plan_id), Some(days)) = (order.membership_plan_id, order.plan_days) {
-        open_membership(conn, paid, plan_id, days).await?;
+        open_membership(conn, &paid, plan_id, days).await?;
     }
-    Ok(())
+    Ok(paid)
 }
 
 /// A new card starts now, or when the member's current card of this store ends, so that
@@ -203,6 +179,7 @@ pub async fn confirm_offline_payment(
                 provider_txn_id: None,
                 reference: Some(reference),
                 online_cents: 0,
+                callback_id: None,
             },
             ctx,
             &format!("paid at the desk, reference {reference}"),

@@ -197,6 +197,7 @@ pub async fn place_order(
                             provider_txn_id: None,
                             reference: None,
                             online_cents: 0,
+                            callback_id: None,
                         },
                         ctx,
                         "paid from the wallet",

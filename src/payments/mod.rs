@@ -654,17 +654,23 @@ async fn apply_paid(
             Ok((Outcome::AmountMismatch, Some(order), false))
         }
         OrderStatus::WaitPay => {
-            // The payment and the callback's outcome in one statement (`orders/pay.sql`).
-            let payment = PaymentApplied {
-                method: PaymentMethod::from(p.provider),
-                idempotency_key: p.key.to_string(),
-                provider_txn_id: Some(p.txn_id),
-                reference: None,
-                online_cents: p.amount_cents,
-            };
-            let reason = format!("{} payment {}", p.provider, p.txn_id);
-            let paid = orders::record_payment(conn, config, &order, &payment, Some(callback_id), ctx, &reason).await?;
-            orders::finish_payment(conn, &order, &paid, ctx).await?;
+            // The callback's outcome is written by the payment's own statement.
+            let paid = orders::apply_payment(
+                conn,
+                config,
+                &order,
+                PaymentApplied {
+                    method: PaymentMethod::from(p.provider),
+                    idempotency_key: p.key.to_string(),
+                    provider_txn_id: Some(p.txn_id),
+                    reference: None,
+                    online_cents: p.amount_cents,
+                    callback_id: Some(callback_id),
+                },
+                ctx,
+                &format!("{} payment {}", p.provider, p.txn_id),
+            )
+            .await?;
             Ok((Outcome::Applied, Some(paid), true))
         }
         OrderStatus::Canceled => {

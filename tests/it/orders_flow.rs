@@ -150,6 +150,7 @@ pub async fn pay_online(app: &TestApp, order_no: &str, txn: &str) {
                 provider_txn_id: Some(&txn),
                 reference: None,
                 online_cents: o.online_cents(),
+                callback_id: None,
             },
             &ctx,
             "provider callback",

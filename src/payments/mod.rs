@@ -156,18 +156,13 @@ pub async fn apply(
     };
     let outcome = conn
         .transaction(async |conn| -> AppResult<Outcome> {
-            // `recorded`: the outcome is written already (by the payment's own statement).
-            let (outcome, order, key, txn, amount, recorded) = match &notice {
-                Notice::Paid {
-                    out_trade_no,
-                    txn_id,
-                    amount_cents,
-                } => {
+            let (outcome, order, key, txn, amount) = match &notice {
+                Notice::Paid { out_trade_no, .. } => {
+                    // Writes its own outcome.
                     let key = notice.key().expect("a payment has a key");
                     let paid = Paid::of(provider, &notice, &key).expect("a payment notice");
                     let locked = claim_and_lock(conn, &key, callback_id, out_trade_no).await?;
-                    let (o, order, recorded) = apply_paid(conn, &config, &paid, callback_id, locked, &ctx).await?;
-                    (o, order, Some(key), Some(txn_id.clone()), Some(*amount_cents), recorded)
+                    return apply_paid(conn, &config, &paid, callback_id, locked, &ctx).await;
                 }
                 Notice::Refund {
                     out_trade_no,
@@ -203,14 +198,7 @@ pub async fn apply(
                         .await?;
                         Outcome::RefundFailed
                     };
-                    (
-                        outcome,
-                        order,
-                        Some(key),
-                        Some(refund_id.clone()),
-                        Some(*amount_cents),
-                        false,
-                    )
+                    (outcome, order, Some(key), Some(refund_id.clone()), Some(*amount_cents))
                 }
                 Notice::RefundConfirmed {
                     out_trade_no,
@@ -240,7 +228,6 @@ pub async fn apply(
                         Some(key),
                         Some(trade_no.clone()),
                         Some(*refunded_total_cents),
-                        false,
                     )
                 }
                 Notice::Other { out_trade_no, .. } => {
@@ -248,21 +235,19 @@ pub async fn apply(
                         Some(no) => orders::find_order(conn, no).await?,
                         None => None,
                     };
-                    (Outcome::Recorded, order, None, None, None, false)
+                    (Outcome::Recorded, order, None, None, None)
                 }
             };
-            if !recorded {
-                let row = OutcomeRow {
-                    callback_id,
-                    outcome,
-                    order: order.as_ref(),
-                    out_trade_no: notice.out_trade_no(),
-                    key: key.as_deref(),
-                    txn: txn.as_deref(),
-                    amount,
-                };
-                row.write(conn).await?;
-            }
+            let row = OutcomeRow {
+                callback_id,
+                outcome,
+                order: order.as_ref(),
+                out_trade_no: notice.out_trade_no(),
+                key: key.as_deref(),
+                txn: txn.as_deref(),
+                amount,
+            };
+            row.write(conn).await?;
             Ok(outcome)
         })
         .await;
@@ -321,20 +306,7 @@ pub async fn receive_and_apply(
         let mut conn = state.pool.get().await?;
         conn.transaction(async |conn| -> AppResult<Outcome> {
             let (callback_id, locked) = receive_and_lock(conn, &r, trace, &paid).await?;
-            let (outcome, order, recorded) = apply_paid(conn, &config, &paid, callback_id, locked, &ctx).await?;
-            if !recorded {
-                let row = OutcomeRow {
-                    callback_id,
-                    outcome,
-                    order: order.as_ref(),
-                    out_trade_no: Some(paid.out_trade_no),
-                    key: Some(paid.key),
-                    txn: Some(paid.txn_id),
-                    amount: Some(paid.amount_cents),
-                };
-                row.write(conn).await?;
-            }
-            Ok(outcome)
+            apply_paid(conn, &config, &paid, callback_id, locked, &ctx).await
         })
         .await
     }
@@ -620,6 +592,8 @@ impl<'a> Paid<'a> {
     }
 }
 
+/// Applies a payment notice whose key claim and order lock are `locked`, and writes the
+/// callback's outcome (an applied payment's by the payment's own statement, `orders/pay.sql`).
 async fn apply_paid(
     conn: &mut AsyncPgConnection,
     config: &crate::config::Config,
@@ -627,9 +601,35 @@ async fn apply_paid(
     callback_id: i64,
     locked: (bool, Option<Order>),
     ctx: &Ctx,
-) -> AppResult<(Outcome, Option<Order>, bool)> {
+) -> AppResult<Outcome> {
+    let (outcome, order) = pay_or_ticket(conn, config, p, callback_id, locked, ctx).await?;
+    if outcome != Outcome::Applied {
+        let row = OutcomeRow {
+            callback_id,
+            outcome,
+            order: order.as_ref(),
+            out_trade_no: Some(p.out_trade_no),
+            key: Some(p.key),
+            txn: Some(p.txn_id),
+            amount: Some(p.amount_cents),
+        };
+        row.write(conn).await?;
+    }
+    Ok(outcome)
+}
+
+/// What a payment notice does to its locked order: the payment applied, a duplicate, or a
+/// ticket for anything that is not a clean payment; and which outcome that is.
+async fn pay_or_ticket(
+    conn: &mut AsyncPgConnection,
+    config: &crate::config::Config,
+    p: &Paid<'_>,
+    callback_id: i64,
+    locked: (bool, Option<Order>),
+    ctx: &Ctx,
+) -> AppResult<(Outcome, Option<Order>)> {
     let order = match locked {
-        (false, order) => return Ok((Outcome::Duplicate, order, false)),
+        (false, order) => return Ok((Outcome::Duplicate, order)),
         (true, Some(order)) => order,
         (true, None) => {
             p.ticket(
@@ -640,7 +640,7 @@ async fn apply_paid(
                 ctx,
             )
             .await?;
-            return Ok((Outcome::UnknownOrder, None, false));
+            return Ok((Outcome::UnknownOrder, None));
         }
     };
     match order.status {
@@ -651,10 +651,9 @@ async fn apply_paid(
                              "why": "the provider collected another amount than the order asks"});
             p.ticket(conn, TicketKind::AmountMismatch, Some(&order), why, ctx)
                 .await?;
-            Ok((Outcome::AmountMismatch, Some(order), false))
+            Ok((Outcome::AmountMismatch, Some(order)))
         }
         OrderStatus::WaitPay => {
-            // The callback's outcome is written by the payment's own statement.
             let paid = orders::apply_payment(
                 conn,
                 config,
@@ -671,7 +670,7 @@ async fn apply_paid(
                 &format!("{} payment {}", p.provider, p.txn_id),
             )
             .await?;
-            Ok((Outcome::Applied, Some(paid), true))
+            Ok((Outcome::Applied, Some(paid)))
         }
         OrderStatus::Canceled => {
             // The order stays canceled; the money goes back to the payer.
@@ -689,7 +688,7 @@ async fn apply_paid(
                 reason: "paid after the order was canceled".into(),
             });
             outbox::enqueue(conn, order.id, &[refund], &ctx.trace, config.max_attempts).await?;
-            Ok((Outcome::PaidAfterCancel, Some(order), false))
+            Ok((Outcome::PaidAfterCancel, Some(order)))
         }
         other => {
             // Already paid (by another transaction), used or refunded: a second payment.
@@ -697,7 +696,7 @@ async fn apply_paid(
                                 "why": format!("payment {} arrived for an order that is {other}", p.txn_id)});
             p.ticket(conn, TicketKind::RejectedTransition, Some(&order), detail, ctx)
                 .await?;
-            Ok((Outcome::RejectedTransition, Some(order), false))
+            Ok((Outcome::RejectedTransition, Some(order)))
         }
     }
 }

@@ -33,12 +33,12 @@ impl AppState {
     }
 
     pub fn with_keys(pool: DbPool, config: Config, keys: ProviderKeys, events: EventHub, db_url: String) -> AppState {
-        // Behind a transaction pooler (a separate LISTEN URL says so) a session setting would
-        // leak to other clients' transactions on the same server connection: evidence then
-        // commits synchronously like everything else.
         // Half as many evidence connections as business ones (at least 4): a provider's
         // redeliveries are answered on them alone, one statement each.
         let evidence_size = (config.db_pool_size / 2).max(4);
+        // Behind a transaction pooler (a separate LISTEN URL says so) a session setting would
+        // leak to other clients' transactions on the same server connection: evidence then
+        // commits synchronously like everything else.
         let evidence = if config.listen_database_url.is_some() {
             crate::db::pool_with(&db_url, evidence_size, config.statement_timeout)
         } else {

@@ -39,13 +39,12 @@ impl Worker {
         let downstream = Downstream::new(state.config.clone(), state.keys.clone());
         let id = format!("{}-{}", hostname(), &TraceId::new().0[..8]);
         let alerts = crate::alerts::Deliverer::new(state.config.clone(), id.clone());
-        let state_batch = state.config.outbox_batch;
         Worker {
+            batch: state.config.outbox_batch,
             state,
             downstream,
             alerts,
             id,
-            batch: state_batch,
         }
     }
 

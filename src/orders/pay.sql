@@ -1,8 +1,8 @@
 -- WAIT_PAY -> PAID in one statement: the status change with its audit row, the payment, the
 -- grant events, their announcements on commit, and, for a payment a provider's callback
--- brought, that callback's outcome (APPLIED, with what it was about). The caller has locked the order and checked
--- the transition with the state machine; the UPDATE matches only a waiting order and the
--- `orders_status_guard` trigger checks the pair once more. A second payment of the order (or
+-- brought, that callback's outcome (APPLIED, with what it was about). The caller has locked
+-- the order and checked the transition with the state machine; the UPDATE matches only a
+-- waiting order and the `orders_status_guard` trigger checks the pair once more. A second payment of the order (or
 -- of the key) fails on the payments' unique constraints, and with it the whole statement.
 --
 --   $1  order id                       bigint

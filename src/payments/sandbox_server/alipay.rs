@@ -737,7 +737,7 @@ mod tests {
     fn vectors() -> Value {
         let path = concat!(
             env!("CARGO_MANIFEST_DIR"),
-            "/../shared/provider-samples/alipay/notify/alipay_sdk_nodejs_notify_sign_vectors.json"
+            "/tests/provider-samples/alipay/notify/alipay_sdk_nodejs_notify_sign_vectors.json"
         );
         let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
         serde_json::from_str(&text).unwrap()
@@ -764,7 +764,7 @@ mod tests {
         assert_eq!(sign_content(&params), v["expected_content"].as_str().unwrap());
         let pem = std::fs::read_to_string(concat!(
             env!("CARGO_MANIFEST_DIR"),
-            "/../shared/provider-samples/alipay/notify/alipay-notify-sign-public-key-v2.pem"
+            "/tests/provider-samples/alipay/notify/alipay-notify-sign-public-key-v2.pem"
         ))
         .unwrap();
         let key = rsa::RsaPublicKey::from_public_key_pem(pem.trim()).unwrap();

@@ -435,6 +435,10 @@ pub fn check_jwt_secret(secret: &str) -> Result<()> {
          development mode (e.g. `openssl rand -hex 32`)",
         bytes.len()
     );
+    anyhow::ensure!(
+        !secret.trim().to_ascii_lowercase().starts_with("change-me"),
+        "FITORDER_JWT_SECRET is still the example's placeholder: set a random one (e.g. `openssl rand -hex 32`)"
+    );
     let distinct = bytes.iter().collect::<std::collections::HashSet<_>>().len();
     anyhow::ensure!(
         distinct >= MIN_JWT_SECRET_DISTINCT,
@@ -679,6 +683,10 @@ mod jwt_secret_tests {
             assert!(e.contains("FITORDER_JWT_SECRET") && e.contains(why), "{weak}: {e}");
             assert!(!e.contains(weak) || weak.len() == 1, "the secret is not shown: {e}");
         }
+        assert!(check_jwt_secret("change-me-to-64-random-hex-characters")
+            .unwrap_err()
+            .to_string()
+            .contains("placeholder"));
         check_jwt_secret("3f9a1c7e5b2d4f6a8c0e1b3d5f7a9c2e").unwrap();
     }
 }

@@ -149,9 +149,8 @@ async fn run_with_database(config: Config, opts: ServeOptions, url: &str, dev_mo
                     .await
                     .with_context(|| format!("binding {addr}"))?;
                 tracing::info!(addr = %listener.local_addr()?, "worker running (metrics and health only)");
-                axum::serve(listener, crate::http::ops_router(state))
-                    .with_graceful_shutdown(shutdown)
-                    .await?;
+                let limits = crate::http::ServeLimits::from_config(&config);
+                crate::http::serve_with(listener, crate::http::ops_router(state), limits, shutdown).await?;
             }
             None => {
                 tracing::info!("worker running (no HTTP)");

@@ -110,8 +110,7 @@ pub fn issue_token(
     .expect("HS256 encoding cannot fail")
 }
 
-/// Checks a bearer token (with or without the `Bearer ` prefix, whose scheme is
-/// case-insensitive as RFC 7235 says).
+/// Checks a bearer token (`Bearer <JWT>`, the scheme case-insensitive as RFC 7235 says).
 pub fn verify(secret: &str, header_value: &str) -> AppResult<Viewer> {
     verify_with_expiry(secret, header_value).map(|(v, _)| v)
 }
@@ -119,12 +118,7 @@ pub fn verify(secret: &str, header_value: &str) -> AppResult<Viewer> {
 /// [`verify`], also answering the token's `exp` (seconds since the epoch): a WebSocket
 /// session ends then.
 pub fn verify_with_expiry(secret: &str, header_value: &str) -> AppResult<(Viewer, i64)> {
-    let value = header_value.trim();
-    let token = match value.split_once(' ') {
-        Some((scheme, rest)) if scheme.eq_ignore_ascii_case("bearer") => rest,
-        _ => value,
-    }
-    .trim();
+    let token = bearer_token(header_value)?;
     let mut validation = Validation::new(Algorithm::HS256);
     validation.set_required_spec_claims(&["exp", "sub"]);
     validation.validate_nbf = true;
@@ -145,6 +139,7 @@ pub fn verify_with_expiry(secret: &str, header_value: &str) -> AppResult<(Viewer
                 .into(),
             )
         })?;
+    check_claim_bounds(token, chrono::Utc::now().timestamp())?;
     let claims = data.claims;
     let role = Role::parse(&claims.role)
         .ok_or_else(|| AppError::Unauthenticated("the token's role is not member, admin or ops".into()))?;
@@ -178,8 +173,61 @@ pub fn verify_with_expiry(secret: &str, header_value: &str) -> AppResult<(Viewer
     ))
 }
 
+/// The token of an `Authorization` value: `Bearer <token>` and nothing else (a bare token is
+/// refused: the contract's one form, and what every client sends).
+fn bearer_token(header_value: &str) -> AppResult<&str> {
+    match header_value.trim().split_once(' ') {
+        Some((scheme, rest)) if scheme.eq_ignore_ascii_case("bearer") && !rest.trim().is_empty() => Ok(rest.trim()),
+        _ => Err(AppError::Unauthenticated(
+            "the token must be sent as \"Authorization: Bearer <token>\"".into(),
+        )),
+    }
+}
+
+/// The longest a fitorder token may live: an `exp` further ahead is no token we issue.
+pub const MAX_TOKEN_LIFETIME_SECS: i64 = 366 * 24 * 3600;
+/// How far ahead of this clock another instance's `iat` may be.
+const IAT_LEEWAY_SECS: i64 = 60;
+
+/// What the signature check leaves open, on the claims of a token whose signature is good:
+/// an `exp` more than [`MAX_TOKEN_LIFETIME_SECS`] ahead (10^18 was accepted), an `iat` that is
+/// not a number or lies in the future, and `stores: null` (a malformed claim, not "every
+/// store": an admin is chain-wide only without a `stores` claim at all).
+fn check_claim_bounds(token: &str, now: i64) -> AppResult<()> {
+    use base64::Engine;
+    let refuse = |why: &str| AppError::Unauthenticated(format!("the token's {why}"));
+    let payload = token
+        .split('.')
+        .nth(1)
+        .and_then(|p| {
+            base64::engine::general_purpose::URL_SAFE_NO_PAD
+                .decode(p.trim_end_matches('='))
+                .ok()
+        })
+        .and_then(|b| serde_json::from_slice::<serde_json::Map<String, serde_json::Value>>(&b).ok())
+        .ok_or_else(|| refuse("claims are not a JSON object"))?;
+    match payload.get("exp").and_then(|v| v.as_i64()) {
+        Some(exp) if exp <= now.saturating_add(MAX_TOKEN_LIFETIME_SECS) => {}
+        Some(_) => return Err(refuse("exp lies more than a year ahead")),
+        None => return Err(refuse("exp is not a number of seconds")),
+    }
+    match payload.get("iat") {
+        None => {}
+        Some(v) => match v.as_i64() {
+            Some(iat) if iat <= now.saturating_add(IAT_LEEWAY_SECS) => {}
+            Some(_) => return Err(refuse("iat lies in the future")),
+            None => return Err(refuse("iat is not a number of seconds")),
+        },
+    }
+    match payload.get("stores") {
+        None | Some(serde_json::Value::Array(_)) => {}
+        Some(_) => return Err(refuse("stores claim must be a list of store ids")),
+    }
+    Ok(())
+}
+
 /// An id written the one way ids are written: decimal digits, no sign, no leading zero.
-fn canonical_id(s: &str) -> Option<i64> {
+pub fn canonical_id(s: &str) -> Option<i64> {
     let ok = !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) && !s.starts_with('0');
     ok.then(|| s.parse::<i64>().ok()).flatten()
 }

@@ -77,6 +77,16 @@ pub struct Config {
     pub http_body_timeout: Duration,
     /// How much of an unverified callback's body is kept as evidence.
     pub unverified_callback_bytes: usize,
+    /// `FITORDER_PUBLIC_INTROSPECTION=1`: introspection without a token outside development mode.
+    pub public_introspection: bool,
+    /// `FITORDER_METRICS_TOKEN`: outside development mode, `/metrics` on the API port answers
+    /// only `Authorization: Bearer <this>` (unset: not served there; see `metrics_addr`).
+    pub metrics_token: Option<String>,
+    /// Open HTTP connections of this process, in all and from one peer address.
+    pub max_connections: usize,
+    pub max_connections_per_addr: usize,
+    /// Running GraphQL operations of one token over all its WebSockets.
+    pub max_subscriptions_per_token: usize,
 }
 
 #[derive(Clone)]
@@ -186,6 +196,11 @@ Environment:
   FITORDER_HTTP_HEADER_TIMEOUT   wait for request headers / idle keep-alive (default 10s)
   FITORDER_HTTP_BODY_TIMEOUT     wait for a request body (default 30s)
   FITORDER_UNVERIFIED_CALLBACK_BYTES  body kept of an unverified callback (default 4096)
+  FITORDER_PUBLIC_INTROSPECTION  1: introspection without a token outside development mode (default unset)
+  FITORDER_METRICS_TOKEN         bearer token for /metrics on the API port outside development mode (default: not served there)
+  FITORDER_MAX_CONNECTIONS       open HTTP connections per process (default 4096)
+  FITORDER_MAX_CONNECTIONS_PER_ADDR  open HTTP connections from one peer address (default 256)
+  FITORDER_MAX_SUBSCRIPTIONS_PER_TOKEN  running WebSocket operations of one token, all connections (default 200)
 ";
 
 fn var(name: &str) -> Option<String> {
@@ -286,6 +301,15 @@ impl Config {
             http_header_timeout: duration("FITORDER_HTTP_HEADER_TIMEOUT", "10s")?,
             http_body_timeout: duration("FITORDER_HTTP_BODY_TIMEOUT", "30s")?,
             unverified_callback_bytes: number("FITORDER_UNVERIFIED_CALLBACK_BYTES", 4_096)?,
+            public_introspection: var("FITORDER_PUBLIC_INTROSPECTION").is_some_and(|v| v.trim() == "1"),
+            metrics_token: var("FITORDER_METRICS_TOKEN"),
+            max_connections: number::<usize>("FITORDER_MAX_CONNECTIONS", DEFAULT_MAX_CONNECTIONS)?.max(1),
+            max_connections_per_addr: number::<usize>(
+                "FITORDER_MAX_CONNECTIONS_PER_ADDR",
+                DEFAULT_MAX_CONNECTIONS_PER_ADDR,
+            )?
+            .max(1),
+            max_subscriptions_per_token: number::<usize>("FITORDER_MAX_SUBSCRIPTIONS_PER_TOKEN", 200)?.max(1),
         })
     }
 
@@ -298,7 +322,7 @@ impl Config {
             reconcile_at: chrono::NaiveTime::from_hms_opt(10, 30, 0).expect("a valid time"),
             dev_mode: false,
             sandbox_addr: "127.0.0.1:0".into(),
-            jwt_secret: "test-secret".into(),
+            jwt_secret: "test-secret-not-for-production-0123456789".into(),
             jwt_secret_generated: false,
             order_timeout: Duration::from_secs(15 * 60),
             scan_interval: Duration::from_secs(60),
@@ -332,6 +356,11 @@ impl Config {
             http_header_timeout: Duration::from_secs(10),
             http_body_timeout: Duration::from_secs(30),
             unverified_callback_bytes: 4_096,
+            public_introspection: false,
+            metrics_token: None,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            max_connections_per_addr: DEFAULT_MAX_CONNECTIONS_PER_ADDR,
+            max_subscriptions_per_token: 200,
         }
     }
 
@@ -384,6 +413,39 @@ impl Config {
             }
         }
     }
+}
+
+/// `FITORDER_MAX_CONNECTIONS` and `FITORDER_MAX_CONNECTIONS_PER_ADDR` when unset.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 4_096;
+pub const DEFAULT_MAX_CONNECTIONS_PER_ADDR: usize = 256;
+
+/// The shortest `FITORDER_JWT_SECRET` accepted outside development mode, in bytes.
+pub const MIN_JWT_SECRET_BYTES: usize = 32;
+/// The fewest different bytes it must contain (`aaaa…` or `0101…` is no secret).
+pub const MIN_JWT_SECRET_DISTINCT: usize = 8;
+
+/// Outside development mode a token signed with a guessable secret is as good as any: a secret
+/// shorter than [`MIN_JWT_SECRET_BYTES`] or with fewer than [`MIN_JWT_SECRET_DISTINCT`]
+/// different bytes stops the start, naming the setting (never showing the secret).
+pub fn check_jwt_secret(secret: &str) -> Result<()> {
+    let bytes = secret.as_bytes();
+    anyhow::ensure!(
+        bytes.len() >= MIN_JWT_SECRET_BYTES,
+        "FITORDER_JWT_SECRET is too short: {} bytes, at least {MIN_JWT_SECRET_BYTES} are needed outside \
+         development mode (e.g. `openssl rand -hex 32`)",
+        bytes.len()
+    );
+    anyhow::ensure!(
+        !secret.trim().to_ascii_lowercase().starts_with("change-me"),
+        "FITORDER_JWT_SECRET is still the example's placeholder: set a random one (e.g. `openssl rand -hex 32`)"
+    );
+    let distinct = bytes.iter().collect::<std::collections::HashSet<_>>().len();
+    anyhow::ensure!(
+        distinct >= MIN_JWT_SECRET_DISTINCT,
+        "FITORDER_JWT_SECRET is too simple: {distinct} different characters, at least \
+         {MIN_JWT_SECRET_DISTINCT} are needed outside development mode (e.g. `openssl rand -hex 32`)"
+    );
+    Ok(())
 }
 
 /// Shown instead of a secret in `Debug`.
@@ -472,6 +534,11 @@ impl std::fmt::Debug for Config {
             http_header_timeout,
             http_body_timeout,
             unverified_callback_bytes,
+            public_introspection,
+            metrics_token,
+            max_connections,
+            max_connections_per_addr,
+            max_subscriptions_per_token,
         } = self;
         let url = |u: &Option<String>| u.as_deref().map(redact_url);
         f.debug_struct("Config")
@@ -515,6 +582,11 @@ impl std::fmt::Debug for Config {
             .field("http_header_timeout", http_header_timeout)
             .field("http_body_timeout", http_body_timeout)
             .field("unverified_callback_bytes", unverified_callback_bytes)
+            .field("public_introspection", public_introspection)
+            .field("metrics_token", &metrics_token.as_ref().map(|_| REDACTED))
+            .field("max_connections", max_connections)
+            .field("max_connections_per_addr", max_connections_per_addr)
+            .field("max_subscriptions_per_token", max_subscriptions_per_token)
             .finish()
     }
 }
@@ -592,5 +664,29 @@ mod redaction_tests {
             redact_url("postgres://postgres@127.0.0.1:5432/postgres"),
             "postgres://postgres@127.0.0.1:5432/postgres"
         );
+    }
+}
+
+#[cfg(test)]
+mod jwt_secret_tests {
+    use super::*;
+
+    #[test]
+    fn weak_secrets_are_refused_by_name() {
+        for (weak, why) in [
+            ("a", "too short"),
+            ("change-me", "too short"),
+            (&"x".repeat(64) as &str, "too simple"),
+            ("0101010101010101010101010101010101", "too simple"),
+        ] {
+            let e = check_jwt_secret(weak).unwrap_err().to_string();
+            assert!(e.contains("FITORDER_JWT_SECRET") && e.contains(why), "{weak}: {e}");
+            assert!(!e.contains(weak) || weak.len() == 1, "the secret is not shown: {e}");
+        }
+        assert!(check_jwt_secret("change-me-to-64-random-hex-characters")
+            .unwrap_err()
+            .to_string()
+            .contains("placeholder"));
+        check_jwt_secret("3f9a1c7e5b2d4f6a8c0e1b3d5f7a9c2e").unwrap();
     }
 }

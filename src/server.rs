@@ -84,6 +84,9 @@ async fn run_with_database(config: Config, opts: ServeOptions, url: &str, dev_mo
         "FITORDER_JWT_SECRET is not set: outside development mode (DATABASE_URL is set) every instance \
          needs the same secret; set it (or run with --dev on a database of your own)"
     );
+    if !dev_mode {
+        crate::config::check_jwt_secret(&config.jwt_secret)?;
+    }
     config.keep_dev_secret();
     let no_provider = config.wechatpay.mch_id.is_none() && config.alipay.app_id.is_none();
     let mut sandbox = None;
@@ -146,9 +149,8 @@ async fn run_with_database(config: Config, opts: ServeOptions, url: &str, dev_mo
                     .await
                     .with_context(|| format!("binding {addr}"))?;
                 tracing::info!(addr = %listener.local_addr()?, "worker running (metrics and health only)");
-                axum::serve(listener, crate::http::ops_router(state))
-                    .with_graceful_shutdown(shutdown)
-                    .await?;
+                let limits = crate::http::ServeLimits::from_config(&config);
+                crate::http::serve_with(listener, crate::http::ops_router(state), limits, shutdown).await?;
             }
             None => {
                 tracing::info!("worker running (no HTTP)");
@@ -164,8 +166,32 @@ async fn run_with_database(config: Config, opts: ServeOptions, url: &str, dev_mo
         .await
         .with_context(|| format!("binding {}", config.addr))?;
     tracing::info!(addr = %listener.local_addr()?, "listening");
-    let header_timeout = config.http_header_timeout;
-    crate::http::serve(listener, crate::http::router(state), header_timeout, shutdown).await?;
+    // FITORDER_METRICS_ADDR: `/metrics`, `/healthz` and `/readyz` on a listener of their own
+    // (outside development mode the API port serves `/metrics` only with FITORDER_METRICS_TOKEN).
+    let (ops_stop_tx, mut ops_stop_rx) = tokio::sync::watch::channel(false);
+    let ops = match &config.metrics_addr {
+        Some(addr) => {
+            let ops_listener = tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("binding {addr} (FITORDER_METRICS_ADDR)"))?;
+            tracing::info!(addr = %ops_listener.local_addr()?, "metrics and health listening");
+            let limits = crate::http::ServeLimits::from_config(&config);
+            let router = crate::http::ops_router(state.clone());
+            Some(tokio::spawn(async move {
+                let stopped = async move {
+                    let _ = ops_stop_rx.changed().await;
+                };
+                crate::http::serve_with(ops_listener, router, limits, stopped).await
+            }))
+        }
+        None => None,
+    };
+    let limits = crate::http::ServeLimits::from_config(&config);
+    crate::http::serve_with(listener, crate::http::router(state), limits, shutdown).await?;
+    let _ = ops_stop_tx.send(true);
+    if let Some(ops) = ops {
+        let _ = ops.await;
+    }
     for task in background {
         let _ = task.await;
     }

@@ -13,7 +13,8 @@ import { setTimeout as sleep } from 'node:timers/promises';
 export const BIN = process.env.FITORDER_BIN || fileURLToPath(new URL('../../target/debug/fitorder', import.meta.url));
 export const ADMIN_URL = process.env.TEST_DATABASE_URL || 'postgres://postgres@127.0.0.1:5432/postgres';
 export const OPS_DOC = readFileSync(new URL('../operations/ops.graphql', import.meta.url), 'utf8');
-const SECRET = 'playground-test-secret';
+const SECRET = 'playground-test-secret-3b5d7f9a1c3e5';
+const METRICS_TOKEN = 'playground-metrics-token';
 
 /** A port nobody listens on right now. */
 export function freePort() {
@@ -59,6 +60,8 @@ export async function startServer(env = {}) {
   const baseEnv = cleanEnv({
     DATABASE_URL: dbUrl.href,
     FITORDER_JWT_SECRET: SECRET,
+    // Outside development mode /metrics on the API port needs this bearer token.
+    FITORDER_METRICS_TOKEN: METRICS_TOKEN,
     FITORDER_ADDR: `127.0.0.1:${port}`,
     RUST_LOG: process.env.RUST_LOG || 'info',
     ...env,
@@ -126,7 +129,7 @@ export async function startServer(env = {}) {
     /** Waits until the server runs at least `n` subscription streams (its fitorder_subscribers gauge). */
     const subscribers = (n) =>
       eventually(async () => {
-        const text = await (await fetch(url + '/metrics')).text();
+        const text = await (await fetch(url + '/metrics', { headers: { authorization: `Bearer ${METRICS_TOKEN}` } })).text();
         const m = text.match(/^fitorder_subscribers (\S+)$/m);
         return m && Number(m[1]) >= n;
       }, `${n} live subscription(s) (fitorder_subscribers on /metrics)`);

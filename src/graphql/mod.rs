@@ -2,6 +2,7 @@
 //! screen's subscriptions. The schema lives here, apart from the HTTP transport.
 
 mod connection;
+pub mod introspection;
 pub mod limits;
 mod loaders;
 mod mutation;
@@ -13,6 +14,7 @@ mod types;
 use async_graphql::{Context, Schema};
 
 pub use connection::{decode_cursor, encode_cursor};
+pub use introspection::Introspection;
 pub use loaders::DbLoader;
 pub use types::TimelineEntry;
 
@@ -76,7 +78,8 @@ pub fn is_introspection_only(query: &str, limits: &limits::DocumentLimits) -> bo
 
 fn build_schema_with_depth(state: AppState, max_depth: usize) -> AppSchema {
     let max_complexity = state.config.max_complexity;
-    let state_limits = limits::DocumentLimits::from_config(&state.config);
+    let mut state_limits = limits::DocumentLimits::from_config(&state.config);
+    state_limits.introspection = Some(introspection_budget());
     Schema::build(query::Query, mutation::Mutation, subscription::Subscription)
         .data(state)
         .limit_depth(max_depth)
@@ -142,6 +145,12 @@ impl async_graphql::extensions::Extension for TraceIds {
     }
 }
 
+/// What introspection may cost in one document: measured once on this schema.
+pub fn introspection_budget() -> introspection::IntrospectionBudget {
+    static BUDGET: std::sync::OnceLock<introspection::IntrospectionBudget> = std::sync::OnceLock::new();
+    *BUDGET.get_or_init(|| introspection::IntrospectionBudget::of_sdl(&sdl()))
+}
+
 /// The schema as SDL, as `schema/schema.graphql` holds it.
 pub fn sdl() -> String {
     Schema::build(query::Query, mutation::Mutation, subscription::Subscription)
@@ -176,11 +185,13 @@ pub(crate) async fn conn(ctx: &Context<'_>) -> AppResult<DbConn> {
     Ok(state(ctx).pool.get().await?)
 }
 
+/// An `ID` argument, written the one way ids are written (decimal digits, no sign, no leading
+/// zero, no spaces: `+2`, `02` and `" 2"` are not member 2), as tokens' subjects are.
 pub(crate) fn parse_id(id: &async_graphql::ID, what: &str) -> AppResult<i64> {
-    id.parse::<i64>()
-        .ok()
-        .filter(|v| *v > 0)
-        .ok_or_else(|| AppError::bad(format!("{what} {:?} is not an id", id.as_str())))
+    crate::auth::canonical_id(id.as_str()).ok_or_else(|| {
+        let shown: String = id.as_str().chars().take(40).collect();
+        AppError::bad(format!("{what} {shown:?} is not an id"))
+    })
 }
 
 /// GraphQL Int is 32-bit; amounts are stored as 64-bit cents. An amount that does not fit is

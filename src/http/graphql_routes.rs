@@ -6,7 +6,7 @@ use async_graphql_axum::rejection::GraphQLRejection;
 use async_graphql_axum::{GraphQLRequest, GraphQLResponse};
 use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
 use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use axum::Extension;
 use futures_util::{SinkExt, StreamExt};
@@ -34,11 +34,8 @@ pub async fn graphql(
 ) -> Response {
     let req = match req {
         Ok(r) => r,
-        // A body cut off by the size limit is "too large", not "malformed".
-        Err(e) if format!("{:?}", e.0).to_lowercase().contains("length limit") => {
-            return (StatusCode::PAYLOAD_TOO_LARGE, "request body too large").into_response();
-        }
-        Err(e) => return e.into_response(),
+        // (A body over the size limit or too slow never gets here: see `http::body`.)
+        Err(e) => return super::rejection::graphql(e.0),
     };
     let header = headers.get("authorization").and_then(|v| v.to_str().ok());
     let viewer = match viewer_from(&s.app.config.jwt_secret, header) {
@@ -46,9 +43,20 @@ pub async fn graphql(
         Err(msg) => return unauthenticated(msg),
     };
     let req = req.into_inner();
-    // Without a token nothing but introspection can run: refuse the rest before parsing.
-    if viewer.is_none() && !might_be_introspection(&req.query) {
-        return unauthenticated("a bearer token is required".into());
+    // Without a token nothing but introspection can run (and that only in development mode or
+    // with FITORDER_PUBLIC_INTROSPECTION=1): refuse the rest before parsing.
+    if viewer.is_none() {
+        let introspection = might_be_introspection(&req.query);
+        let anonymous_introspection = s.app.config.dev_mode || s.app.config.public_introspection;
+        if !introspection {
+            return unauthenticated("a bearer token is required".into());
+        }
+        if !anonymous_introspection {
+            return unauthenticated(
+                "introspection needs a bearer token outside development mode (FITORDER_PUBLIC_INTROSPECTION=1 allows it)"
+                    .into(),
+            );
+        }
     }
     let request = req
         .data(RequestContext {
@@ -57,16 +65,16 @@ pub async fn graphql(
             client_ip: client_ip(&headers),
         })
         .data(DbLoader::new(s.app.pool.clone()));
-    let schema = if might_be_introspection(&request.query)
+    let response = if might_be_introspection(&request.query)
         && crate::graphql::is_introspection_only(
             &request.query,
             &crate::graphql::limits::DocumentLimits::from_config(&s.app.config),
         ) {
-        &s.introspection
+        s.introspection.execute(request).await
     } else {
-        &s.schema
+        s.schema.execute(request).await
     };
-    GraphQLResponse::from(schema.execute(request).await).into_response()
+    GraphQLResponse::from(response).into_response()
 }
 
 fn unauthenticated(msg: String) -> Response {
@@ -109,6 +117,8 @@ const CLOSE_DUPLICATE_ID: u16 = 4409;
 struct WsGuard {
     active: std::collections::HashSet<String>,
     close: Option<(u16, String)>,
+    /// The token of `connection_init`: its running operations count against it.
+    token: Option<super::ws_quota::TokenKey>,
 }
 
 #[derive(serde::Deserialize)]
@@ -116,6 +126,27 @@ struct Peek {
     #[serde(rename = "type")]
     kind: Option<String>,
     id: Option<String>,
+}
+
+/// `connection_init`'s token, as the guard counts it.
+#[derive(serde::Deserialize)]
+struct PeekInit {
+    payload: Option<serde_json::Value>,
+}
+
+/// Gives the token's places back when the connection ends, however it ends.
+struct Release {
+    quota: std::sync::Arc<super::ws_quota::TokenOperations>,
+    guard: std::sync::Arc<std::sync::Mutex<WsGuard>>,
+}
+
+impl Drop for Release {
+    fn drop(&mut self) {
+        let g = self.guard.lock().expect("ws guard");
+        if let Some(key) = &g.token {
+            self.quota.give_back(key, g.active.len());
+        }
+    }
 }
 
 async fn serve_ws(s: HttpState, socket: WebSocket, trace: TraceId) {
@@ -129,7 +160,14 @@ async fn serve_ws(s: HttpState, socket: WebSocket, trace: TraceId) {
     };
     let (mut sink, stream) = socket.split();
     let max_subscriptions = s.app.config.ws_max_subscriptions;
+    let per_token = s.app.config.max_subscriptions_per_token;
     let guard = Arc::new(Mutex::new(WsGuard::default()));
+    let quota = s.subscriptions.clone();
+    let _release = Release {
+        quota: quota.clone(),
+        guard: guard.clone(),
+    };
+    let input_quota = quota.clone();
     let (inject_tx, mut inject_rx) = tokio::sync::mpsc::unbounded_channel::<Message>();
     let input_guard = guard.clone();
     let input = stream
@@ -147,9 +185,25 @@ async fn serve_ws(s: HttpState, socket: WebSocket, trace: TraceId) {
             let pass = match serde_json::from_slice::<Peek>(&bytes) {
                 Ok(Peek {
                     kind: Some(kind),
+                    id: None,
+                }) if kind == "connection_init" => {
+                    let authorization = serde_json::from_slice::<PeekInit>(&bytes).ok().and_then(|p| {
+                        let p = p.payload?;
+                        let v = p.get("authorization").or_else(|| p.get("Authorization"))?;
+                        v.as_str().map(super::ws_quota::token_key)
+                    });
+                    let mut g = input_guard.lock().expect("ws guard");
+                    if g.token.is_none() {
+                        g.token = authorization;
+                    }
+                    true
+                }
+                Ok(Peek {
+                    kind: Some(kind),
                     id: Some(id),
                 }) => {
                     let mut g = input_guard.lock().expect("ws guard");
+                    let token = g.token;
                     match kind.as_str() {
                         "subscribe" | "start" if g.active.contains(&id) => {
                             g.close = Some((CLOSE_DUPLICATE_ID, format!("Subscriber for {id} already exists")));
@@ -163,12 +217,23 @@ async fn serve_ws(s: HttpState, socket: WebSocket, trace: TraceId) {
                             let _ = inject_tx.send(Message::Text(refusal.to_string().into()));
                             false
                         }
+                        "subscribe" | "start" if token.is_some_and(|k| !input_quota.try_take(&k, per_token)) => {
+                            let refusal = serde_json::json!({"type": "error", "id": id, "payload": [{
+                                "message": format!("too many operations for this token (limit {per_token} over all its connections)"),
+                                "extensions": {"code": "BAD_USER_INPUT"}}]});
+                            let _ = inject_tx.send(Message::Text(refusal.to_string().into()));
+                            false
+                        }
                         "subscribe" | "start" => {
                             g.active.insert(id);
                             true
                         }
                         "complete" | "stop" => {
-                            g.active.remove(&id);
+                            if g.active.remove(&id) {
+                                if let Some(k) = &token {
+                                    input_quota.give_back(k, 1);
+                                }
+                            }
                             true
                         }
                         _ => true,
@@ -233,7 +298,12 @@ async fn serve_ws(s: HttpState, socket: WebSocket, trace: TraceId) {
                         deadline.as_mut().reset(tokio::time::Instant::now() + std::time::Duration::from_secs(left));
                     } else if t.starts_with(r#"{"type":"complete""#) {
                         if let Ok(Peek { id: Some(id), .. }) = serde_json::from_str::<Peek>(&t) {
-                            guard.lock().expect("ws guard").active.remove(&id);
+                            let mut g = guard.lock().expect("ws guard");
+                            if g.active.remove(&id) {
+                                if let Some(k) = &g.token {
+                                    quota.give_back(k, 1);
+                                }
+                            }
                         }
                     }
                     Message::Text(t.into())

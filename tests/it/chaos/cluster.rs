@@ -13,7 +13,7 @@ use crate::harness::wait_ready;
 use crate::providers;
 
 /// The JWT secret the processes share with the test's tokens.
-pub const SECRET: &str = "chaos-secret";
+pub const SECRET: &str = "chaos-secret-5d7f9b1c3e5a7c9e1f3b";
 
 /// A PostgreSQL of our own, to restart mid-run.
 pub struct Database {

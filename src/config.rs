@@ -77,7 +77,21 @@ pub struct Config {
     pub http_body_timeout: Duration,
     /// How much of an unverified callback's body is kept as evidence.
     pub unverified_callback_bytes: usize,
+    /// Business limits (README "Security", limits of the business): the expiry of an OFFLINE
+    /// order a member placed, the WAIT_PAY orders one member may hold, placements per member
+    /// and minute.
+    pub offline_order_timeout: Duration,
+    pub max_open_orders: i64,
+    pub place_rate_per_minute: u32,
+    /// Unverified callbacks kept in full per source address and minute; beyond that one in
+    /// [`UNVERIFIED_SAMPLE_EVERY`] is kept, and at most `unverified_callbacks_per_minute_total`
+    /// rows a minute in all.
+    pub unverified_callbacks_per_minute: u32,
+    pub unverified_callbacks_per_minute_total: u32,
 }
+
+/// Beyond the per-address limit, one unverified callback in this many is kept as a sample.
+pub const UNVERIFIED_SAMPLE_EVERY: u64 = 100;
 
 #[derive(Clone)]
 pub struct WechatPayConfig {
@@ -124,6 +138,9 @@ pub struct AlipayConfig {
     pub public_cert: Option<PathBuf>,
     pub root_cert: Option<PathBuf>,
     pub api_base: String,
+    /// The merchant's own seller id (`2088…`, `ALIPAY_SELLER_ID`): a notification naming
+    /// another seller is refused. Unset: the seller is not checked (the app id still is).
+    pub seller_id: Option<String>,
 }
 
 impl Default for AlipayConfig {
@@ -136,6 +153,7 @@ impl Default for AlipayConfig {
             public_cert: None,
             root_cert: None,
             api_base: ALIPAY_API_BASE.into(),
+            seller_id: None,
         }
     }
 }
@@ -186,6 +204,12 @@ Environment:
   FITORDER_HTTP_HEADER_TIMEOUT   wait for request headers / idle keep-alive (default 10s)
   FITORDER_HTTP_BODY_TIMEOUT     wait for a request body (default 30s)
   FITORDER_UNVERIFIED_CALLBACK_BYTES  body kept of an unverified callback (default 4096)
+  FITORDER_OFFLINE_ORDER_TIMEOUT expiry of an OFFLINE order a member placed (default 24h)
+  FITORDER_MAX_OPEN_ORDERS       WAIT_PAY orders one member may hold at once (default 5)
+  FITORDER_PLACE_RATE            orders one member may place per minute (default 20)
+  FITORDER_UNVERIFIED_CALLBACKS_PER_MINUTE  unverified callbacks kept whole per address and minute (default 20)
+  FITORDER_UNVERIFIED_CALLBACKS_TOTAL_PER_MINUTE  unverified callbacks kept per minute in all (default 600)
+  ALIPAY_SELLER_ID               Alipay: our seller id (2088…); notifications naming another are refused
 ";
 
 fn var(name: &str) -> Option<String> {
@@ -265,6 +289,7 @@ impl Config {
                 public_cert: var("ALIPAY_PUBLIC_CERT").map(PathBuf::from),
                 root_cert: var("ALIPAY_ROOT_CERT").map(PathBuf::from),
                 api_base: var("ALIPAY_API_BASE").unwrap_or_else(|| ALIPAY_API_BASE.into()),
+                seller_id: var("ALIPAY_SELLER_ID"),
             },
             max_complexity: number("FITORDER_MAX_COMPLEXITY", 20_000)?,
             max_depth: 12,
@@ -286,6 +311,14 @@ impl Config {
             http_header_timeout: duration("FITORDER_HTTP_HEADER_TIMEOUT", "10s")?,
             http_body_timeout: duration("FITORDER_HTTP_BODY_TIMEOUT", "30s")?,
             unverified_callback_bytes: number("FITORDER_UNVERIFIED_CALLBACK_BYTES", 4_096)?,
+            offline_order_timeout: duration("FITORDER_OFFLINE_ORDER_TIMEOUT", "24h")?,
+            max_open_orders: number::<i64>("FITORDER_MAX_OPEN_ORDERS", 5)?.max(1),
+            place_rate_per_minute: number::<u32>("FITORDER_PLACE_RATE", 20)?.max(1),
+            unverified_callbacks_per_minute: number::<u32>("FITORDER_UNVERIFIED_CALLBACKS_PER_MINUTE", 20)?,
+            unverified_callbacks_per_minute_total: number::<u32>(
+                "FITORDER_UNVERIFIED_CALLBACKS_TOTAL_PER_MINUTE",
+                600,
+            )?,
         })
     }
 
@@ -332,6 +365,12 @@ impl Config {
             http_header_timeout: Duration::from_secs(10),
             http_body_timeout: Duration::from_secs(30),
             unverified_callback_bytes: 4_096,
+            // Tests place hundreds of orders for one member: the tests of these limits set them.
+            offline_order_timeout: Duration::from_secs(24 * 3600),
+            max_open_orders: 100_000,
+            place_rate_per_minute: 100_000,
+            unverified_callbacks_per_minute: 20,
+            unverified_callbacks_per_minute_total: 600,
         }
     }
 
@@ -472,6 +511,11 @@ impl std::fmt::Debug for Config {
             http_header_timeout,
             http_body_timeout,
             unverified_callback_bytes,
+            offline_order_timeout,
+            max_open_orders,
+            place_rate_per_minute,
+            unverified_callbacks_per_minute,
+            unverified_callbacks_per_minute_total,
         } = self;
         let url = |u: &Option<String>| u.as_deref().map(redact_url);
         f.debug_struct("Config")
@@ -515,6 +559,14 @@ impl std::fmt::Debug for Config {
             .field("http_header_timeout", http_header_timeout)
             .field("http_body_timeout", http_body_timeout)
             .field("unverified_callback_bytes", unverified_callback_bytes)
+            .field("offline_order_timeout", offline_order_timeout)
+            .field("max_open_orders", max_open_orders)
+            .field("place_rate_per_minute", place_rate_per_minute)
+            .field("unverified_callbacks_per_minute", unverified_callbacks_per_minute)
+            .field(
+                "unverified_callbacks_per_minute_total",
+                unverified_callbacks_per_minute_total,
+            )
             .finish()
     }
 }

@@ -29,8 +29,8 @@ pub struct AppState {
     /// Orders placed per member and minute (`FITORDER_PLACE_RATE`).
     pub placing: Arc<crate::ratelimit::RateLimiter>,
     /// Unverified callbacks kept per source address and minute, and in all
-    /// (`payments::UnverifiedSampler`).
-    pub unverified: Arc<crate::payments::UnverifiedSampler>,
+    /// (`payments::sampling`).
+    pub unverified: Arc<crate::payments::sampling::UnverifiedSampler>,
 }
 
 impl AppState {
@@ -58,7 +58,7 @@ impl AppState {
             std::time::Duration::from_secs(60),
             PLACING_KEYS,
         );
-        let unverified = crate::payments::UnverifiedSampler::new(&config);
+        let unverified = crate::payments::sampling::UnverifiedSampler::new(&config);
         let config = Arc::new(config);
         let keys = Arc::new(keys);
         AppState {

@@ -24,7 +24,6 @@ pub mod trades;
 pub mod wechat;
 
 pub use provider::{evidence_header, evidence_text, Notice};
-pub use sampling::UnverifiedSampler;
 
 use diesel::prelude::*;
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};

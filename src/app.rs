@@ -8,6 +8,9 @@ use crate::events::EventHub;
 use crate::payments::api::ProviderApi;
 use crate::payments::keys::ProviderKeys;
 
+/// Members whose placements one process counts at once (the limiter's memory bound).
+const PLACING_KEYS: usize = 100_000;
+
 #[derive(Clone)]
 pub struct AppState {
     pub pool: DbPool,
@@ -23,6 +26,11 @@ pub struct AppState {
     /// Payment keys this process saw processed lately: which way a notification takes
     /// (`payments::processed_lately`), never whether it is applied.
     pub processed: Arc<crate::payments::seen::Seen>,
+    /// Orders placed per member and minute (`FITORDER_PLACE_RATE`).
+    pub placing: Arc<crate::ratelimit::RateLimiter>,
+    /// Unverified callbacks kept per source address and minute, and in all
+    /// (`payments::sampling`).
+    pub unverified: Arc<crate::payments::sampling::UnverifiedSampler>,
 }
 
 impl AppState {
@@ -45,9 +53,17 @@ impl AppState {
             crate::db::evidence_pool(&db_url, evidence_size, config.statement_timeout)
         }
         .expect("a pool is built without connecting");
+        let placing = crate::ratelimit::RateLimiter::new(
+            config.place_rate_per_minute,
+            std::time::Duration::from_secs(60),
+            PLACING_KEYS,
+        );
+        let unverified = crate::payments::sampling::UnverifiedSampler::new(&config);
         let config = Arc::new(config);
         let keys = Arc::new(keys);
         AppState {
+            placing: Arc::new(placing),
+            unverified: Arc::new(unverified),
             providers: ProviderApi::with_pool(config.clone(), keys.clone(), Some(pool.clone())),
             pool,
             config,

@@ -87,7 +87,21 @@ pub struct Config {
     pub max_connections_per_addr: usize,
     /// Running GraphQL operations of one token over all its WebSockets.
     pub max_subscriptions_per_token: usize,
+    /// Business limits (README "Security", limits of the business): the expiry of an OFFLINE
+    /// order a member placed, the WAIT_PAY orders one member may hold, placements per member
+    /// and minute.
+    pub offline_order_timeout: Duration,
+    pub max_open_orders: i64,
+    pub place_rate_per_minute: u32,
+    /// Unverified callbacks kept in full per source address and minute; beyond that one in
+    /// [`UNVERIFIED_SAMPLE_EVERY`] is kept, and at most `unverified_callbacks_per_minute_total`
+    /// rows a minute in all.
+    pub unverified_callbacks_per_minute: u32,
+    pub unverified_callbacks_per_minute_total: u32,
 }
+
+/// Beyond the per-address limit, one unverified callback in this many is kept as a sample.
+pub const UNVERIFIED_SAMPLE_EVERY: u64 = 100;
 
 #[derive(Clone)]
 pub struct WechatPayConfig {
@@ -134,6 +148,9 @@ pub struct AlipayConfig {
     pub public_cert: Option<PathBuf>,
     pub root_cert: Option<PathBuf>,
     pub api_base: String,
+    /// The merchant's own seller id (`2088…`, `ALIPAY_SELLER_ID`): a notification naming
+    /// another seller is refused. Unset: the seller is not checked (the app id still is).
+    pub seller_id: Option<String>,
 }
 
 impl Default for AlipayConfig {
@@ -146,6 +163,7 @@ impl Default for AlipayConfig {
             public_cert: None,
             root_cert: None,
             api_base: ALIPAY_API_BASE.into(),
+            seller_id: None,
         }
     }
 }
@@ -201,6 +219,12 @@ Environment:
   FITORDER_MAX_CONNECTIONS       open HTTP connections per process (default 4096)
   FITORDER_MAX_CONNECTIONS_PER_ADDR  open HTTP connections from one peer address (default 256)
   FITORDER_MAX_SUBSCRIPTIONS_PER_TOKEN  running WebSocket operations of one token, all connections (default 200)
+  FITORDER_OFFLINE_ORDER_TIMEOUT expiry of an OFFLINE order a member placed (default 24h)
+  FITORDER_MAX_OPEN_ORDERS       WAIT_PAY orders one member may hold at once (default 5)
+  FITORDER_PLACE_RATE            orders one member may place per minute (default 20)
+  FITORDER_UNVERIFIED_CALLBACKS_PER_MINUTE  unverified callbacks kept whole per address and minute (default 20)
+  FITORDER_UNVERIFIED_CALLBACKS_TOTAL_PER_MINUTE  unverified callbacks kept per minute in all (default 600)
+  ALIPAY_SELLER_ID               Alipay: our seller id (2088…); notifications naming another are refused
 ";
 
 fn var(name: &str) -> Option<String> {
@@ -280,6 +304,7 @@ impl Config {
                 public_cert: var("ALIPAY_PUBLIC_CERT").map(PathBuf::from),
                 root_cert: var("ALIPAY_ROOT_CERT").map(PathBuf::from),
                 api_base: var("ALIPAY_API_BASE").unwrap_or_else(|| ALIPAY_API_BASE.into()),
+                seller_id: var("ALIPAY_SELLER_ID"),
             },
             max_complexity: number("FITORDER_MAX_COMPLEXITY", 20_000)?,
             max_depth: 12,
@@ -310,6 +335,14 @@ impl Config {
             )?
             .max(1),
             max_subscriptions_per_token: number::<usize>("FITORDER_MAX_SUBSCRIPTIONS_PER_TOKEN", 200)?.max(1),
+            offline_order_timeout: duration("FITORDER_OFFLINE_ORDER_TIMEOUT", "24h")?,
+            max_open_orders: number::<i64>("FITORDER_MAX_OPEN_ORDERS", 5)?.max(1),
+            place_rate_per_minute: number::<u32>("FITORDER_PLACE_RATE", 20)?.max(1),
+            unverified_callbacks_per_minute: number::<u32>("FITORDER_UNVERIFIED_CALLBACKS_PER_MINUTE", 20)?,
+            unverified_callbacks_per_minute_total: number::<u32>(
+                "FITORDER_UNVERIFIED_CALLBACKS_TOTAL_PER_MINUTE",
+                600,
+            )?,
         })
     }
 
@@ -361,6 +394,12 @@ impl Config {
             max_connections: DEFAULT_MAX_CONNECTIONS,
             max_connections_per_addr: DEFAULT_MAX_CONNECTIONS_PER_ADDR,
             max_subscriptions_per_token: 200,
+            // Tests place hundreds of orders for one member: the tests of these limits set them.
+            offline_order_timeout: Duration::from_secs(24 * 3600),
+            max_open_orders: 100_000,
+            place_rate_per_minute: 100_000,
+            unverified_callbacks_per_minute: 20,
+            unverified_callbacks_per_minute_total: 600,
         }
     }
 
@@ -539,6 +578,11 @@ impl std::fmt::Debug for Config {
             max_connections,
             max_connections_per_addr,
             max_subscriptions_per_token,
+            offline_order_timeout,
+            max_open_orders,
+            place_rate_per_minute,
+            unverified_callbacks_per_minute,
+            unverified_callbacks_per_minute_total,
         } = self;
         let url = |u: &Option<String>| u.as_deref().map(redact_url);
         f.debug_struct("Config")
@@ -587,6 +631,14 @@ impl std::fmt::Debug for Config {
             .field("max_connections", max_connections)
             .field("max_connections_per_addr", max_connections_per_addr)
             .field("max_subscriptions_per_token", max_subscriptions_per_token)
+            .field("offline_order_timeout", offline_order_timeout)
+            .field("max_open_orders", max_open_orders)
+            .field("place_rate_per_minute", place_rate_per_minute)
+            .field("unverified_callbacks_per_minute", unverified_callbacks_per_minute)
+            .field(
+                "unverified_callbacks_per_minute_total",
+                unverified_callbacks_per_minute_total,
+            )
             .finish()
     }
 }

@@ -25,6 +25,9 @@ pub enum AppError {
     /// The request is malformed or asks for something impossible (negative amounts, too many
     /// sessions, a slot that already started).
     BadInput(String),
+    /// Bad input with a machine-readable `extensions.reason` (`TOO_MANY_OPEN_ORDERS`,
+    /// `RATE_LIMITED`): BAD_USER_INPUT, the reason telling the client what to do about it.
+    BadInputReason { reason: &'static str, message: String },
     /// The state machine refused: the order is not in a status from which this step exists.
     IllegalTransition { from: String, to: String },
     /// The wallet cannot cover the amount.
@@ -53,7 +56,7 @@ impl AppError {
             AppError::Unauthenticated(_) => "UNAUTHENTICATED",
             AppError::Forbidden(_) => "FORBIDDEN",
             AppError::NotFound(_) => "NOT_FOUND",
-            AppError::BadInput(_) => "BAD_USER_INPUT",
+            AppError::BadInput(_) | AppError::BadInputReason { .. } => "BAD_USER_INPUT",
             AppError::IllegalTransition { .. } => "ILLEGAL_TRANSITION",
             AppError::InsufficientFunds(_) => "INSUFFICIENT_FUNDS",
             AppError::SoldOut(_) => "SOLD_OUT",
@@ -111,6 +114,7 @@ impl AppError {
             | AppError::Conflict(m)
             | AppError::ProviderUnavailable(m)
             | AppError::Unavailable(m) => m.clone(),
+            AppError::BadInputReason { message, .. } => message.clone(),
             AppError::NotFound(what) => format!("{what} not found"),
             AppError::IllegalTransition { from, to } => {
                 format!("illegal transition {from} -> {to}")
@@ -290,6 +294,9 @@ impl ErrorExtensions for AppError {
             }
             if let AppError::ProviderUnavailable(_) = self {
                 ext.set("reason", "PROVIDER_UNAVAILABLE");
+            }
+            if let AppError::BadInputReason { reason, .. } = self {
+                ext.set("reason", *reason);
             }
         })
     }

@@ -22,6 +22,7 @@ pub mod logging;
 pub mod orders;
 pub mod outbox;
 pub mod payments;
+pub mod ratelimit;
 pub mod reconciliation;
 pub mod seed;
 pub mod server;

@@ -120,6 +120,15 @@ async fn run_with_database(config: Config, opts: ServeOptions, url: &str, dev_mo
     // database directly (FITORDER_LISTEN_DATABASE_URL).
     let events = crate::events::EventHub::start(direct, pool.clone());
     let state = AppState::with_keys(pool, config.clone(), keys, events, url.to_string());
+    // Several processes may share a database with different keys: each says what it serves.
+    let served: Vec<&str> = crate::compensation::worker::served_providers(&state)
+        .iter()
+        .map(|p| p.as_str())
+        .collect();
+    tracing::info!(
+        providers = ?served,
+        "payment providers served here (callbacks, trades, refunds); refunds through any other are left to a process that has its keys"
+    );
     if let Err(e) = crate::tasks::refresh_platform_certificates(state.clone()).await {
         // Notifications and answers naming a certificate fail until it is fetched; the hourly
         // task and the first unknown serial try again.

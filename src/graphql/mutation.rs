@@ -112,6 +112,7 @@ fn require_admin<'a>(ctx: &Context<'a>) -> AppResult<&'a crate::auth::Viewer> {
 impl Mutation {
     async fn place_order(&self, ctx: &Context<'_>, input: PlaceOrderInput) -> AppResult<PlaceOrderPayload> {
         let v = viewer(ctx)?;
+        orders::check_place_rate(&state(ctx).placing, v)?;
         let actx = actor_ctx(ctx)?;
         let item = match &input.item {
             OrderItemInput::MembershipPlanId(id) => PlacedItem::MembershipPlan(parse_id(id, "membershipPlanId")?),

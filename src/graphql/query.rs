@@ -73,6 +73,17 @@ macro_rules! page {
     }};
 }
 
+/// Runs (reconciliation, periodic tasks) and their statistics cover the whole chain: a
+/// store-limited admin is refused them, as `runReconciliation` refuses them.
+fn require_chain_wide(v: &crate::auth::Viewer) -> AppResult<()> {
+    if store_scope(v).is_some() {
+        return Err(AppError::Forbidden(
+            "store-limited staff may not read the chain-wide runs".into(),
+        ));
+    }
+    Ok(())
+}
+
 /// Store-limited staff see only their stores.
 fn store_scope(v: &crate::auth::Viewer) -> Option<Vec<i64>> {
     match v.role {
@@ -243,7 +254,7 @@ impl Query {
             .get_result(&mut c)
             .await
             .optional()?;
-        Ok(t.filter(|t| t.store_id.is_none_or(|s| v.sees_store(s)))
+        Ok(t.filter(|t| crate::tickets::visible_to(v, t.store_id))
             .map(ExceptionTicketNode))
     }
 
@@ -353,7 +364,9 @@ impl Query {
         first: Option<i32>,
         after: Option<String>,
     ) -> AppResult<Connection<ReconciliationRunNode>> {
-        viewer(ctx)?.require(&[Role::Admin, Role::Ops])?;
+        let v = viewer(ctx)?;
+        v.require(&[Role::Admin, Role::Ops])?;
+        require_chain_wide(v)?;
         let first = page_size(first)?;
         let after = after.as_deref().map(decode_cursor).transpose()?;
         let make = || -> AppResult<reconciliation_runs::BoxedQuery<'static, Pg>> {
@@ -379,7 +392,9 @@ impl Query {
         task: Option<String>,
         first: Option<i32>,
     ) -> AppResult<Vec<TaskRunNode>> {
-        viewer(ctx)?.require(&[Role::Admin, Role::Ops])?;
+        let v = viewer(ctx)?;
+        v.require(&[Role::Admin, Role::Ops])?;
+        require_chain_wide(v)?;
         let first = page_size(first)?;
         let mut c = conn(ctx).await?;
         let mut q = task_runs::table.into_boxed();
@@ -406,6 +421,7 @@ impl Query {
     ) -> AppResult<Vec<ReconciliationHealing>> {
         let v = viewer(ctx)?;
         v.require(&[Role::Admin, Role::Ops])?;
+        require_chain_wide(v)?;
         if to < from {
             return Err(AppError::bad("to must not be before from"));
         }

@@ -128,7 +128,7 @@ impl Subscription {
             .filter_map(move |e| {
                 let out = match e {
                     Event::Ticket(t) => {
-                        let visible = t.store_id.is_none_or(|s| sees_store(&v, s));
+                        let visible = crate::tickets::visible_to(&v, t.store_id);
                         let keep = visible && store.is_none_or(|s| t.store_id == Some(s));
                         keep.then(|| ExceptionTicketNode((*t).clone()))
                     }

@@ -1123,6 +1123,7 @@ mod tests {
             app_private_key: app_key.clone(),
             cert: None,
             api_base: String::new(),
+            seller_id: None,
         };
         // The real trade notification: same signing string as the SDK's, verified.
         let real = &vectors[0];

@@ -23,6 +23,8 @@ pub struct WechatSandbox {
     pub apiv3_key: [u8; 32],
     pub mch_id: String,
     pub serial: String,
+    /// The appid the merchant's trades are made under (`WECHATPAY_APP_ID`).
+    pub app_id: String,
 }
 
 /// A signed WeChat Pay notification: its headers and body.
@@ -83,7 +85,7 @@ impl WechatSandbox {
     /// The decrypted resource of a successful payment.
     pub fn transaction(&self, out_trade_no: &str, transaction_id: &str, total_fen: i64) -> Value {
         json!({
-            "appid": "wx0000000000000000",
+            "appid": self.app_id,
             "mchid": self.mch_id,
             "out_trade_no": out_trade_no,
             "transaction_id": transaction_id,

@@ -33,6 +33,7 @@ fn point_at(c: &mut Config, s: &StandIn) {
         public_cert: (!pk).then(|| d.join("alipayCertPublicKey_RSA2.crt")),
         root_cert: (!pk).then(|| d.join("alipayRootCert.crt")),
         api_base: s.alipay_gateway(),
+        seller_id: None,
     };
 }
 

@@ -18,6 +18,7 @@ const RANKS: &[(&str, u8, u8)] = &[
     ("config", 1, 0),
     ("auth", 1, 0),
     ("logging", 1, 0),
+    ("ratelimit", 1, 0),
     // 2: the database and its notifications.
     ("db", 2, 0),
     ("events", 2, 0),
@@ -31,6 +32,7 @@ const RANKS: &[(&str, u8, u8)] = &[
     ("payments::certs", 3, 0),
     ("payments::platform_keys", 3, 0),
     ("payments::seen", 3, 0),
+    ("payments::sampling", 3, 0),
     // 4: the shared state.
     ("app", 4, 0),
     // 5: the capabilities, each using only those before it. Tickets are a leaf the others call.

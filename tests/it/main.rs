@@ -5,6 +5,7 @@ mod harness;
 
 mod alerts;
 mod bill_fetch;
+mod business_limits;
 mod catalog_wallet;
 mod chaos;
 mod check_in;

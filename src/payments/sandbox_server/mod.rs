@@ -561,6 +561,7 @@ impl Inner {
             apiv3_key: self.keys.apiv3_key,
             mch_id: self.keys.mch_id.clone(),
             serial: self.wechat_serial(),
+            app_id: self.keys.wechat_app_id.clone(),
         };
         let n = signer.notification(event_type, resource, Utc::now().timestamp());
         let mut req = self

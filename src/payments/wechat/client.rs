@@ -524,7 +524,7 @@ impl WechatPay {
             .and_then(|_| wechat::parse_envelope(body))
             .and_then(|env| {
                 let plain = wechat::decrypt(&self.keys.apiv3_key, &env.resource)?;
-                let notice = wechat::notice(&self.keys.mch_id, &env.event_type, &plain);
+                let notice = wechat::notice(&self.keys.mch_id, &self.keys.app_ids(), &env.event_type, &plain);
                 Ok((env, plain, notice))
             });
         match checked {

@@ -48,7 +48,7 @@ impl AppState {
         let config = Arc::new(config);
         let keys = Arc::new(keys);
         AppState {
-            providers: ProviderApi::with_pool(config.clone(), keys.clone(), Some(pool.clone())),
+            providers: ProviderApi::with_pool(config.clone(), keys.clone(), pool.clone()),
             pool,
             config,
             keys,

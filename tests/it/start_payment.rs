@@ -437,9 +437,8 @@ async fn expiry_waits_for_a_member_still_paying_and_believes_only_signed_answers
         .buy(&s.member, &s.store, json!({"classPackId": s.pack}), "WECHAT_PAY")
         .await;
     due(&app, 1).await;
-    let api = app.state.providers.clone();
     app.sandbox.set_state("WECHAT_PAY", &no, "USERPAYING");
-    fitorder::expiry::expire_due(&app.state, &api).await.unwrap();
+    fitorder::expiry::expire_due(&app.state).await.unwrap();
     assert_eq!(
         app.order(&no).await["status"],
         "WAIT_PAY",
@@ -450,7 +449,7 @@ async fn expiry_waits_for_a_member_still_paying_and_believes_only_signed_answers
     app.sandbox.set_state("WECHAT_PAY", &no, "SUCCESS");
     app.sandbox.sign_answers_with_wrong_key(true);
     due(&app, 10).await;
-    fitorder::expiry::expire_due(&app.state, &api).await.unwrap();
+    fitorder::expiry::expire_due(&app.state).await.unwrap();
     let order = app.order(&no).await;
     assert_eq!(order["status"], "CANCELED", "{order:#}");
     assert!(order["paidAt"].is_null());
@@ -460,7 +459,7 @@ async fn expiry_waits_for_a_member_still_paying_and_believes_only_signed_answers
         .buy(&s.member, &s.store, json!({"classPackId": s.pack}), "ALIPAY")
         .await;
     due(&app, 1).await;
-    fitorder::expiry::expire_due(&app.state, &api).await.unwrap();
+    fitorder::expiry::expire_due(&app.state).await.unwrap();
     assert_eq!(app.order(&no2).await["status"], "CANCELED");
     let closes: Vec<_> = app
         .sandbox

@@ -488,6 +488,9 @@ async fn a_refund_is_done_only_when_the_provider_accepts_it_in_a_signed_answer()
         json!({"n": no}),
     )
     .await;
+    // PROCESSING until the test ends it (a genuine REFUND.SUCCESS would confirm it by itself).
+    app.sandbox
+        .set_refund_flow(fitorder::payments::sandbox_server::RefundFlow::Hold);
     app.sandbox.sign_answers_with_wrong_key(true);
     let worker = fitorder::compensation::worker::Worker::new(app.state.clone());
     worker.run_once().await.unwrap();
@@ -504,6 +507,10 @@ async fn a_refund_is_done_only_when_the_provider_accepts_it_in_a_signed_answer()
     assert_ne!(e["status"], "SUCCEEDED", "a forged acceptance is no acceptance: {e:#}");
     assert!(last_error.contains("unsigned"), "{last_error}");
     app.sandbox.sign_answers_with_wrong_key(false);
+    let refund_no = app.sandbox.trade("WECHAT_PAY", &no).unwrap().refunds[0]
+        .out_refund_no
+        .clone();
+    app.sandbox.finish_refund_silently(&refund_no, "SUCCESS").unwrap();
     tokio::time::sleep(Duration::from_millis(150)).await;
     worker.run_once().await.unwrap();
     assert_eq!(provider_refund(&app, &no).await["status"], "SUCCEEDED");

@@ -125,6 +125,18 @@ async fn chaos_keeps_the_books_right() {
     let violations = check_invariants(&mut conn, &provider, &w.provider_trades()).await;
     let orders = scalar(&mut conn, "SELECT count(*) AS v FROM orders").await;
     let callbacks = scalar(&mut conn, "SELECT count(*) AS v FROM payment_callbacks").await;
+    // Members who paid during the close, found by the query that followed the refused close.
+    let raced = scalar(
+        &mut conn,
+        "SELECT count(*) AS v FROM payment_callbacks WHERE event_type = 'TRADE_QUERY' AND outcome = 'APPLIED'",
+    )
+    .await;
+    let confirmed = scalar(
+        &mut conn,
+        "SELECT count(*) AS v FROM compensation_events WHERE kind = 'PROVIDER_REFUND' AND status = 'SUCCEEDED'",
+    )
+    .await;
+    eprintln!("chaos: {raced} orders paid during their close, {confirmed} provider refunds confirmed");
     eprintln!(
         "chaos: seed {seed}: {orders} orders, {callbacks} callbacks, {} violations",
         violations.len()
@@ -136,6 +148,7 @@ async fn chaos_keeps_the_books_right() {
         orders > (actions / 10) as i64,
         "the run did too little to mean anything: {orders} orders"
     );
+    assert!(raced > 0, "no member paid during a close: the race was not exercised");
     assert!(
         violations.is_empty(),
         "seed {seed}: invariants violated:\n{}",

@@ -64,7 +64,7 @@ impl AppState {
         AppState {
             placing: Arc::new(placing),
             unverified: Arc::new(unverified),
-            providers: ProviderApi::with_pool(config.clone(), keys.clone(), Some(pool.clone())),
+            providers: ProviderApi::with_pool(config.clone(), keys.clone(), pool.clone()),
             pool,
             config,
             keys,

@@ -12,7 +12,7 @@ use crate::db::DbConn;
 use crate::domain;
 use crate::error::{AppError, AppResult};
 use crate::orders::{self, PlaceOrder, PlacedItem};
-use crate::payments::trades;
+use crate::payments::{self, trades};
 
 pub struct Mutation;
 
@@ -201,8 +201,9 @@ impl Mutation {
                 domain::TIMEOUT_REASON
             )));
         }
+        // The trade is closed at the provider first; found paid meanwhile, the order is PAID.
+        let r = payments::closing::cancel_order(state(ctx), v, &order_no, &reason, &actx).await;
         let mut c = conn(ctx).await?;
-        let r = orders::cancel_order(&mut c, Some(v), &order_no, &reason, &actx).await;
         noted(ctx, &mut c, &order_no, r).await.map(OrderNode)
     }
 

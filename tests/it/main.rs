@@ -29,6 +29,7 @@ mod place_order;
 mod platform_keys;
 mod playground;
 mod production;
+mod provider_money;
 mod providers;
 mod reconciliation;
 mod sandbox_provider;

@@ -24,8 +24,8 @@ pub async fn serve(
         tokio::select! {
             _ = &mut shutdown => break,
             accepted = listener.accept() => {
-                let stream = match accepted {
-                    Ok((stream, _)) => stream,
+                let (stream, peer) = match accepted {
+                    Ok(accepted) => accepted,
                     Err(e) => {
                         // Out of file descriptors and the like: wait a little, keep serving.
                         tracing::warn!(error = %e, "accept failed");
@@ -34,7 +34,11 @@ pub async fn serve(
                     }
                 };
                 let _ = stream.set_nodelay(true);
-                let svc = TowerToHyperService::new(router.clone());
+                // The peer's address, for `client_addr` (handlers read `ConnectInfo`).
+                let svc = TowerToHyperService::new(tower_http::add_extension::AddExtension::new(
+                    router.clone(),
+                    axum::extract::ConnectInfo(peer),
+                ));
                 let mut stop = stop_rx.clone();
                 conns.spawn(async move {
                     let mut builder = hyper::server::conn::http1::Builder::new();

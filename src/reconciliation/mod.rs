@@ -173,6 +173,10 @@ async fn bill_file(state: &AppState, provider: Provider, date: NaiveDate, trace:
                                                  configuration, or download the bill from the merchant platform"
             }
             E::Unsupported(_) => "this provider cannot be fetched: download the bill from the merchant platform",
+            E::UnsignedError(_) => {
+                "the provider refused the request with the error above (it did not sign it, so nothing was \
+                 taken from it): check the merchant configuration it names (keys, serial, app id)"
+            }
         };
         AppError::bad(format!(
             "fetching the {provider} bill of {date} failed: {e}. {what} (into {name})"

@@ -79,8 +79,12 @@ pub struct RefundAccepted {
 /// What a bill request got.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum BillDownload {
-    /// The provider has not made the day's bill yet (both are T+1, after about 09:00–10:00).
+    /// The provider has not made the day's bill yet (both are T+1, after about 09:00–10:00):
+    /// WeChat `STATEMENT_CREATING`.
     NotReady(String),
+    /// The provider says there is no bill of that day because nothing happened (WeChat
+    /// `NO_STATEMENT_EXIST`, Alipay `isp.bill_not_exist`): reconciled as an empty bill.
+    NoBill(String),
     /// The raw download, streamed to `archive`.
     Downloaded {
         archive: std::path::PathBuf,

@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 use crate::harness::*;
 use crate::standin::{Modes, StandIn, StandInMode, Trade};
 
-fn point_at(c: &mut Config, s: &StandIn) {
+pub(crate) fn point_at(c: &mut Config, s: &StandIn) {
     let d = s.dir();
     let pk = s.mode == StandInMode::PublicKey;
     c.wechatpay = WechatPayConfig {

@@ -28,6 +28,7 @@ mod place_order;
 mod platform_keys;
 mod playground;
 mod production;
+mod provider_edges;
 mod providers;
 mod reconciliation;
 mod sandbox_provider;

@@ -340,7 +340,7 @@ impl Alipay {
                 .await?;
             if v["code"] != "10000" {
                 return match v["sub_code"].as_str() {
-                    Some("isp.bill_not_exist") => Ok(BillDownload::NotReady(format!(
+                    Some("isp.bill_not_exist") => Ok(BillDownload::NoBill(format!(
                         "isp.bill_not_exist {}",
                         v["sub_msg"].as_str().unwrap_or_default()
                     ))),

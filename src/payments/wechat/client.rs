@@ -448,12 +448,15 @@ impl WechatPay {
             );
             let answer = self.call(Method::GET, &path, None, trace).await?;
             if answer.status != 200 {
+                let said = format!(
+                    "{} {}",
+                    answer.code(),
+                    answer.body["message"].as_str().unwrap_or_default()
+                );
                 return match answer.code() {
-                    "NO_STATEMENT_EXIST" | "STATEMENT_CREATING" => Ok(BillDownload::NotReady(format!(
-                        "{} {}",
-                        answer.code(),
-                        answer.body["message"].as_str().unwrap_or_default()
-                    ))),
+                    // A day without any trade has no bill; one being made is not ready.
+                    "NO_STATEMENT_EXIST" => Ok(BillDownload::NoBill(said)),
+                    "STATEMENT_CREATING" => Ok(BillDownload::NotReady(said)),
                     _ => Err(answer.refused()),
                 };
             }

@@ -383,9 +383,10 @@ impl SandboxProvider {
         Ok(self.inner.switch_cert().await.map_err(|e| anyhow!(e))?.1)
     }
 
-    /// Error answers come without a signature, as from a provider that refused the request
-    /// before it looked at it: WeChat Pay `401 SIGN_ERROR` with no `Wechatpay-*` headers,
-    /// Alipay `<method>_response` `40002 isv.invalid-signature` with no `sign`.
+    /// Every call is refused with an error answer without a signature, as a provider refuses
+    /// requests it cannot authenticate (a wrong merchant key or serial in the configuration):
+    /// WeChat Pay `401 SIGN_ERROR` with no `Wechatpay-*` headers, Alipay `<method>_response`
+    /// `40002 isv.invalid-signature` with no `sign`.
     pub fn answer_errors_unsigned(&self, on: bool) {
         self.inner.lock().unsigned_errors = on;
     }

@@ -279,7 +279,7 @@ async fn run(inner: Arc<Inner>, mut req: Req, api: &str, business: impl FnOnce(&
             .and_then(|c| c.as_str())
             .map(str::to_string),
     });
-    let unsigned = outcome.status.as_u16() >= 400 && inner.lock().unsigned_errors;
+    let unsigned = inner.lock().unsigned_errors;
     let response = if unsigned {
         unsigned_error_answer(outcome.status)
     } else {

@@ -98,6 +98,12 @@ pub struct Config {
     /// rows a minute in all.
     pub unverified_callbacks_per_minute: u32,
     pub unverified_callbacks_per_minute_total: u32,
+    /// Provider API calls: connecting (`FITORDER_PROVIDER_CONNECT_TIMEOUT`), and the whole
+    /// call, answer included (`FITORDER_PROVIDER_TIMEOUT`, the Alipay SDK's read timeout).
+    pub provider_connect_timeout: Duration,
+    pub provider_timeout: Duration,
+    /// The load balancers whose `X-Forwarded-For` is believed (`FITORDER_TRUSTED_PROXIES`).
+    pub trusted_proxies: Vec<ipnet::IpNet>,
 }
 
 /// Beyond the per-address limit, one unverified callback in this many is kept as a sample.
@@ -106,8 +112,10 @@ pub const UNVERIFIED_SAMPLE_EVERY: u64 = 100;
 #[derive(Clone)]
 pub struct WechatPayConfig {
     pub mch_id: Option<String>,
-    /// The appid trades are made under (mini program, official account or app).
+    /// The appid JSAPI, Native and H5 trades are made under (mini program or official account).
     pub app_id: Option<String>,
+    /// The mobile app's appid, for `WECHAT_APP` trades (`WECHATPAY_MOBILE_APP_ID`); None: `app_id`.
+    pub mobile_app_id: Option<String>,
     pub apiv3_key: Option<String>,
     /// The merchant's API private key (PEM) and its certificate serial: sign every call.
     pub merchant_private_key: Option<PathBuf>,
@@ -126,6 +134,7 @@ impl Default for WechatPayConfig {
         WechatPayConfig {
             mch_id: None,
             app_id: None,
+            mobile_app_id: None,
             apiv3_key: None,
             merchant_private_key: None,
             merchant_serial: None,
@@ -225,6 +234,10 @@ Environment:
   FITORDER_UNVERIFIED_CALLBACKS_PER_MINUTE  unverified callbacks kept whole per address and minute (default 20)
   FITORDER_UNVERIFIED_CALLBACKS_TOTAL_PER_MINUTE  unverified callbacks kept per minute in all (default 600)
   ALIPAY_SELLER_ID               Alipay: our seller id (2088…); notifications naming another are refused
+  FITORDER_PROVIDER_CONNECT_TIMEOUT  connecting to a provider API (default 3s)
+  FITORDER_PROVIDER_TIMEOUT      a whole provider call (default 15s)
+  FITORDER_TRUSTED_PROXIES       load balancers (IPs or CIDRs, comma-separated) whose X-Forwarded-For is believed
+  WECHATPAY_MOBILE_APP_ID        the mobile app's appid for WECHAT_APP (default WECHATPAY_APP_ID)
 ";
 
 fn var(name: &str) -> Option<String> {
@@ -289,6 +302,7 @@ impl Config {
             wechatpay: WechatPayConfig {
                 mch_id: var("WECHATPAY_MCH_ID"),
                 app_id: var("WECHATPAY_APP_ID"),
+                mobile_app_id: var("WECHATPAY_MOBILE_APP_ID"),
                 apiv3_key: var("WECHATPAY_APIV3_KEY"),
                 merchant_private_key: var("WECHATPAY_MCH_PRIVATE_KEY").map(PathBuf::from),
                 merchant_serial: var("WECHATPAY_MCH_SERIAL"),
@@ -343,6 +357,10 @@ impl Config {
                 "FITORDER_UNVERIFIED_CALLBACKS_TOTAL_PER_MINUTE",
                 600,
             )?,
+            provider_connect_timeout: duration("FITORDER_PROVIDER_CONNECT_TIMEOUT", "3s")?,
+            provider_timeout: duration("FITORDER_PROVIDER_TIMEOUT", "15s")?,
+            trusted_proxies: parse_trusted_proxies(&var("FITORDER_TRUSTED_PROXIES").unwrap_or_default())
+                .map_err(|e| anyhow::anyhow!("FITORDER_TRUSTED_PROXIES: {e}"))?,
         })
     }
 
@@ -400,6 +418,9 @@ impl Config {
             place_rate_per_minute: 100_000,
             unverified_callbacks_per_minute: 20,
             unverified_callbacks_per_minute_total: 600,
+            provider_connect_timeout: Duration::from_secs(3),
+            provider_timeout: Duration::from_secs(15),
+            trusted_proxies: vec![],
         }
     }
 
@@ -485,6 +506,54 @@ pub fn check_jwt_secret(secret: &str) -> Result<()> {
          {MIN_JWT_SECRET_DISTINCT} are needed outside development mode (e.g. `openssl rand -hex 32`)"
     );
     Ok(())
+}
+
+/// Reads `FITORDER_TRUSTED_PROXIES`: comma-separated IPs or CIDRs (`10.0.0.0/8, 192.168.1.7`).
+pub fn parse_trusted_proxies(text: &str) -> Result<Vec<ipnet::IpNet>, String> {
+    text.split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|s| {
+            s.parse::<ipnet::IpNet>()
+                .or_else(|_| s.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
+                .map_err(|_| format!("{s:?} is neither an IP address nor a CIDR"))
+        })
+        .collect()
+}
+
+impl Config {
+    /// Outside development mode the providers must reach `FITORDER_PUBLIC_URL` over `https://`
+    /// (their `notify_url`); a loopback address is let through, for tests on one machine.
+    pub fn check_public_url(&self) -> Result<()> {
+        if self.dev_mode {
+            return Ok(());
+        }
+        let url = self.public_url.to_ascii_lowercase();
+        if url.starts_with("https://") {
+            return Ok(());
+        }
+        let host = url
+            .strip_prefix("http://")
+            .map(|rest| {
+                let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+                let authority = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+                if let Some(v6) = authority.strip_prefix('[') {
+                    v6.split(']').next().unwrap_or_default().to_string()
+                } else {
+                    authority.split(':').next().unwrap_or_default().to_string()
+                }
+            })
+            .unwrap_or_default();
+        let loopback = host == "localhost" || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback());
+        anyhow::ensure!(
+            loopback,
+            "FITORDER_PUBLIC_URL={:?} is not https://: the payment providers send notifications to it (their \
+             notify_url) and refuse or expose plain HTTP; set FITORDER_PUBLIC_URL to this service's https:// \
+             address (plain http:// is allowed only for a loopback address, or in development mode)",
+            self.public_url
+        );
+        Ok(())
+    }
 }
 
 /// Shown instead of a secret in `Debug`.
@@ -583,6 +652,9 @@ impl std::fmt::Debug for Config {
             place_rate_per_minute,
             unverified_callbacks_per_minute,
             unverified_callbacks_per_minute_total,
+            provider_connect_timeout,
+            provider_timeout,
+            trusted_proxies,
         } = self;
         let url = |u: &Option<String>| u.as_deref().map(redact_url);
         f.debug_struct("Config")
@@ -639,6 +711,9 @@ impl std::fmt::Debug for Config {
                 "unverified_callbacks_per_minute_total",
                 unverified_callbacks_per_minute_total,
             )
+            .field("provider_connect_timeout", provider_connect_timeout)
+            .field("provider_timeout", provider_timeout)
+            .field("trusted_proxies", trusted_proxies)
             .finish()
     }
 }
@@ -648,6 +723,7 @@ impl std::fmt::Debug for WechatPayConfig {
         let WechatPayConfig {
             mch_id,
             app_id,
+            mobile_app_id,
             apiv3_key,
             merchant_private_key,
             merchant_serial,
@@ -658,6 +734,7 @@ impl std::fmt::Debug for WechatPayConfig {
         f.debug_struct("WechatPayConfig")
             .field("mch_id", mch_id)
             .field("app_id", app_id)
+            .field("mobile_app_id", mobile_app_id)
             .field("apiv3_key", &apiv3_key.as_ref().map(|_| REDACTED))
             // A path to the key, never its text.
             .field("merchant_private_key", merchant_private_key)
@@ -740,5 +817,58 @@ mod jwt_secret_tests {
             .to_string()
             .contains("placeholder"));
         check_jwt_secret("3f9a1c7e5b2d4f6a8c0e1b3d5f7a9c2e").unwrap();
+    }
+}
+
+#[cfg(test)]
+mod provider_edge_tests {
+    use super::*;
+
+    #[test]
+    fn trusted_proxies_parse_as_ips_or_cidrs_and_junk_is_named() {
+        assert!(parse_trusted_proxies("").unwrap().is_empty());
+        let nets = parse_trusted_proxies(" 10.0.0.0/8 ,192.168.1.7,::1, fd00::/8").unwrap();
+        assert_eq!(nets.len(), 4);
+        assert!(nets[1].contains(&"192.168.1.7".parse::<std::net::IpAddr>().unwrap()));
+        assert!(!nets[1].contains(&"192.168.1.8".parse::<std::net::IpAddr>().unwrap()));
+        let e = parse_trusted_proxies("10.0.0.0/8, lb.internal").unwrap_err();
+        assert!(e.contains("lb.internal"), "{e}");
+        assert!(parse_trusted_proxies("10.0.0.0/33").is_err());
+    }
+
+    #[test]
+    fn outside_development_mode_the_public_url_must_be_https_or_loopback() {
+        let mut c = Config::for_tests("postgres://x".into());
+        for ok in [
+            "https://pay.studio.example",
+            "HTTPS://pay.studio.example:8443/base",
+            "http://127.0.0.1:8080",
+            "http://localhost:8080",
+            "http://[::1]:8080",
+        ] {
+            c.public_url = ok.into();
+            assert!(c.check_public_url().is_ok(), "{ok}");
+        }
+        for bad in [
+            "http://pay.studio.example",
+            "http://10.0.0.5:8080",
+            "http://127.0.0.1.evil.example",
+            "http://localhost@evil.example",
+            "ftp://x",
+        ] {
+            c.public_url = bad.into();
+            let e = format!("{:#}", c.check_public_url().unwrap_err());
+            assert!(e.contains("FITORDER_PUBLIC_URL"), "{bad}: {e}");
+        }
+        c.dev_mode = true;
+        c.public_url = "http://192.168.1.20:8080".into();
+        assert!(c.check_public_url().is_ok());
+    }
+
+    #[test]
+    fn provider_timeouts_default_to_3s_to_connect_and_15s_a_call() {
+        let c = Config::for_tests("postgres://x".into());
+        assert_eq!(c.provider_connect_timeout, Duration::from_secs(3));
+        assert_eq!(c.provider_timeout, Duration::from_secs(15));
     }
 }

@@ -88,6 +88,7 @@ async fn run_with_database(config: Config, opts: ServeOptions, url: &str, dev_mo
         crate::config::check_jwt_secret(&config.jwt_secret)?;
     }
     config.keep_dev_secret();
+    config.check_public_url()?;
     let no_provider = config.wechatpay.mch_id.is_none() && config.alipay.app_id.is_none();
     let mut sandbox = None;
     if dev_mode && no_provider {

@@ -138,12 +138,13 @@ impl Mutation {
         let mut c = conn(ctx).await?;
         if let (Some(p), Some(payer)) = (provider, member_id.or(v.member_id)) {
             trades::check_payable(st, &mut c, p, channel.unwrap_or(p.default_channel()), payer, openid).await?;
+            trades::check_payer_ip(channel.unwrap_or(p.default_channel()), request(ctx).payer_ip.as_deref())?;
         }
         let order = orders::place_order(&mut c, &st.config, v, req, &actx).await?;
         drop(c);
         let payment = if order.status == domain::OrderStatus::WaitPay && order.online_cents() > 0 {
             let r = request(ctx);
-            trades::start_payment(st, &order, channel, openid, r.client_ip.as_deref(), &r.trace)
+            trades::start_payment(st, &order, channel, openid, r.payer_ip.as_deref(), &r.trace)
                 .await
                 .and_then(|p| Ok(Some(p.try_into()?)))
         } else {
@@ -179,7 +180,7 @@ impl Mutation {
             &order,
             Some(channel.into()),
             openid,
-            r.client_ip.as_deref(),
+            r.payer_ip.as_deref(),
             &r.trace,
         )
         .await?;

@@ -29,6 +29,7 @@ fn viewer_from(secret: &str, header: Option<&str>) -> Result<Option<Viewer>, Str
 pub async fn graphql(
     State(s): State<HttpState>,
     Extension(trace): Extension<TraceId>,
+    peer: Option<Extension<axum::extract::ConnectInfo<std::net::SocketAddr>>>,
     headers: HeaderMap,
     req: Result<GraphQLRequest, GraphQLRejection>,
 ) -> Response {
@@ -62,7 +63,8 @@ pub async fn graphql(
         .data(RequestContext {
             viewer,
             trace,
-            client_ip: client_ip(&headers),
+            client_ip: client_ip(peer.as_ref().map(|c| c.0 .0), &headers, &s.app.config.trusted_proxies),
+            payer_ip: payer_ip(peer.as_ref().map(|c| c.0 .0), &headers, &s.app.config.trusted_proxies),
         })
         .data(DbLoader::new(s.app.pool.clone()));
     let response = if might_be_introspection(&request.query)
@@ -263,6 +265,7 @@ async fn serve_ws(s: HttpState, socket: WebSocket, trace: TraceId) {
                     viewer: Some(viewer),
                     trace,
                     client_ip: None,
+                    payer_ip: None,
                 });
                 data.insert(DbLoader::new(pool));
                 Ok(data)
@@ -341,16 +344,32 @@ async fn serve_ws(s: HttpState, socket: WebSocket, trace: TraceId) {
     }
 }
 
-/// The caller's IP as a load balancer in front reports it (the first `X-Forwarded-For` hop,
-/// or `X-Real-IP`); only a well-formed address is taken.
-fn client_ip(headers: &axum::http::HeaderMap) -> Option<String> {
-    let forwarded = headers
-        .get("x-forwarded-for")
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.split(',').next());
-    let real = headers.get("x-real-ip").and_then(|v| v.to_str().ok());
-    forwarded
-        .or(real)
-        .and_then(|ip| ip.trim().parse::<std::net::IpAddr>().ok())
-        .map(|ip| ip.to_string())
+/// The caller's IP (see `client_addr`): None without a peer address (a request handed to the
+/// router directly) or when a trusted proxy did not say who the caller is.
+fn client_ip(
+    peer: Option<std::net::SocketAddr>,
+    headers: &axum::http::HeaderMap,
+    trusted: &[ipnet::IpNet],
+) -> Option<String> {
+    super::client_addr::client_addr(peer?, headers, trusted).map(|ip| ip.to_string())
+}
+
+/// The caller's IP when a trusted proxy reported it (the payer's address for WeChat H5).
+fn payer_ip(
+    peer: Option<std::net::SocketAddr>,
+    headers: &axum::http::HeaderMap,
+    trusted: &[ipnet::IpNet],
+) -> Option<String> {
+    let peer = peer?;
+    let proxied = trusted.iter().any(|net| net.contains(&peer.ip()))
+        || match peer.ip() {
+            std::net::IpAddr::V6(v6) => v6
+                .to_ipv4_mapped()
+                .is_some_and(|v4| trusted.iter().any(|net| net.contains(&std::net::IpAddr::V4(v4)))),
+            _ => false,
+        };
+    if !proxied {
+        return None;
+    }
+    client_ip(Some(peer), headers, trusted)
 }

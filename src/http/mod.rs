@@ -4,6 +4,7 @@
 
 mod body;
 mod callbacks;
+pub mod client_addr;
 pub mod graphiql;
 mod graphql_routes;
 mod health;

@@ -30,6 +30,7 @@ mod platform_keys;
 mod playground;
 mod production;
 mod provider_money;
+mod provider_edges;
 mod providers;
 mod reconciliation;
 mod sandbox_provider;

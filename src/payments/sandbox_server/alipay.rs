@@ -268,6 +268,22 @@ async fn gateway(
             return answer(&inner, &api, &refusal_json(&r), false).await;
         }
     };
+    if inner.lock().unsigned_errors && method != "alipay.trade.wap.pay" {
+        // As the gateway answers a request whose signature it refused: no `sign`.
+        let r = invalid(
+            "isv.invalid-signature",
+            "验签出错，建议检查签名字符串或签名私钥与应用公钥是否匹配",
+        );
+        record(
+            &inner,
+            http_method.as_str(),
+            "/alipay/gateway.do",
+            &api,
+            false,
+            Some(r.sub_code.clone()),
+        );
+        return answer(&inner, &method, &refusal_json(&r), false).await;
+    }
     if failure.is_some() {
         let r = Refusal {
             code: "20000",
@@ -460,6 +476,7 @@ fn open_trade(inner: &Inner, params: &Params, biz: &Value, channel: &str) -> Res
     // once opened.
     let exists = channel != "ALIPAY_QR";
     let trade = SandboxTrade {
+        payer_client_ip: None,
         provider: ALIPAY.into(),
         channel: channel.into(),
         out_trade_no: out_trade_no.into(),

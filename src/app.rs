@@ -23,6 +23,26 @@ pub struct AppState {
     /// Payment keys this process saw processed lately: which way a notification takes
     /// (`payments::processed_lately`), never whether it is applied.
     pub processed: Arc<crate::payments::seen::Seen>,
+    /// WeChat's mini-program API, for members signing in (None: not configured).
+    pub miniprogram: Option<Arc<crate::miniprogram::MiniProgram>>,
+    /// The sign-in mutations' rate limits.
+    pub sign_in_limits: Arc<SignInLimits>,
+}
+
+/// Sign-in calls per client address, sign-ins per WeChat account (a minute each).
+pub struct SignInLimits {
+    pub per_address: crate::ratelimit::RateLimiter,
+    pub per_openid: crate::ratelimit::RateLimiter,
+}
+
+impl SignInLimits {
+    pub fn new(config: &crate::config::SignInConfig) -> SignInLimits {
+        let minute = std::time::Duration::from_secs(60);
+        SignInLimits {
+            per_address: crate::ratelimit::RateLimiter::new(config.rate_per_address, minute, 100_000),
+            per_openid: crate::ratelimit::RateLimiter::new(config.rate_per_openid, minute, 100_000),
+        }
+    }
 }
 
 impl AppState {
@@ -47,7 +67,19 @@ impl AppState {
         .expect("a pool is built without connecting");
         let config = Arc::new(config);
         let keys = Arc::new(keys);
+        events.ended_sessions.set_window(config.sign_in.access_token_ttl);
+        let miniprogram = match (&config.sign_in.app_id, &config.sign_in.secret) {
+            (Some(app_id), Some(secret)) => Some(Arc::new(crate::miniprogram::MiniProgram::new(
+                app_id.clone(),
+                secret.clone(),
+                config.sign_in.api_base.clone(),
+                pool.clone(),
+            ))),
+            _ => None,
+        };
         AppState {
+            miniprogram,
+            sign_in_limits: Arc::new(SignInLimits::new(&config.sign_in)),
             providers: ProviderApi::with_pool(config.clone(), keys.clone(), Some(pool.clone())),
             pool,
             config,

@@ -77,6 +77,77 @@ pub struct Config {
     pub http_body_timeout: Duration,
     /// How much of an unverified callback's body is kept as evidence.
     pub unverified_callback_bytes: usize,
+    /// Load balancers whose `X-Forwarded-For` is believed (`FITORDER_TRUSTED_PROXIES`).
+    pub trusted_proxies: Vec<ipnet::IpNet>,
+    /// Members signing in from the WeChat mini program, and their sessions.
+    pub sign_in: SignInConfig,
+}
+
+/// Members' sign-in (`signInWithWechat`, `refreshSession`, `signOut`).
+#[derive(Clone)]
+pub struct SignInConfig {
+    /// The mini program's appid and AppSecret (`WECHAT_MINIPROGRAM_APP_ID`, `…_SECRET`).
+    pub app_id: Option<String>,
+    pub secret: Option<String>,
+    /// WeChat's mini-program API (`WECHAT_API_BASE`).
+    pub api_base: String,
+    pub access_token_ttl: Duration,
+    pub refresh_token_ttl: Duration,
+    /// Sign-in mutations per client address, and sign-ins per openid, per minute.
+    pub rate_per_address: u32,
+    pub rate_per_openid: u32,
+}
+
+pub const WECHAT_API_BASE: &str = "https://api.weixin.qq.com";
+
+impl Default for SignInConfig {
+    fn default() -> Self {
+        SignInConfig {
+            app_id: None,
+            secret: None,
+            api_base: WECHAT_API_BASE.into(),
+            access_token_ttl: Duration::from_secs(2 * 3600),
+            refresh_token_ttl: Duration::from_secs(30 * 24 * 3600),
+            rate_per_address: 30,
+            rate_per_openid: 10,
+        }
+    }
+}
+
+impl std::fmt::Debug for SignInConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let SignInConfig {
+            app_id,
+            secret,
+            api_base,
+            access_token_ttl,
+            refresh_token_ttl,
+            rate_per_address,
+            rate_per_openid,
+        } = self;
+        f.debug_struct("SignInConfig")
+            .field("app_id", app_id)
+            .field("secret", &secret.as_ref().map(|_| REDACTED))
+            .field("api_base", api_base)
+            .field("access_token_ttl", access_token_ttl)
+            .field("refresh_token_ttl", refresh_token_ttl)
+            .field("rate_per_address", rate_per_address)
+            .field("rate_per_openid", rate_per_openid)
+            .finish()
+    }
+}
+
+/// `FITORDER_TRUSTED_PROXIES`: IPs or CIDRs, comma-separated.
+pub fn parse_trusted_proxies(raw: &str) -> Result<Vec<ipnet::IpNet>> {
+    raw.split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|s| {
+            s.parse::<ipnet::IpNet>()
+                .or_else(|_| s.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
+                .map_err(|_| anyhow::anyhow!("FITORDER_TRUSTED_PROXIES: {s:?} is not an IP address or CIDR"))
+        })
+        .collect()
 }
 
 #[derive(Clone)]
@@ -186,6 +257,13 @@ Environment:
   FITORDER_HTTP_HEADER_TIMEOUT   wait for request headers / idle keep-alive (default 10s)
   FITORDER_HTTP_BODY_TIMEOUT     wait for a request body (default 30s)
   FITORDER_UNVERIFIED_CALLBACK_BYTES  body kept of an unverified callback (default 4096)
+  FITORDER_TRUSTED_PROXIES       load balancers (IPs or CIDRs, comma-separated) whose X-Forwarded-For is believed
+  Member sign-in from the WeChat mini program:
+    WECHAT_MINIPROGRAM_APP_ID, WECHAT_MINIPROGRAM_SECRET (both or neither),
+    WECHAT_API_BASE (default https://api.weixin.qq.com),
+    FITORDER_ACCESS_TOKEN_TTL (default 2h), FITORDER_REFRESH_TOKEN_TTL (default 30d),
+    FITORDER_SIGNIN_RATE (sign-in calls per minute per client address, default 30),
+    FITORDER_SIGNIN_RATE_PER_OPENID (sign-ins per minute per WeChat account, default 10)
 ";
 
 fn var(name: &str) -> Option<String> {
@@ -286,6 +364,8 @@ impl Config {
             http_header_timeout: duration("FITORDER_HTTP_HEADER_TIMEOUT", "10s")?,
             http_body_timeout: duration("FITORDER_HTTP_BODY_TIMEOUT", "30s")?,
             unverified_callback_bytes: number("FITORDER_UNVERIFIED_CALLBACK_BYTES", 4_096)?,
+            trusted_proxies: parse_trusted_proxies(&var("FITORDER_TRUSTED_PROXIES").unwrap_or_default())?,
+            sign_in: sign_in_from_env()?,
         })
     }
 
@@ -332,6 +412,8 @@ impl Config {
             http_header_timeout: Duration::from_secs(10),
             http_body_timeout: Duration::from_secs(30),
             unverified_callback_bytes: 4_096,
+            trusted_proxies: vec![],
+            sign_in: SignInConfig::default(),
         }
     }
 
@@ -339,6 +421,35 @@ impl Config {
     pub fn ops_url(&self) -> String {
         format!("{}/ops", self.public_url.trim_end_matches('/'))
     }
+}
+
+fn sign_in_from_env() -> Result<SignInConfig> {
+    let app_id = var("WECHAT_MINIPROGRAM_APP_ID");
+    let secret = var("WECHAT_MINIPROGRAM_SECRET");
+    anyhow::ensure!(
+        app_id.is_some() == secret.is_some(),
+        "WECHAT_MINIPROGRAM_APP_ID and WECHAT_MINIPROGRAM_SECRET are set together or not at all (missing: {})",
+        if app_id.is_none() {
+            "WECHAT_MINIPROGRAM_APP_ID"
+        } else {
+            "WECHAT_MINIPROGRAM_SECRET"
+        }
+    );
+    let access_token_ttl = duration("FITORDER_ACCESS_TOKEN_TTL", "2h")?;
+    let refresh_token_ttl = duration("FITORDER_REFRESH_TOKEN_TTL", "30d")?;
+    anyhow::ensure!(
+        access_token_ttl >= Duration::from_secs(60) && refresh_token_ttl > access_token_ttl,
+        "FITORDER_ACCESS_TOKEN_TTL must be at least 1m and FITORDER_REFRESH_TOKEN_TTL longer than it"
+    );
+    Ok(SignInConfig {
+        app_id,
+        secret,
+        api_base: var("WECHAT_API_BASE").unwrap_or_else(|| WECHAT_API_BASE.into()),
+        access_token_ttl,
+        refresh_token_ttl,
+        rate_per_address: number::<u32>("FITORDER_SIGNIN_RATE", 30)?.max(1),
+        rate_per_openid: number::<u32>("FITORDER_SIGNIN_RATE_PER_OPENID", 10)?.max(1),
+    })
 }
 
 /// Without FITORDER_JWT_SECRET a random secret is made once and kept in
@@ -472,6 +583,8 @@ impl std::fmt::Debug for Config {
             http_header_timeout,
             http_body_timeout,
             unverified_callback_bytes,
+            trusted_proxies,
+            sign_in,
         } = self;
         let url = |u: &Option<String>| u.as_deref().map(redact_url);
         f.debug_struct("Config")
@@ -515,6 +628,8 @@ impl std::fmt::Debug for Config {
             .field("http_header_timeout", http_header_timeout)
             .field("http_body_timeout", http_body_timeout)
             .field("unverified_callback_bytes", unverified_callback_bytes)
+            .field("trusted_proxies", trusted_proxies)
+            .field("sign_in", sign_in)
             .finish()
     }
 }

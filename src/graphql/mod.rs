@@ -33,6 +33,9 @@ pub struct RequestContext {
     /// The caller's address as the load balancer reports it (`X-Forwarded-For`, `X-Real-IP`):
     /// WeChat H5 payments need the payer's IP.
     pub client_ip: Option<String>,
+    /// The caller's address as `http::client_addr` believes it (`FITORDER_TRUSTED_PROXIES`):
+    /// what the sign-in rate limits count by.
+    pub client_addr: Option<std::net::IpAddr>,
 }
 
 pub fn build_schema(state: AppState) -> AppSchema {
@@ -67,6 +70,39 @@ pub fn is_introspection_only(query: &str, limits: &limits::DocumentLimits) -> bo
         for item in &op.node.selection_set.node.items {
             match &item.node {
                 Selection::Field(f) if f.node.name.node.starts_with("__") => any = true,
+                _ => return false,
+            }
+        }
+    }
+    any
+}
+
+/// The mutations a caller without a token may run: signing in.
+pub const ANONYMOUS_MUTATIONS: [&str; 3] = ["signInWithWechat", "refreshSession", "signOut"];
+
+/// Whether every operation of `query` is a mutation selecting only the sign-in mutations (and
+/// `__typename`): the one thing besides introspection that runs without a token. Parsed under
+/// the document bounds; false when it does not parse or is out of bounds.
+pub fn is_sign_in_only(query: &str, limits: &limits::DocumentLimits) -> bool {
+    use async_graphql::parser::types::{OperationType, Selection};
+    if limits::check_text(query, limits).is_err() {
+        return false;
+    }
+    let Ok(doc) = async_graphql::parser::parse_query(query) else {
+        return false;
+    };
+    if limits::check_document(&doc, limits).is_err() {
+        return false;
+    }
+    let mut any = false;
+    for (_, op) in doc.operations.iter() {
+        if op.node.ty != OperationType::Mutation {
+            return false;
+        }
+        for item in &op.node.selection_set.node.items {
+            match &item.node {
+                Selection::Field(f) if ANONYMOUS_MUTATIONS.contains(&f.node.name.node.as_str()) => any = true,
+                Selection::Field(f) if f.node.name.node == "__typename" => {}
                 _ => return false,
             }
         }

@@ -3,6 +3,7 @@
 //! echoed in the `X-Trace-Id` response header.
 
 mod callbacks;
+pub mod client_addr;
 pub mod graphiql;
 mod graphql_routes;
 mod health;

@@ -24,8 +24,8 @@ pub async fn serve(
         tokio::select! {
             _ = &mut shutdown => break,
             accepted = listener.accept() => {
-                let stream = match accepted {
-                    Ok((stream, _)) => stream,
+                let (stream, peer) = match accepted {
+                    Ok(accepted) => accepted,
                     Err(e) => {
                         // Out of file descriptors and the like: wait a little, keep serving.
                         tracing::warn!(error = %e, "accept failed");
@@ -34,7 +34,10 @@ pub async fn serve(
                     }
                 };
                 let _ = stream.set_nodelay(true);
-                let svc = TowerToHyperService::new(router.clone());
+                let svc = WithPeer {
+                    inner: TowerToHyperService::new(router.clone()),
+                    peer,
+                };
                 let mut stop = stop_rx.clone();
                 conns.spawn(async move {
                     let mut builder = hyper::server::conn::http1::Builder::new();
@@ -56,4 +59,24 @@ pub async fn serve(
     let _ = stop_tx.send(true);
     while conns.join_next().await.is_some() {}
     Ok(())
+}
+
+/// The router, with the connection's peer address in every request's extensions (axum's
+/// `ConnectInfo`, what `client_addr` starts from).
+struct WithPeer {
+    inner: TowerToHyperService<Router>,
+    peer: std::net::SocketAddr,
+}
+
+impl hyper::service::Service<hyper::Request<hyper::body::Incoming>> for WithPeer {
+    type Response =
+        <TowerToHyperService<Router> as hyper::service::Service<hyper::Request<hyper::body::Incoming>>>::Response;
+    type Error = <TowerToHyperService<Router> as hyper::service::Service<hyper::Request<hyper::body::Incoming>>>::Error;
+    type Future =
+        <TowerToHyperService<Router> as hyper::service::Service<hyper::Request<hyper::body::Incoming>>>::Future;
+
+    fn call(&self, mut req: hyper::Request<hyper::body::Incoming>) -> Self::Future {
+        req.extensions_mut().insert(axum::extract::ConnectInfo(self.peer));
+        self.inner.call(req)
+    }
 }

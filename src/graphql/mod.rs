@@ -80,11 +80,12 @@ pub fn is_introspection_only(query: &str, limits: &limits::DocumentLimits) -> bo
 /// The mutations a caller without a token may run: signing in.
 pub const ANONYMOUS_MUTATIONS: [&str; 3] = ["signInWithWechat", "refreshSession", "signOut"];
 
-/// Whether every operation of `query` is a mutation selecting only the sign-in mutations (and
-/// `__typename`): the one thing besides introspection that runs without a token. Parsed under
-/// the document bounds; false when it does not parse or is out of bounds.
-pub fn is_sign_in_only(query: &str, limits: &limits::DocumentLimits) -> bool {
-    use async_graphql::parser::types::{OperationType, Selection};
+/// Whether the operation `query` runs (the one `operation_name` names, or its only one) is a
+/// mutation selecting only the sign-in mutations (and `__typename`): the one thing besides
+/// introspection that runs without a token. Parsed under the document bounds; false when it
+/// does not parse, is out of bounds, or names no single operation.
+pub fn is_sign_in_only(query: &str, operation_name: Option<&str>, limits: &limits::DocumentLimits) -> bool {
+    use async_graphql::parser::types::{DocumentOperations, OperationType, Selection};
     if limits::check_text(query, limits).is_err() {
         return false;
     }
@@ -94,17 +95,24 @@ pub fn is_sign_in_only(query: &str, limits: &limits::DocumentLimits) -> bool {
     if limits::check_document(&doc, limits).is_err() {
         return false;
     }
+    let op = match (&doc.operations, operation_name) {
+        (DocumentOperations::Single(op), None) => op,
+        (DocumentOperations::Single(_), Some(_)) => return false,
+        (DocumentOperations::Multiple(ops), Some(name)) => match ops.get(name) {
+            Some(op) => op,
+            None => return false,
+        },
+        (DocumentOperations::Multiple(_), None) => return false,
+    };
+    if op.node.ty != OperationType::Mutation {
+        return false;
+    }
     let mut any = false;
-    for (_, op) in doc.operations.iter() {
-        if op.node.ty != OperationType::Mutation {
-            return false;
-        }
-        for item in &op.node.selection_set.node.items {
-            match &item.node {
-                Selection::Field(f) if ANONYMOUS_MUTATIONS.contains(&f.node.name.node.as_str()) => any = true,
-                Selection::Field(f) if f.node.name.node == "__typename" => {}
-                _ => return false,
-            }
+    for item in &op.node.selection_set.node.items {
+        match &item.node {
+            Selection::Field(f) if ANONYMOUS_MUTATIONS.contains(&f.node.name.node.as_str()) => any = true,
+            Selection::Field(f) if f.node.name.node == "__typename" => {}
+            _ => return false,
         }
     }
     any

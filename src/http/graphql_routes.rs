@@ -54,7 +54,7 @@ pub async fn graphql(
     let req = req.into_inner();
     // Without a token nothing but introspection and signing in can run: refuse the rest before
     // parsing.
-    if viewer.is_none() && !might_be_introspection(&req.query) && !might_be_sign_in(&s, &req.query) {
+    if viewer.is_none() && !might_be_introspection(&req.query) && !might_be_sign_in(&s, &req) {
         return unauthenticated("a bearer token is required".into());
     }
     let client_addr = peer.and_then(|Extension(axum::extract::ConnectInfo(p))| {
@@ -95,12 +95,13 @@ async fn live_session(s: &HttpState, v: &Viewer) -> crate::error::AppResult<()> 
     auth::refuse_ended_session(v, |_| ended)
 }
 
-/// Whether an anonymous document is only the sign-in mutations (parsed under the bounds).
-fn might_be_sign_in(s: &HttpState, query: &str) -> bool {
-    query.len() <= 16 * 1024
-        && crate::graphql::ANONYMOUS_MUTATIONS.iter().any(|m| query.contains(m))
+/// Whether an anonymous request runs only the sign-in mutations (parsed under the bounds).
+fn might_be_sign_in(s: &HttpState, req: &async_graphql::Request) -> bool {
+    let query = &req.query;
+    crate::graphql::ANONYMOUS_MUTATIONS.iter().any(|m| query.contains(m))
         && crate::graphql::is_sign_in_only(
             query,
+            req.operation_name.as_deref(),
             &crate::graphql::limits::DocumentLimits::from_config(&s.app.config),
         )
 }

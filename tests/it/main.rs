@@ -34,6 +34,7 @@ mod sandbox_provider;
 mod schema_sdl;
 mod sdk_crosscheck;
 mod security;
+mod signin;
 mod standin;
 // The bench's counting proxy of the PostgreSQL protocol, shared rather than copied.
 #[allow(dead_code)]

@@ -759,3 +759,50 @@ async fn a_refresh_is_at_most_two_statements() {
     assert!(c.statements <= 2 * 5, "{}", c.per(5, "refresh"));
     assert_eq!(c.transaction_control, 0, "{}", c.per(5, "refresh"));
 }
+
+#[tokio::test]
+async fn in_development_mode_the_sandbox_plays_wechat_so_a_demo_member_can_sign_in() {
+    use fitorder::payments::sandbox_server::{miniprogram, SandboxProvider};
+    let sandbox = SandboxProvider::start(crate::providers::sandbox_keys(), "127.0.0.1:0")
+        .await
+        .unwrap();
+    let app = TestApp::with_config(|c| {
+        c.sign_in.app_id = Some(miniprogram::DEV_MINIPROGRAM_APP_ID.into());
+        c.sign_in.secret = Some(miniprogram::DEV_MINIPROGRAM_SECRET.into());
+        c.sign_in.api_base = miniprogram::api_base(&sandbox.base_url);
+    })
+    .await;
+    let seeded = {
+        let mut c = app.conn().await;
+        fitorder::seed::seed(&mut c).await.map_err(|e| e.message()).unwrap()
+    };
+    let http = reqwest::Client::new();
+    let page = http
+        .get(miniprogram::sign_in_page(&sandbox.base_url))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(page.contains("13800138001"), "{page}");
+    let codes = |q: &'static str| {
+        let url = format!("{}/wechat-mp/codes.json?{q}", sandbox.base_url);
+        let http = http.clone();
+        async move { http.get(url).send().await.unwrap().json::<Value>().await.unwrap() }
+    };
+    let first = codes("openid=oDevMember0001&phone=13800138001").await;
+    let r = sign_in(&app, first["code"].as_str().unwrap(), first["phoneCode"].as_str(), None).await;
+    assert!(r.get("errors").is_none(), "{r:#}");
+    assert_eq!(
+        r["data"]["signInWithWechat"]["member"]["id"],
+        seeded.member_ids[0].to_string().as_str()
+    );
+    // The code is spent; a new one signs in without a phone.
+    let again = sign_in(&app, first["code"].as_str().unwrap(), None, None).await;
+    assert_eq!(error_code(&again), "UNAUTHENTICATED");
+    let next = codes("openid=oDevMember0001").await;
+    let r = sign_in(&app, next["code"].as_str().unwrap(), None, None).await;
+    let access = r["data"]["signInWithWechat"]["accessToken"].as_str().unwrap();
+    assert_eq!(me(&app, access).await.unwrap(), seeded.member_ids[0].to_string());
+}

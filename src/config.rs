@@ -104,6 +104,77 @@ pub struct Config {
     pub provider_timeout: Duration,
     /// The load balancers whose `X-Forwarded-For` is believed (`FITORDER_TRUSTED_PROXIES`).
     pub trusted_proxies: Vec<ipnet::IpNet>,
+    /// Load balancers whose `X-Forwarded-For` is believed (`FITORDER_TRUSTED_PROXIES`).
+    pub trusted_proxies: Vec<ipnet::IpNet>,
+    /// Members signing in from the WeChat mini program, and their sessions.
+    pub sign_in: SignInConfig,
+}
+
+/// Members' sign-in (`signInWithWechat`, `refreshSession`, `signOut`).
+#[derive(Clone)]
+pub struct SignInConfig {
+    /// The mini program's appid and AppSecret (`WECHAT_MINIPROGRAM_APP_ID`, `…_SECRET`).
+    pub app_id: Option<String>,
+    pub secret: Option<String>,
+    /// WeChat's mini-program API (`WECHAT_API_BASE`).
+    pub api_base: String,
+    pub access_token_ttl: Duration,
+    pub refresh_token_ttl: Duration,
+    /// Sign-in mutations per client address, and sign-ins per openid, per minute.
+    pub rate_per_address: u32,
+    pub rate_per_openid: u32,
+}
+
+pub const WECHAT_API_BASE: &str = "https://api.weixin.qq.com";
+
+impl Default for SignInConfig {
+    fn default() -> Self {
+        SignInConfig {
+            app_id: None,
+            secret: None,
+            api_base: WECHAT_API_BASE.into(),
+            access_token_ttl: Duration::from_secs(2 * 3600),
+            refresh_token_ttl: Duration::from_secs(30 * 24 * 3600),
+            rate_per_address: 30,
+            rate_per_openid: 10,
+        }
+    }
+}
+
+impl std::fmt::Debug for SignInConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let SignInConfig {
+            app_id,
+            secret,
+            api_base,
+            access_token_ttl,
+            refresh_token_ttl,
+            rate_per_address,
+            rate_per_openid,
+        } = self;
+        f.debug_struct("SignInConfig")
+            .field("app_id", app_id)
+            .field("secret", &secret.as_ref().map(|_| REDACTED))
+            .field("api_base", api_base)
+            .field("access_token_ttl", access_token_ttl)
+            .field("refresh_token_ttl", refresh_token_ttl)
+            .field("rate_per_address", rate_per_address)
+            .field("rate_per_openid", rate_per_openid)
+            .finish()
+    }
+}
+
+/// `FITORDER_TRUSTED_PROXIES`: IPs or CIDRs, comma-separated.
+pub fn parse_trusted_proxies(raw: &str) -> Result<Vec<ipnet::IpNet>> {
+    raw.split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|s| {
+            s.parse::<ipnet::IpNet>()
+                .or_else(|_| s.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
+                .map_err(|_| anyhow::anyhow!("FITORDER_TRUSTED_PROXIES: {s:?} is not an IP address or CIDR"))
+        })
+        .collect()
 }
 
 /// Beyond the per-address limit, one unverified callback in this many is kept as a sample.
@@ -238,6 +309,13 @@ Environment:
   FITORDER_PROVIDER_TIMEOUT      a whole provider call (default 15s)
   FITORDER_TRUSTED_PROXIES       load balancers (IPs or CIDRs, comma-separated) whose X-Forwarded-For is believed
   WECHATPAY_MOBILE_APP_ID        the mobile app's appid for WECHAT_APP (default WECHATPAY_APP_ID)
+  FITORDER_TRUSTED_PROXIES       load balancers (IPs or CIDRs, comma-separated) whose X-Forwarded-For is believed
+  Member sign-in from the WeChat mini program:
+    WECHAT_MINIPROGRAM_APP_ID, WECHAT_MINIPROGRAM_SECRET (both or neither),
+    WECHAT_API_BASE (default https://api.weixin.qq.com),
+    FITORDER_ACCESS_TOKEN_TTL (default 2h), FITORDER_REFRESH_TOKEN_TTL (default 30d),
+    FITORDER_SIGNIN_RATE (sign-in calls per minute per client address, default 30),
+    FITORDER_SIGNIN_RATE_PER_OPENID (sign-ins per minute per WeChat account, default 10)
 ";
 
 fn var(name: &str) -> Option<String> {
@@ -361,6 +439,8 @@ impl Config {
             provider_timeout: duration("FITORDER_PROVIDER_TIMEOUT", "15s")?,
             trusted_proxies: parse_trusted_proxies(&var("FITORDER_TRUSTED_PROXIES").unwrap_or_default())
                 .map_err(|e| anyhow::anyhow!("FITORDER_TRUSTED_PROXIES: {e}"))?,
+            trusted_proxies: parse_trusted_proxies(&var("FITORDER_TRUSTED_PROXIES").unwrap_or_default())?,
+            sign_in: sign_in_from_env()?,
         })
     }
 
@@ -421,6 +501,8 @@ impl Config {
             provider_connect_timeout: Duration::from_secs(3),
             provider_timeout: Duration::from_secs(15),
             trusted_proxies: vec![],
+            trusted_proxies: vec![],
+            sign_in: SignInConfig::default(),
         }
     }
 
@@ -428,6 +510,35 @@ impl Config {
     pub fn ops_url(&self) -> String {
         format!("{}/ops", self.public_url.trim_end_matches('/'))
     }
+}
+
+fn sign_in_from_env() -> Result<SignInConfig> {
+    let app_id = var("WECHAT_MINIPROGRAM_APP_ID");
+    let secret = var("WECHAT_MINIPROGRAM_SECRET");
+    anyhow::ensure!(
+        app_id.is_some() == secret.is_some(),
+        "WECHAT_MINIPROGRAM_APP_ID and WECHAT_MINIPROGRAM_SECRET are set together or not at all (missing: {})",
+        if app_id.is_none() {
+            "WECHAT_MINIPROGRAM_APP_ID"
+        } else {
+            "WECHAT_MINIPROGRAM_SECRET"
+        }
+    );
+    let access_token_ttl = duration("FITORDER_ACCESS_TOKEN_TTL", "2h")?;
+    let refresh_token_ttl = duration("FITORDER_REFRESH_TOKEN_TTL", "30d")?;
+    anyhow::ensure!(
+        access_token_ttl >= Duration::from_secs(60) && refresh_token_ttl > access_token_ttl,
+        "FITORDER_ACCESS_TOKEN_TTL must be at least 1m and FITORDER_REFRESH_TOKEN_TTL longer than it"
+    );
+    Ok(SignInConfig {
+        app_id,
+        secret,
+        api_base: var("WECHAT_API_BASE").unwrap_or_else(|| WECHAT_API_BASE.into()),
+        access_token_ttl,
+        refresh_token_ttl,
+        rate_per_address: number::<u32>("FITORDER_SIGNIN_RATE", 30)?.max(1),
+        rate_per_openid: number::<u32>("FITORDER_SIGNIN_RATE_PER_OPENID", 10)?.max(1),
+    })
 }
 
 /// Without FITORDER_JWT_SECRET a random secret is made once and kept in
@@ -655,6 +766,8 @@ impl std::fmt::Debug for Config {
             provider_connect_timeout,
             provider_timeout,
             trusted_proxies,
+            trusted_proxies,
+            sign_in,
         } = self;
         let url = |u: &Option<String>| u.as_deref().map(redact_url);
         f.debug_struct("Config")
@@ -714,6 +827,8 @@ impl std::fmt::Debug for Config {
             .field("provider_connect_timeout", provider_connect_timeout)
             .field("provider_timeout", provider_timeout)
             .field("trusted_proxies", trusted_proxies)
+            .field("trusted_proxies", trusted_proxies)
+            .field("sign_in", sign_in)
             .finish()
     }
 }

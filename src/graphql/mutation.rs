@@ -426,6 +426,33 @@ impl Mutation {
         Ok(ExceptionTicketNode(crate::tickets::start(&mut c, id, v, &actx).await?))
     }
 
+    /// sign-in (no token needed): a WeChat mini-program wx.login code; a first sign-in also needs phoneCode (getPhoneNumber) and, for a new member, storeId
+    async fn sign_in_with_wechat(
+        &self,
+        ctx: &Context<'_>,
+        code: String,
+        phone_code: Option<String>,
+        store_id: Option<ID>,
+    ) -> AppResult<SessionNode> {
+        let store = store_id.as_ref().map(|s| parse_id(s, "storeId")).transpose()?;
+        let r = request(ctx);
+        crate::sessions::sign_in_with_wechat(state(ctx), r.client_addr, &code, phone_code.as_deref(), store)
+            .await
+            .map(SessionNode)
+    }
+
+    /// a new access token and a new refresh token for a refresh token (no token needed); the old one is spent
+    async fn refresh_session(&self, ctx: &Context<'_>, refresh_token: String) -> AppResult<SessionNode> {
+        crate::sessions::refresh(state(ctx), request(ctx).client_addr, &refresh_token)
+            .await
+            .map(SessionNode)
+    }
+
+    /// ends the session the refresh token belongs to
+    async fn sign_out(&self, ctx: &Context<'_>, refresh_token: String) -> AppResult<bool> {
+        crate::sessions::sign_out(state(ctx), request(ctx).client_addr, &refresh_token).await
+    }
+
     /// Reconciles a provider's bill of one business day now (from FITORDER_STATEMENT_DIR).
     async fn run_reconciliation(
         &self,

@@ -31,6 +31,7 @@
 mod alipay;
 mod bills;
 mod cashier;
+pub mod miniprogram;
 mod wechat;
 
 use std::collections::HashMap;
@@ -555,6 +556,7 @@ fn router(inner: Arc<Inner>) -> Router {
         .nest("/wechatpay", wechat::router())
         .nest("/alipay", alipay::router())
         .nest("/cashier", cashier::router())
+        .nest_service("/wechat-mp", miniprogram::router())
         .with_state(inner)
 }
 

@@ -23,6 +23,8 @@ pub struct AppState {
     /// Payment keys this process saw processed lately: which way a notification takes
     /// (`payments::processed_lately`), never whether it is applied.
     pub processed: Arc<crate::payments::seen::Seen>,
+    /// Staff tokens of the OpenID Connect issuer, its keys cached (`None`: not configured).
+    pub oidc: Option<Arc<crate::auth::oidc::OidcVerifier>>,
 }
 
 impl AppState {
@@ -45,6 +47,9 @@ impl AppState {
             crate::db::evidence_pool(&db_url, evidence_size, config.statement_timeout)
         }
         .expect("a pool is built without connecting");
+        let oidc = config.oidc.clone().map(|c| {
+            Arc::new(crate::auth::oidc::OidcVerifier::new(c).expect("an HTTP client is built without connecting"))
+        });
         let config = Arc::new(config);
         let keys = Arc::new(keys);
         AppState {
@@ -56,6 +61,7 @@ impl AppState {
             db_url: Arc::new(db_url),
             evidence,
             processed: Arc::new(crate::payments::seen::Seen::new(crate::payments::seen::KEEP)),
+            oidc,
         }
     }
 }

@@ -6,6 +6,8 @@ use serde::{Deserialize, Serialize};
 use crate::domain::Actor;
 use crate::error::{AppError, AppResult};
 
+pub mod oidc;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Role {
     Member,
@@ -119,12 +121,7 @@ pub fn verify(secret: &str, header_value: &str) -> AppResult<Viewer> {
 /// [`verify`], also answering the token's `exp` (seconds since the epoch): a WebSocket
 /// session ends then.
 pub fn verify_with_expiry(secret: &str, header_value: &str) -> AppResult<(Viewer, i64)> {
-    let value = header_value.trim();
-    let token = match value.split_once(' ') {
-        Some((scheme, rest)) if scheme.eq_ignore_ascii_case("bearer") => rest,
-        _ => value,
-    }
-    .trim();
+    let token = bearer_token(header_value);
     let mut validation = Validation::new(Algorithm::HS256);
     validation.set_required_spec_claims(&["exp", "sub"]);
     validation.validate_nbf = true;
@@ -176,6 +173,34 @@ pub fn verify_with_expiry(secret: &str, header_value: &str) -> AppResult<(Viewer
         },
         claims.exp,
     ))
+}
+
+/// The token of an `Authorization` value, with or without its `Bearer ` scheme.
+fn bearer_token(header_value: &str) -> &str {
+    let value = header_value.trim();
+    match value.split_once(' ') {
+        Some((scheme, rest)) if scheme.eq_ignore_ascii_case("bearer") => rest,
+        _ => value,
+    }
+    .trim()
+}
+
+/// Every way in (HTTP and WebSocket): with an OpenID Connect issuer configured, a token whose
+/// header says RS256 or ES256 is the issuer's staff token ([`oidc::OidcVerifier`], which may
+/// fetch its keys); anything else — and everything without an issuer — is fitorder's own HS256
+/// token, checked on the spot as before. `none` and HS* never meet the issuer's public keys.
+pub async fn verify_bearer(
+    secret: &str,
+    issuer: Option<&oidc::OidcVerifier>,
+    header_value: &str,
+) -> AppResult<(Viewer, i64)> {
+    if let Some(issuer) = issuer {
+        let token = bearer_token(header_value);
+        if jsonwebtoken::decode_header(token).is_ok_and(|h| oidc::is_issuer_alg(h.alg)) {
+            return issuer.verify(token).await;
+        }
+    }
+    verify_with_expiry(secret, header_value)
 }
 
 /// An id written the one way ids are written: decimal digits, no sign, no leading zero.

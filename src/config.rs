@@ -7,6 +7,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 
 pub mod alert_channels;
+pub mod oidc;
 
 /// `Debug` is written out below: it never shows a secret (the JWT secret, the APIv3 key, a
 /// database password, an alert channel's URL or signing secret).
@@ -77,6 +78,8 @@ pub struct Config {
     pub http_body_timeout: Duration,
     /// How much of an unverified callback's body is kept as evidence.
     pub unverified_callback_bytes: usize,
+    /// Staff tokens from an OpenID Connect issuer (`FITORDER_OIDC_*`); `None`: only HS256.
+    pub oidc: Option<oidc::OidcConfig>,
 }
 
 #[derive(Clone)]
@@ -186,6 +189,8 @@ Environment:
   FITORDER_HTTP_HEADER_TIMEOUT   wait for request headers / idle keep-alive (default 10s)
   FITORDER_HTTP_BODY_TIMEOUT     wait for a request body (default 30s)
   FITORDER_UNVERIFIED_CALLBACK_BYTES  body kept of an unverified callback (default 4096)
+  FITORDER_OIDC_ISSUER, FITORDER_OIDC_AUDIENCE  staff tokens (RS256/ES256) from this OpenID Connect issuer, for this audience
+  FITORDER_OIDC_ROLE_CLAIM, FITORDER_OIDC_STORES_CLAIM  their claims naming role and stores (default role, stores)
 ";
 
 fn var(name: &str) -> Option<String> {
@@ -286,6 +291,7 @@ impl Config {
             http_header_timeout: duration("FITORDER_HTTP_HEADER_TIMEOUT", "10s")?,
             http_body_timeout: duration("FITORDER_HTTP_BODY_TIMEOUT", "30s")?,
             unverified_callback_bytes: number("FITORDER_UNVERIFIED_CALLBACK_BYTES", 4_096)?,
+            oidc: oidc::OidcConfig::from_env(var)?,
         })
     }
 
@@ -332,6 +338,7 @@ impl Config {
             http_header_timeout: Duration::from_secs(10),
             http_body_timeout: Duration::from_secs(30),
             unverified_callback_bytes: 4_096,
+            oidc: None,
         }
     }
 
@@ -472,6 +479,7 @@ impl std::fmt::Debug for Config {
             http_header_timeout,
             http_body_timeout,
             unverified_callback_bytes,
+            oidc,
         } = self;
         let url = |u: &Option<String>| u.as_deref().map(redact_url);
         f.debug_struct("Config")
@@ -515,6 +523,7 @@ impl std::fmt::Debug for Config {
             .field("http_header_timeout", http_header_timeout)
             .field("http_body_timeout", http_body_timeout)
             .field("unverified_callback_bytes", unverified_callback_bytes)
+            .field("oidc", oidc)
             .finish()
     }
 }

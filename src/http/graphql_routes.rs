@@ -19,10 +19,13 @@ use crate::trace::TraceId;
 /// Close code for a connection whose `connection_init` carried no valid token.
 const CLOSE_FORBIDDEN: u16 = 4403;
 
-fn viewer_from(secret: &str, header: Option<&str>) -> Result<Option<Viewer>, String> {
+async fn viewer_from(s: &HttpState, header: Option<&str>) -> Result<Option<Viewer>, String> {
     match header {
         None => Ok(None),
-        Some(h) => auth::verify(secret, h).map(Some).map_err(|e| e.public_message()),
+        Some(h) => auth::verify_bearer(&s.app.config.jwt_secret, s.app.oidc.as_deref(), h)
+            .await
+            .map(|(v, _)| Some(v))
+            .map_err(|e| e.public_message()),
     }
 }
 
@@ -41,7 +44,7 @@ pub async fn graphql(
         Err(e) => return e.into_response(),
     };
     let header = headers.get("authorization").and_then(|v| v.to_str().ok());
-    let viewer = match viewer_from(&s.app.config.jwt_secret, header) {
+    let viewer = match viewer_from(&s, header).await {
         Ok(v) => v,
         Err(msg) => return unauthenticated(msg),
     };
@@ -179,6 +182,7 @@ async fn serve_ws(s: HttpState, socket: WebSocket, trace: TraceId) {
             futures_util::future::ready(pass.then_some(bytes))
         });
     let secret = s.app.config.jwt_secret.clone();
+    let issuer = s.app.oidc.clone();
     let pool = s.app.pool.clone();
     let refused = Arc::new(AtomicBool::new(false));
     let refused_flag = refused.clone();
@@ -190,7 +194,11 @@ async fn serve_ws(s: HttpState, socket: WebSocket, trace: TraceId) {
             .or_else(|| payload.get("Authorization"))
             .and_then(|v| v.as_str())
             .map(str::to_string);
-        match header.map(|h| auth::verify_with_expiry(&secret, &h)) {
+        let checked = match header {
+            Some(h) => Some(auth::verify_bearer(&secret, issuer.as_deref(), &h).await),
+            None => None,
+        };
+        match checked {
             Some(Ok((viewer, exp))) => {
                 expires_at.store(exp, Ordering::SeqCst);
                 let mut data = Data::default();

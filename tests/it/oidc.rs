@@ -8,6 +8,8 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use fitorder::config::oidc::OidcConfig;
@@ -502,4 +504,101 @@ async fn a_flood_of_made_up_kids_costs_one_fetch_per_cooldown() {
     // The real key still works, with no fetch.
     assert_eq!(me(&app, &real).await["data"]["me"]["role"], "admin");
     assert_eq!(issuer.jwks_fetches().await, 2);
+}
+
+/// A discovery document served from loopback, written from OpenID Connect Discovery 1.0 (not
+/// oidc-provider: what a misconfigured or hostile issuer might answer); counts key-set requests.
+/// It listens on every interface: `doc` gets the loopback base URL and the port.
+async fn discovery_standin(doc: impl Fn(&str, u16) -> Value + Send + Sync + 'static) -> (String, Arc<AtomicU64>) {
+    let listener = tokio::net::TcpListener::bind("0.0.0.0:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let base = format!("http://127.0.0.1:{port}");
+    let jwks = Arc::new(AtomicU64::new(0));
+    let counted = jwks.clone();
+    let body = doc(&base, port);
+    let router = axum::Router::new()
+        .route(
+            "/.well-known/openid-configuration",
+            axum::routing::get(move || {
+                let body = body.clone();
+                async move { axum::Json(body) }
+            }),
+        )
+        .route(
+            "/jwks",
+            axum::routing::get(move || {
+                counted.fetch_add(1, Ordering::SeqCst);
+                async { axum::Json(json!({"keys": []})) }
+            }),
+        );
+    tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+    (base, jwks)
+}
+
+/// A token whose header says RS256 (its signature is never reached).
+fn rs256_looking_token(kid: &str) -> String {
+    use base64::Engine;
+    let b64 = |v: Value| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(v.to_string());
+    format!(
+        "{}.{}.c2ln",
+        b64(json!({"alg": "RS256", "kid": kid})),
+        b64(json!({"sub": "x", "role": "admin"}))
+    )
+}
+
+#[tokio::test]
+async fn an_issuer_whose_discovery_names_another_issuer_or_plain_http_keys_is_not_trusted() {
+    // The document names another issuer (OpenID Connect Discovery 1.0 §4.3: it must be the one
+    // asked): its key set is never fetched.
+    let (base, jwks) = discovery_standin(
+        |base, _| json!({"issuer": "https://id.elsewhere.example", "jwks_uri": format!("{base}/jwks")}),
+    )
+    .await;
+    let app = TestApp::with_config(|c| c.oidc = Some(OidcConfig::new(&base, AUDIENCE).unwrap())).await;
+    let r = me(&app, &rs256_looking_token("k1")).await;
+    assert_eq!(error_code(&r), "UNAUTHENTICATED", "{r}");
+    assert_eq!(
+        jwks.load(Ordering::SeqCst),
+        0,
+        "keys of an issuer that is not ours were fetched"
+    );
+
+    // Keys over plain HTTP off loopback are not taken: the stand-in's own key set at this
+    // machine's network address (when it has one) is never asked.
+    let outward = std::net::UdpSocket::bind("0.0.0.0:0")
+        .and_then(|s| s.connect("192.0.2.1:9").and_then(|_| s.local_addr()))
+        .map(|a| a.ip())
+        .ok()
+        .filter(|ip| !ip.is_loopback() && !ip.is_unspecified());
+    let host = outward.map_or("keys.example.invalid".to_string(), |ip| ip.to_string());
+    let (base, jwks) =
+        discovery_standin(move |base, port| json!({"issuer": base, "jwks_uri": format!("http://{host}:{port}/jwks")}))
+            .await;
+    let app = TestApp::with_config(|c| c.oidc = Some(OidcConfig::new(&base, AUDIENCE).unwrap())).await;
+    let r = me(&app, &rs256_looking_token("k1")).await;
+    assert_eq!(error_code(&r), "UNAUTHENTICATED", "{r}");
+    assert_eq!(
+        jwks.load(Ordering::SeqCst),
+        0,
+        "keys were fetched over plain HTTP off loopback"
+    );
+
+    // The control: the same stand-in with a consistent document is asked for its keys.
+    let (base, jwks) = discovery_standin(|base, _| json!({"issuer": base, "jwks_uri": format!("{base}/jwks")})).await;
+    let app = TestApp::with_config(|c| c.oidc = Some(OidcConfig::new(&base, AUDIENCE).unwrap())).await;
+    let r = me(&app, &rs256_looking_token("k1")).await;
+    assert_eq!(error_code(&r), "UNAUTHENTICATED", "{r}");
+    assert_eq!(jwks.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn an_unreachable_issuer_refuses_its_tokens_at_once_and_fitorders_own_still_pass() {
+    let port = free_port();
+    let app = app_trusting(port, None).await;
+    let started = std::time::Instant::now();
+    let r = me(&app, &rs256_looking_token("k1")).await;
+    assert_eq!(error_code(&r), "UNAUTHENTICATED", "{r}");
+    assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+    let own = app.token(fitorder::auth::Role::Ops, "ops-1");
+    assert_eq!(me(&app, &own).await["data"]["me"]["role"], "ops");
 }

@@ -51,6 +51,8 @@ impl SignInLimits {
             per_openid: crate::ratelimit::RateLimiter::new(config.rate_per_openid, minute, 100_000),
         }
     }
+    /// Staff tokens of the OpenID Connect issuer, its keys cached (`None`: not configured).
+    pub oidc: Option<Arc<crate::auth::oidc::OidcVerifier>>,
 }
 
 impl AppState {
@@ -79,6 +81,9 @@ impl AppState {
             PLACING_KEYS,
         );
         let unverified = crate::payments::sampling::UnverifiedSampler::new(&config);
+        let oidc = config.oidc.clone().map(|c| {
+            Arc::new(crate::auth::oidc::OidcVerifier::new(c).expect("an HTTP client is built without connecting"))
+        });
         let config = Arc::new(config);
         let keys = Arc::new(keys);
         events.ended_sessions.set_window(config.sign_in.access_token_ttl);
@@ -104,6 +109,7 @@ impl AppState {
             db_url: Arc::new(db_url),
             evidence,
             processed: Arc::new(crate::payments::seen::Seen::new(crate::payments::seen::KEEP)),
+            oidc,
         }
     }
 }

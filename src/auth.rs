@@ -6,6 +6,8 @@ use serde::{Deserialize, Serialize};
 use crate::domain::Actor;
 use crate::error::{AppError, AppResult};
 
+pub mod oidc;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Role {
     Member,
@@ -274,6 +276,29 @@ fn check_claim_bounds(token: &str, now: i64) -> AppResult<()> {
     Ok(())
 }
 
+/// Every way in (HTTP and WebSocket): with an OpenID Connect issuer configured, a token whose
+/// header says RS256 or ES256 is the issuer's staff token ([`oidc::OidcVerifier`], which may
+/// fetch its keys); anything else — and everything without an issuer — is fitorder's own HS256
+/// token, checked on the spot as before. `none` and HS* never meet the issuer's public keys.
+pub async fn verify_bearer(
+    secret: &str,
+    issuer: Option<&oidc::OidcVerifier>,
+    header_value: &str,
+) -> AppResult<(Viewer, i64)> {
+    if let Some(issuer) = issuer {
+        let token = bearer_token(header_value)?;
+        // fitorder's own header, as `issue_token` writes it, is decided without decoding it.
+        let own = token.strip_prefix(OWN_HEADER).is_some_and(|rest| rest.starts_with('.'));
+        if !own && jsonwebtoken::decode_header(token).is_ok_and(|h| oidc::is_issuer_alg(h.alg)) {
+            return issuer.verify(token).await;
+        }
+    }
+    verify_with_expiry(secret, header_value)
+}
+
+/// `{"typ":"JWT","alg":"HS256"}` in base64url: the header of every token [`issue_token`] makes.
+const OWN_HEADER: &str = "eyJ0eXAiOiJKV1QiLCJhbGciOiJIUzI1NiJ9";
+
 /// An id written the one way ids are written: decimal digits, no sign, no leading zero.
 pub fn canonical_id(s: &str) -> Option<i64> {
     let ok = !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) && !s.starts_with('0');
@@ -283,6 +308,14 @@ pub fn canonical_id(s: &str) -> Option<i64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn own_header_is_the_one_issue_token_writes() {
+        let t = issue_token("s", Role::Ops, "o", None, std::time::Duration::from_secs(60));
+        assert_eq!(t.split('.').next(), Some(OWN_HEADER));
+        let h = jsonwebtoken::decode_header(&t).unwrap();
+        assert_eq!(h.alg, Algorithm::HS256);
+    }
 
     #[test]
     fn ids_are_canonical() {

@@ -7,6 +7,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 
 pub mod alert_channels;
+pub mod oidc;
 
 /// `Debug` is written out below: it never shows a secret (the JWT secret, the APIv3 key, a
 /// database password, an alert channel's URL or signing secret).
@@ -108,6 +109,8 @@ pub struct Config {
     pub trusted_proxies: Vec<ipnet::IpNet>,
     /// Members signing in from the WeChat mini program, and their sessions.
     pub sign_in: SignInConfig,
+    /// Staff tokens from an OpenID Connect issuer (`FITORDER_OIDC_*`); `None`: only HS256.
+    pub oidc: Option<oidc::OidcConfig>,
 }
 
 /// Members' sign-in (`signInWithWechat`, `refreshSession`, `signOut`).
@@ -316,6 +319,8 @@ Environment:
     FITORDER_ACCESS_TOKEN_TTL (default 2h), FITORDER_REFRESH_TOKEN_TTL (default 30d),
     FITORDER_SIGNIN_RATE (sign-in calls per minute per client address, default 30),
     FITORDER_SIGNIN_RATE_PER_OPENID (sign-ins per minute per WeChat account, default 10)
+  FITORDER_OIDC_ISSUER, FITORDER_OIDC_AUDIENCE  staff tokens (RS256/ES256) from this OpenID Connect issuer, for this audience
+  FITORDER_OIDC_ROLE_CLAIM, FITORDER_OIDC_STORES_CLAIM  their claims naming role and stores (default role, stores)
 ";
 
 fn var(name: &str) -> Option<String> {
@@ -441,6 +446,7 @@ impl Config {
                 .map_err(|e| anyhow::anyhow!("FITORDER_TRUSTED_PROXIES: {e}"))?,
             trusted_proxies: parse_trusted_proxies(&var("FITORDER_TRUSTED_PROXIES").unwrap_or_default())?,
             sign_in: sign_in_from_env()?,
+            oidc: oidc::OidcConfig::from_env(var)?,
         })
     }
 
@@ -503,6 +509,7 @@ impl Config {
             trusted_proxies: vec![],
             trusted_proxies: vec![],
             sign_in: SignInConfig::default(),
+            oidc: None,
         }
     }
 
@@ -768,6 +775,7 @@ impl std::fmt::Debug for Config {
             trusted_proxies,
             trusted_proxies,
             sign_in,
+            oidc,
         } = self;
         let url = |u: &Option<String>| u.as_deref().map(redact_url);
         f.debug_struct("Config")
@@ -829,6 +837,7 @@ impl std::fmt::Debug for Config {
             .field("trusted_proxies", trusted_proxies)
             .field("trusted_proxies", trusted_proxies)
             .field("sign_in", sign_in)
+            .field("oidc", oidc)
             .finish()
     }
 }

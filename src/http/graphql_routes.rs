@@ -19,10 +19,13 @@ use crate::trace::TraceId;
 /// Close code for a connection whose `connection_init` carried no valid token.
 const CLOSE_FORBIDDEN: u16 = 4403;
 
-fn viewer_from(secret: &str, header: Option<&str>) -> Result<Option<Viewer>, String> {
+async fn viewer_from(s: &HttpState, header: Option<&str>) -> Result<Option<Viewer>, String> {
     match header {
         None => Ok(None),
-        Some(h) => auth::verify(secret, h).map(Some).map_err(|e| e.public_message()),
+        Some(h) => auth::verify_bearer(&s.app.config.jwt_secret, s.app.oidc.as_deref(), h)
+            .await
+            .map(|(v, _)| Some(v))
+            .map_err(|e| e.public_message()),
     }
 }
 
@@ -39,7 +42,7 @@ pub async fn graphql(
         Err(e) => return super::rejection::graphql(e.0),
     };
     let header = headers.get("authorization").and_then(|v| v.to_str().ok());
-    let viewer = match viewer_from(&s.app.config.jwt_secret, header) {
+    let viewer = match viewer_from(&s, header).await {
         Ok(v) => v,
         Err(msg) => return unauthenticated(msg),
     };
@@ -292,6 +295,7 @@ async fn serve_ws(s: HttpState, socket: WebSocket, trace: TraceId) {
             futures_util::future::ready(pass.then_some(bytes))
         });
     let secret = s.app.config.jwt_secret.clone();
+    let issuer = s.app.oidc.clone();
     let pool = s.app.pool.clone();
     // The session of the connection's token, once known: its end closes the connection.
     let session: Arc<Mutex<Option<String>>> = Arc::default();
@@ -309,7 +313,11 @@ async fn serve_ws(s: HttpState, socket: WebSocket, trace: TraceId) {
             .or_else(|| payload.get("Authorization"))
             .and_then(|v| v.as_str())
             .map(str::to_string);
-        let verified = match header.map(|h| auth::verify_with_expiry(&secret, &h)) {
+        let checked = match header {
+            Some(h) => Some(auth::verify_bearer(&secret, issuer.as_deref(), &h).await),
+            None => None,
+        };
+        let verified = match checked {
             Some(Ok((viewer, exp))) => {
                 let ended = match viewer.session.as_deref() {
                     Some(sid) => ended_sessions.has_ended(&check_pool, sid).await,

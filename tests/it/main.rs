@@ -22,6 +22,7 @@ mod http_surface;
 mod layers;
 mod limits_and_roles;
 mod logs;
+mod oidc;
 mod orders_flow;
 mod payments;
 mod pgbouncer;

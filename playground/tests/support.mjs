@@ -131,7 +131,7 @@ export async function startServer(env = {}) {
         return m && Number(m[1]) >= n;
       }, `${n} live subscription(s) (fitorder_subscribers on /metrics)`);
 
-    return { url, wsUrl: `ws://127.0.0.1:${port}/graphql/ws`, db, token, gql, subscribers, stop, log: () => output };
+    return { url, wsUrl: `ws://127.0.0.1:${port}/graphql/ws`, db, env: baseEnv, token, gql, subscribers, stop, log: () => output };
   } catch (e) {
     await stop();
     throw e;

@@ -138,4 +138,29 @@ impl Subscription {
             })
             .boxed())
     }
+
+    /// Exception tickets as they are taken or closed, each with its status after the change
+    /// (admin and ops).
+    async fn ticket_changed(
+        &self,
+        ctx: &Context<'_>,
+        store_id: Option<ID>,
+    ) -> async_graphql::Result<BoxStream<'static, ExceptionTicketNode>> {
+        let v = viewer(ctx)?.clone();
+        v.require(&[Role::Admin, Role::Ops])?;
+        let store = store_id.as_ref().map(|s| parse_id(s, "storeId")).transpose()?;
+        Ok(events(ctx)
+            .filter_map(move |e| {
+                let out = match e {
+                    Event::TicketChanged(t) => {
+                        let visible = t.store_id.is_none_or(|s| sees_store(&v, s));
+                        let keep = visible && store.is_none_or(|s| t.store_id == Some(s));
+                        keep.then(|| ExceptionTicketNode((*t).clone()))
+                    }
+                    _ => None,
+                };
+                futures_util::future::ready(out)
+            })
+            .boxed())
+    }
 }

@@ -8,6 +8,7 @@ mod graphql_routes;
 mod health;
 pub mod metrics;
 mod serve;
+mod workbench;
 
 pub use serve::serve;
 
@@ -60,6 +61,8 @@ pub fn router(app: AppState) -> Router {
         .route("/readyz", get(health::readyz))
         .route("/metrics", get(metrics::render))
         .route("/ops", get(ops_page))
+        .route("/ops/tickets", get(workbench::page))
+        .route("/ops/assets/{name}", get(workbench::asset))
         .with_state(state)
         .layer(axum::extract::DefaultBodyLimit::max(limit))
         .layer(tower_http::limit::RequestBodyLimitLayer::new(limit))
@@ -148,6 +151,8 @@ fn known_route(path: &str) -> &'static str {
         "/readyz" => "/readyz",
         "/metrics" => "/metrics",
         "/ops" => "/ops",
+        "/ops/tickets" => "/ops/tickets",
+        "/ops/assets/{name}" => "/ops/assets",
         "/graphql/assets/{name}" => "/graphql/assets",
         _ => "other",
     }

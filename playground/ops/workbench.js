@@ -468,7 +468,7 @@ function renderOrder(o) {
       o.canceledAt && ['f.canceledAt', fmtTime(o.canceledAt)],
       o.cancelReason && ['f.cancelReason', o.cancelReason],
       o.refundedAt && ['f.refundedAt', fmtTime(o.refundedAt)],
-      o.refundAmountCents != null && ['f.refundAmount', money(o.refundAmountCents), 'refund-amount'],
+      o.refundAmountCents != null && ['f.refundAmount', money(o.refundAmountCents), 'order-refund-amount'],
       ['f.allowedTransitions', o.allowedTransitions.length
         ? el('span', {}, ...o.allowedTransitions.flatMap((s, i) => [i ? ' ' : null, badge('ostatus', s)]))
         : document.createTextNode(t('f.none'))],

@@ -8,7 +8,7 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn, execFileSync } from 'node:child_process';
 import { createServer } from 'node:http';
-import { mkdtempSync, mkdirSync, rmSync, readFileSync } from 'node:fs';
+import { mkdtempSync, mkdirSync, rmSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -128,6 +128,40 @@ async function amountMismatch(storeId = '1', classPackId = '1') {
   const o = await nativeOrder(storeId, classPackId);
   pay(o.orderNo, o.amountCents - 1, txn());
   return { order: o, ticket: await ticketOf(o.orderNo, 'AMOUNT_MISMATCH') };
+}
+
+const yuan = (c) => `${Math.floor(c / 100)}.${String(c % 100).padStart(2, '0')}`;
+/** Today's business day (Asia/Shanghai) and the time now there, as WeChat's bill writes them. */
+function shanghaiNow() {
+  const p = Object.fromEntries(new Intl.DateTimeFormat('en-US', { timeZone: 'Asia/Shanghai', hourCycle: 'h23', year: 'numeric', month: '2-digit',
+    day: '2-digit', hour: '2-digit', minute: '2-digit', second: '2-digit' }).formatToParts(new Date()).map((x) => [x.type, x.value]));
+  return { date: `${p.year}-${p.month}-${p.day}`, time: `${p.year}-${p.month}-${p.day} ${p.hour}:${p.minute}:${p.second}` };
+}
+/**
+ * Reconciles today's WeChat Pay bill with `fitorder reconcile --file`: a bill in WeChat's format
+ * (27 backticked columns, the summary lines) with one payment row per [orderNo, txn, cents].
+ */
+function reconcileWechat(rows) {
+  const { date, time } = shanghaiNow();
+  const header = ['交易时间', '公众账号ID', '商户号', '特约商户号', '设备号', '微信订单号', '商户订单号', '用户标识', '交易类型', '交易状态', '付款银行', '货币种类',
+    '应结订单金额', '代金券金额', '微信退款单号', '商户退款单号', '退款金额', '充值券退款金额', '退款类型', '退款状态', '商品名称', '商户数据包', '手续费', '费率', '订单金额',
+    '申请退款金额', '费率备注'];
+  const fee = (c) => `${Math.floor((c * 6) / 100000)}.${String((c * 6) % 100000).padStart(5, '0')}`;
+  const line = (cells) => cells.map((c) => '`' + c).join(',');
+  const lines = [header.join(',')];
+  let total = 0;
+  for (const [no, t, cents] of rows) {
+    total += cents;
+    lines.push(line([time, 'wx2421b1c4370ec43b', '1900000109', '0', '', t, no, 'oUpF8uMuAJO_M2pxb1Q9zNjWeS6o', 'NATIVE', 'SUCCESS', 'OTHERS', 'CNY',
+      yuan(cents), '0.00', '0', '0', '0.00', '0.00', '', '', 'Class pack', '', fee(cents), '0.60%', yuan(cents), '0.00', '']));
+  }
+  lines.push('总交易单数,应结订单总金额,退款总金额,充值券退款总金额,手续费总金额,订单总金额,申请退款总金额');
+  lines.push(line([String(rows.length), yuan(total), '0.00', '0.00', fee(total), yuan(total), '0.00']));
+  const file = join(home, `wechatpay-${date}-${++keyNo}.csv`);
+  writeFileSync(file, '\ufeff' + lines.join('\r\n') + '\r\n');
+  return execFileSync(BIN, ['reconcile', '--provider', 'wechatpay', '--date', date, '--file', file], {
+    cwd: home, env: server.env, encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'],
+  });
 }
 
 // ---- the page ----
@@ -383,6 +417,42 @@ test("an admin credits the order's sessions to the member, as sessionCredits the
     assert.equal(await credits(), before + 10);
     await page.waitForFunction((n) => document.querySelector('[data-testid=session-credits]')?.textContent === String(n), before + 10);
     assert.equal(await page.locator(sel('order') + ' ' + sel('order-status')).getAttribute('data-value'), 'PAID');
+  } finally {
+    await close(page);
+  }
+});
+
+test("a part of a paid order refunded: the server's unused share shown, another amount taken", { timeout: 90000 }, async () => {
+  // Paid in full, one session used; the bill says the provider collected ¥1 less.
+  const o = await nativeOrder();
+  const paidTxn = txn();
+  pay(o.orderNo, o.amountCents, paidTxn);
+  await eventually(async () => (await server.gql(admin(), 'query($n: String!) { order(orderNo: $n) { status } }', { n: o.orderNo })).order.status === 'PAID', 'paid');
+  await server.gql(admin(), 'mutation($n: String!) { checkIn(input: {orderNo: $n, consumeTxnNo: "gate-1"}) { remainingSessions } }', { n: o.orderNo });
+  reconcileWechat([[o.orderNo, paidTxn, o.amountCents - 100]]);
+  const t = await ticketOf(o.orderNo, 'AMOUNT_MISMATCH');
+  const share = (await server.gql(ops(), 'query($id: ID!) { exceptionTicket(id: $id) { actions { refundCents } } }', { id: t.id })).exceptionTicket.actions.refundCents;
+  assert.equal(share, Math.floor((o.amountCents * 9) / 10), 'nine of ten sessions unused');
+
+  const page = await open(ops(), `ticket=${t.id}`);
+  try {
+    await page.locator(sel('ticket', { 'ticket-id': t.id })).waitFor();
+    assert.deepEqual(await actions(page), ['REFUND', 'NO_ACTION']);
+    await page.locator(sel('action', { action: 'REFUND' })).click();
+    assert.match(await page.locator('#confirm-share').textContent(), new RegExp(`¥${yuan(share).replace('.', '\\.')}`));
+    assert.match(await page.getByTestId('confirm-what').textContent(), /退给会员/);
+    await page.getByTestId('refund-amount').fill('abc');
+    await page.getByTestId('confirm-ok').click();
+    assert.match(await page.getByTestId('confirm-msg').textContent(), /请输入/);
+    await page.getByTestId('refund-amount').fill('300.50');
+    await page.getByTestId('confirm-note').fill('按会员要求部分退款');
+    await page.getByTestId('confirm-ok').click();
+    await page.locator(sel('action-result', { outcome: 'ok', status: 'RESOLVED' })).waitFor({ timeout: 15000 });
+    assert.match(await page.getByTestId('action-result').textContent(), /已退款/);
+    const after = (await server.gql(admin(), 'query($n: String!) { order(orderNo: $n) { status refundAmountCents } }', { n: o.orderNo })).order;
+    assert.deepEqual(after, { status: 'REFUNDED', refundAmountCents: 30050 });
+    await page.waitForFunction(() => document.querySelector('[data-testid=order-refund-amount]')?.textContent === '¥300.50');
+    await page.locator(sel('chain-entry', { type: 'REFUND' })).waitFor();
   } finally {
     await close(page);
   }

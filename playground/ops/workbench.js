@@ -4,6 +4,7 @@
 
 import { t, initLang, setLang, lang, has } from './i18n.js';
 import { stackedBars, hbars, healingBars, PALETTE } from './charts.js';
+import { live } from './live.js';
 
 const TOKEN_KEY = 'fitorder.ops.token'; // the same as the watch page's: one sign-in for both
 const TZ = document.querySelector('meta[name="fitorder-timezone"]')?.content || 'Asia/Shanghai';
@@ -745,7 +746,7 @@ function healingChart(heal) {
   });
 }
 
-// ---- live: graphql-transport-ws by hand ----
+// ---- live: the streams (live.js speaks graphql-transport-ws) ----
 function onTicket(tk, opened) {
   tk._seen = Date.now();
   if (opened) state.fresh.add(tk.id);
@@ -762,61 +763,20 @@ const SUBSCRIPTIONS = [
   { op: 'WbChanged', onNext: (d) => onTicket(d.ticketChanged, false) },
   { op: 'WbCompensation', onNext: (d) => { if (state.ticket && state.ticket.order && state.ticket.order.orderNo === d.compensationUpdates.orderNo) reloadTicketSoon(); } },
 ];
-const ws = { socket: null, active: new Map(), nextId: 1, attempt: 0, retryTimer: null, ackTimer: null, acked: false };
-function send(socket, msg) { if (socket.readyState === WebSocket.OPEN) socket.send(JSON.stringify(msg)); }
+let conn = null;
+const STATES = { connecting: 'conn.connecting', reconnecting: 'conn.reconnecting', live: 'conn.live', offline: 'conn.offline', notSubscribed: 'conn.notSubscribed' };
 function connect() {
-  clearTimeout(ws.retryTimer); ws.retryTimer = null;
-  setStatus(ws.acked ? 'conn.reconnecting' : 'conn.connecting');
-  const socket = new WebSocket((location.protocol === 'https:' ? 'wss://' : 'ws://') + location.host + '/graphql/ws', 'graphql-transport-ws');
-  ws.socket = socket;
-  socket.onopen = () => {
-    send(socket, { type: 'connection_init', payload: { authorization: 'Bearer ' + state.token } });
-    ws.ackTimer = setTimeout(() => socket.close(4408, 'no connection_ack'), 10000);
-  };
-  socket.onmessage = (e) => {
-    if (ws.socket !== socket) return;
-    let msg;
-    try { msg = JSON.parse(e.data); } catch { socket.close(4400, 'unreadable message'); return; }
-    const sub = ws.active.get(msg.id);
-    switch (msg.type) {
-      case 'connection_ack': {
-        clearTimeout(ws.ackTimer);
-        const again = ws.acked;
-        ws.acked = true; ws.attempt = 0; ws.active.clear();
-        for (const s of SUBSCRIPTIONS) {
-          const id = String(ws.nextId++);
-          ws.active.set(id, s);
-          send(socket, { id, type: 'subscribe', payload: { query: DOC, operationName: s.op, variables: {} } });
-        }
-        setStatus('conn.live', {}, 'live');
-        if (again) refreshAll();
-        break;
-      }
-      case 'next':
-        if (sub && msg.payload.data) sub.onNext(msg.payload.data);
-        break;
-      case 'error': case 'complete':
-        ws.active.delete(msg.id);
-        if (!ws.active.size) setStatus('conn.notSubscribed');
-        break;
-      case 'ping': send(socket, { type: 'pong', payload: msg.payload }); break;
-      default: break;
-    }
-  };
-  socket.onclose = (e) => {
-    clearTimeout(ws.ackTimer);
-    if (ws.socket !== socket) return;
-    ws.socket = null; ws.active.clear();
-    if (e.code === 4403) { refuse(); return; }
-    const delay = Math.min(30000, 1000 * 2 ** ws.attempt++) * (0.8 + Math.random() * 0.4);
-    setStatus('conn.offline', { s: Math.round(delay / 1000) });
-    ws.retryTimer = setTimeout(connect, delay);
-  };
+  conn = live({
+    token: state.token, doc: DOC, subscriptions: SUBSCRIPTIONS,
+    status: (st, s) => setStatus(STATES[st], { s }, st === 'live' ? 'live' : ''),
+    refused: refuse,
+    reconnected: refreshAll,
+  });
 }
 function stop() {
-  clearTimeout(ws.retryTimer); clearTimeout(ws.ackTimer); clearInterval(refreshTimer);
-  const s = ws.socket; ws.socket = null; ws.active.clear(); ws.acked = false; ws.attempt = 0;
-  if (s) s.close(1000, 'bye');
+  clearInterval(refreshTimer);
+  if (conn) conn.stop();
+  conn = null;
 }
 
 // ---- start ----
@@ -884,6 +844,5 @@ window.addEventListener('hashchange', () => {
   if (tok) { stop(); start(tok); return; }
   if (state.token) render();
 });
-window.addEventListener('online', () => { if (ws.retryTimer) connect(); });
 const initial = tokenFromHash() || sessionStorage.getItem(TOKEN_KEY);
 if (initial) start(initial); else { setStatus('conn.noToken'); showLogin(null); }

@@ -6,69 +6,35 @@
 
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn, execFileSync } from 'node:child_process';
-import { createServer } from 'node:http';
+import { execFileSync } from 'node:child_process';
 import { mkdtempSync, mkdirSync, rmSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { createInterface } from 'node:readline';
-import { BIN, launchChromium, startServer, freePort, eventually, placeWalletOrder } from './support.mjs';
+import { BIN, launchChromium, startServer, startSandbox, downstreamService, eventually, placeWalletOrder } from './support.mjs';
 
 const OPS_DIR = new URL('../ops/', import.meta.url);
 // The README's screenshots: written there with UPDATE_SCREENSHOTS=1, else to a temporary directory.
 const SHOTS = process.env.UPDATE_SCREENSHOTS
   ? new URL('../screenshots/', import.meta.url)
   : new URL(`file://${mkdtempSync(join(tmpdir(), 'fitorder-shots-'))}/`);
-const ASSETS = ['workbench.js', 'i18n.js', 'charts.js', 'workbench.css'];
+const ASSETS = ['workbench.js', 'i18n.js', 'charts.js', 'live.js', 'workbench.css'];
 
-// The door and AI endpoints: 503 while `failing`.
-let failing = false;
-const hits = [];
-const downstream = createServer((req, res) => {
-  let body = '';
-  req.on('data', (c) => (body += c));
-  req.on('end', () => {
-    hits.push({ path: req.url, body: JSON.parse(body || 'null'), failing });
-    res.writeHead(failing ? 503 : 200, { 'content-type': 'application/json' });
-    res.end(failing ? '{"error":"down for the test"}' : '{"ok":true}');
-  });
-});
-
+// The door and AI endpoints: 503 while `downstream.failing`.
+const downstream = downstreamService();
 let sandbox;
-let sandboxLog = '';
 let home; // cwd of `simulate-payment`: its keys are ./.fitorder/dev-keys, the sandbox's
 let server;
 let browser;
 
-async function startSandbox() {
+before(async () => {
+  const d = await downstream.start();
   home = mkdtempSync(join(tmpdir(), 'fitorder-workbench-'));
   const keys = join(home, '.fitorder', 'dev-keys');
   mkdirSync(keys, { recursive: true });
-  const port = await freePort();
-  sandbox = spawn(BIN, ['sandbox-provider', '--addr', `127.0.0.1:${port}`, '--keys', keys], { stdio: ['ignore', 'pipe', 'pipe'] });
-  sandbox.stderr.on('data', (c) => (sandboxLog += c));
-  const env = {};
-  const lines = createInterface({ input: sandbox.stdout });
-  await new Promise((resolve, reject) => {
-    const t = setTimeout(() => reject(new Error(`sandbox-provider not ready after 30s:\n${sandboxLog}`)), 30000);
-    sandbox.once('exit', (code) => reject(new Error(`sandbox-provider exited with ${code}:\n${sandboxLog}`)));
-    lines.on('line', (line) => {
-      if (line.startsWith('# ready')) {
-        clearTimeout(t);
-        resolve();
-      } else if (line.includes('=')) env[line.slice(0, line.indexOf('='))] = line.slice(line.indexOf('=') + 1);
-    });
-  });
-  return env;
-}
-
-before(async () => {
-  await new Promise((r) => downstream.listen(0, '127.0.0.1', r));
-  const d = `http://127.0.0.1:${downstream.address().port}`;
-  const env = await startSandbox();
+  sandbox = await startSandbox(keys);
   server = await startServer({
-    ...env,
+    ...sandbox.env,
     FITORDER_DOOR_ACCESS_URL: `${d}/door`,
     FITORDER_AI_ACCESS_URL: `${d}/ai`,
     FITORDER_RETRY_BASE: '200ms',
@@ -81,14 +47,9 @@ before(async () => {
 after(async () => {
   await browser?.close().catch(() => {});
   await server?.stop();
-  if (sandbox && sandbox.exitCode === null) {
-    const exited = new Promise((r) => sandbox.once('exit', r));
-    sandbox.kill('SIGTERM');
-    await exited;
-  }
+  await sandbox?.stop();
   if (home) rmSync(home, { recursive: true, force: true });
-  downstream.closeAllConnections();
-  await new Promise((r) => downstream.close(r));
+  await downstream.stop();
 });
 
 // ---- making tickets the way production does ----
@@ -325,7 +286,7 @@ test('a COMPENSATION_DEAD is replayed once the door service is back, and leaves 
   const page = await open(ops());
   const list = await open(ops());
   try {
-    failing = true;
+    downstream.failing = true;
     const o = await placeWalletOrder(server, 2, `wb-dead-${Date.now()}`);
     const dead = await eventually(async () => {
       const ts = (await ticketsOf(o.orderNo)).filter((x) => x.kind === 'COMPENSATION_DEAD');
@@ -340,7 +301,7 @@ test('a COMPENSATION_DEAD is replayed once the door service is back, and leaves 
     assert.equal(await stateOf.count(), 2);
     assert.match(await page.getByTestId('chain').textContent(), /HTTP 503/);
 
-    failing = false;
+    downstream.failing = false;
     await page.locator(sel('action', { action: 'REPLAY_COMPENSATION' })).click();
     assert.match(await page.getByTestId('confirm-what').textContent(), /#\d+/);
     await page.getByTestId('confirm-ok').click();
@@ -348,12 +309,12 @@ test('a COMPENSATION_DEAD is replayed once the door service is back, and leaves 
     // The chain follows the delivery live: one event SUCCEEDED, the other still DEAD.
     await page.locator(sel('compensation-state', { status: 'SUCCEEDED' })).waitFor({ timeout: 15000 });
     const eventId = await page.locator(sel('compensation-state', { status: 'SUCCEEDED' })).getAttribute('data-event-id');
-    assert.ok(hits.some((h) => !h.failing && h.body.eventId === eventId), `the downstream got event ${eventId}`);
+    assert.ok(downstream.hits.some((h) => !h.failing && h.body.eventId === eventId), `the downstream got event ${eventId}`);
     // The other page's list lost the resolved ticket without a reload (ticketChanged).
     await list.locator(sel('ticket-row', { 'ticket-id': dead[0].id })).waitFor({ state: 'detached', timeout: 15000 });
     assert.equal(await list.locator(sel('ticket-row', { 'ticket-id': dead[1].id })).count(), 1);
   } finally {
-    failing = false;
+    downstream.failing = false;
     await close(page);
     await close(list);
   }

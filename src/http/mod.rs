@@ -104,7 +104,7 @@ async fn ops_page() -> Response {
     )));
     graphiql::html_headers(
         &mut resp,
-        "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self' ws: wss:; \
+        "default-src 'none'; script-src 'self' 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self' ws: wss:; \
          img-src data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
     );
     resp

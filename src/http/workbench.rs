@@ -1,6 +1,6 @@
 //! The ops workbench (`GET /ops/tickets`): exception tickets, one ticket's chain and the actions
 //! that close it, in Chinese or English. Plain files (no build step, no CDN) compiled into the
-//! binary: the page and its modules under `/ops/assets/`.
+//! binary: the page and its modules under `/ops/assets/` (`live.js` is the watch page's too).
 
 use axum::extract::{Path, State};
 use axum::http::{header, StatusCode};
@@ -18,6 +18,11 @@ const ASSETS: &[(&str, &str, &str)] = &[
     (
         "i18n.js",
         include_str!("../../playground/ops/i18n.js"),
+        "text/javascript; charset=utf-8",
+    ),
+    (
+        "live.js",
+        include_str!("../../playground/ops/live.js"),
         "text/javascript; charset=utf-8",
     ),
     (

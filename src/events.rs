@@ -17,7 +17,7 @@ use crate::db::DbPool;
 use crate::domain::OrderStatus;
 
 /// Channel of row changes subscribers see (`order:<transition id>`, `comp:<event id>`,
-/// `ticket:<ticket id>`).
+/// `ticket:<ticket id>` when a ticket opens, `ticketchange:<ticket id>` when it is taken or closed).
 pub const EVENTS_CHANNEL: &str = "fitorder_events";
 /// Channel that wakes outbox workers when a new event is due.
 pub const OUTBOX_CHANNEL: &str = "fitorder_outbox";
@@ -43,6 +43,8 @@ pub enum Event {
     Order(Arc<StatusChange>),
     Compensation(Arc<CompensationEvent>, Arc<String>, i64),
     Ticket(Arc<ExceptionTicket>),
+    /// A ticket taken or closed (its row after the change).
+    TicketChanged(Arc<ExceptionTicket>),
 }
 
 #[derive(Clone)]
@@ -204,13 +206,16 @@ async fn load(pool: &DbPool, payload: &str) -> anyhow::Result<Option<Event>> {
                 .optional()?;
             row.map(|(e, no, store)| Event::Compensation(Arc::new(e), Arc::new(no), store))
         }
-        "ticket" => exception_tickets::table
+        "ticket" | "ticketchange" => exception_tickets::table
             .find(id)
             .select(ExceptionTicket::as_select())
             .get_result(&mut conn)
             .await
             .optional()?
-            .map(|t| Event::Ticket(Arc::new(t))),
+            .map(|t| match kind {
+                "ticket" => Event::Ticket(Arc::new(t)),
+                _ => Event::TicketChanged(Arc::new(t)),
+            }),
         _ => None,
     })
 }

@@ -399,6 +399,8 @@ impl Mutation {
         id: ID,
         action: TicketAction,
         note: Option<String>,
+        #[graphql(desc = "REFUND of the order's own payment: this amount instead of the unused share")]
+        amount_cents: Option<i32>,
     ) -> AppResult<ExceptionTicketNode> {
         let v = viewer(ctx)?;
         v.require(&[Role::Admin, Role::Ops])?;
@@ -410,9 +412,17 @@ impl Mutation {
         let actx = actor_ctx(ctx)?;
         let id = parse_id(&id, "id")?;
         let mut c = conn(ctx).await?;
-        let t =
-            crate::ticket_resolution::resolve(&mut c, &state(ctx).config, v, id, action.into(), note.as_deref(), &actx)
-                .await?;
+        let t = crate::ticket_resolution::resolve(
+            &mut c,
+            &state(ctx).config,
+            v,
+            id,
+            action.into(),
+            note.as_deref(),
+            amount_cents.map(i64::from),
+            &actx,
+        )
+        .await?;
         Ok(ExceptionTicketNode(t))
     }
 

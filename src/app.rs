@@ -35,6 +35,8 @@ pub struct AppState {
     pub miniprogram: Option<Arc<crate::miniprogram::MiniProgram>>,
     /// The sign-in mutations' rate limits.
     pub sign_in_limits: Arc<SignInLimits>,
+    /// Staff tokens of the OpenID Connect issuer, its keys cached (`None`: not configured).
+    pub oidc: Option<Arc<crate::auth::oidc::OidcVerifier>>,
 }
 
 /// Sign-in calls per client address, sign-ins per WeChat account (a minute each).
@@ -51,8 +53,6 @@ impl SignInLimits {
             per_openid: crate::ratelimit::RateLimiter::new(config.rate_per_openid, minute, 100_000),
         }
     }
-    /// Staff tokens of the OpenID Connect issuer, its keys cached (`None`: not configured).
-    pub oidc: Option<Arc<crate::auth::oidc::OidcVerifier>>,
 }
 
 impl AppState {

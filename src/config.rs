@@ -105,8 +105,6 @@ pub struct Config {
     pub provider_timeout: Duration,
     /// The load balancers whose `X-Forwarded-For` is believed (`FITORDER_TRUSTED_PROXIES`).
     pub trusted_proxies: Vec<ipnet::IpNet>,
-    /// Load balancers whose `X-Forwarded-For` is believed (`FITORDER_TRUSTED_PROXIES`).
-    pub trusted_proxies: Vec<ipnet::IpNet>,
     /// Members signing in from the WeChat mini program, and their sessions.
     pub sign_in: SignInConfig,
     /// Staff tokens from an OpenID Connect issuer (`FITORDER_OIDC_*`); `None`: only HS256.
@@ -165,19 +163,6 @@ impl std::fmt::Debug for SignInConfig {
             .field("rate_per_openid", rate_per_openid)
             .finish()
     }
-}
-
-/// `FITORDER_TRUSTED_PROXIES`: IPs or CIDRs, comma-separated.
-pub fn parse_trusted_proxies(raw: &str) -> Result<Vec<ipnet::IpNet>> {
-    raw.split(',')
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .map(|s| {
-            s.parse::<ipnet::IpNet>()
-                .or_else(|_| s.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
-                .map_err(|_| anyhow::anyhow!("FITORDER_TRUSTED_PROXIES: {s:?} is not an IP address or CIDR"))
-        })
-        .collect()
 }
 
 /// Beyond the per-address limit, one unverified callback in this many is kept as a sample.
@@ -312,7 +297,6 @@ Environment:
   FITORDER_PROVIDER_TIMEOUT      a whole provider call (default 15s)
   FITORDER_TRUSTED_PROXIES       load balancers (IPs or CIDRs, comma-separated) whose X-Forwarded-For is believed
   WECHATPAY_MOBILE_APP_ID        the mobile app's appid for WECHAT_APP (default WECHATPAY_APP_ID)
-  FITORDER_TRUSTED_PROXIES       load balancers (IPs or CIDRs, comma-separated) whose X-Forwarded-For is believed
   Member sign-in from the WeChat mini program:
     WECHAT_MINIPROGRAM_APP_ID, WECHAT_MINIPROGRAM_SECRET (both or neither),
     WECHAT_API_BASE (default https://api.weixin.qq.com),
@@ -444,7 +428,6 @@ impl Config {
             provider_timeout: duration("FITORDER_PROVIDER_TIMEOUT", "15s")?,
             trusted_proxies: parse_trusted_proxies(&var("FITORDER_TRUSTED_PROXIES").unwrap_or_default())
                 .map_err(|e| anyhow::anyhow!("FITORDER_TRUSTED_PROXIES: {e}"))?,
-            trusted_proxies: parse_trusted_proxies(&var("FITORDER_TRUSTED_PROXIES").unwrap_or_default())?,
             sign_in: sign_in_from_env()?,
             oidc: oidc::OidcConfig::from_env(var)?,
         })
@@ -506,7 +489,6 @@ impl Config {
             unverified_callbacks_per_minute_total: 600,
             provider_connect_timeout: Duration::from_secs(3),
             provider_timeout: Duration::from_secs(15),
-            trusted_proxies: vec![],
             trusted_proxies: vec![],
             sign_in: SignInConfig::default(),
             oidc: None,
@@ -773,7 +755,6 @@ impl std::fmt::Debug for Config {
             provider_connect_timeout,
             provider_timeout,
             trusted_proxies,
-            trusted_proxies,
             sign_in,
             oidc,
         } = self;
@@ -834,7 +815,6 @@ impl std::fmt::Debug for Config {
             )
             .field("provider_connect_timeout", provider_connect_timeout)
             .field("provider_timeout", provider_timeout)
-            .field("trusted_proxies", trusted_proxies)
             .field("trusted_proxies", trusted_proxies)
             .field("sign_in", sign_in)
             .field("oidc", oidc)

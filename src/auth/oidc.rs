@@ -154,6 +154,7 @@ impl OidcVerifier {
                 subject,
                 member_id: None,
                 stores,
+                session: None,
             },
             exp,
         ))

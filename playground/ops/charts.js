@@ -15,7 +15,8 @@ function svg(w, h, label) {
 }
 
 /** A colour per series, stable by index. */
-export const PALETTE = ['#2f5fd0', '#c62828', '#d9822b', '#2e9d5b', '#7b4bc4', '#00838f', '#ad1457', '#6d7a2a', '#5d4037', '#455a64'];
+// In the order of the anomaly categories: compensation retries amber, dead ones red.
+export const PALETTE = ['#607d8b', '#ad1457', '#7b4bc4', '#00838f', '#2f5fd0', '#9e9d24', '#5d4037', '#d9822b', '#c62828', '#2e9d5b'];
 
 /**
  * Stacked bars per day. `days`: [{label, key, values: {series: n}}]; `series`: [{key, label, colour}].
@@ -27,9 +28,10 @@ export function stackedBars({ days, series, label, title }) {
   const s = svg(W, H, label);
   const ih = H - T - B, iw = W - L - R;
   const bw = iw / Math.max(1, days.length);
-  const ticks = max <= 4 ? max : 4;
-  for (let i = 0; i <= ticks; i++) {
-    const v = Math.round((max * i) / ticks), y = T + ih - (v / max) * ih;
+  const step = Math.max(1, Math.ceil(max / 4));
+  const top = step * Math.ceil(max / step);
+  for (let v = 0; v <= top; v += step) {
+    const y = T + ih - (v / top) * ih, i = v;
     s.append(node('line', { class: 'axis', x1: L, x2: W - R, y1: y, y2: y, 'stroke-dasharray': i ? '2 3' : null }),
       node('text', { x: L - 4, y: y + 4, 'text-anchor': 'end' }, String(v)));
   }
@@ -39,7 +41,7 @@ export function stackedBars({ days, series, label, title }) {
     for (const x of series) {
       const n = d.values[x.key] || 0;
       if (!n) continue;
-      const h = (n / max) * ih;
+      const h = (n / top) * ih;
       y -= h;
       g.append(node('rect', { x: L + i * bw + 1, y, width: Math.max(1, bw - 2), height: h, fill: x.colour, 'data-series': x.key, 'data-count': n }));
     }

@@ -273,7 +273,7 @@ export const DICT = {
     'an.allStores': '全部门店',
     'an.perDay': '每日异常数',
     'an.perCategory': '按类别合计',
-    'an.healing': '对账差异：自动修复 vs 转人工',
+    'an.healing': '对账差异：自动修复与转人工',
     'an.healed': '自动修复',
     'an.ticketed': '转人工',
     'an.share': '自动修复占比 {p}%',

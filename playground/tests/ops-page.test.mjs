@@ -18,14 +18,7 @@ let server;
 let browser;
 
 before(async () => {
-  const d = await downstream.start();
-  server = await startServer({
-    FITORDER_DOOR_ACCESS_URL: `${d}/door`,
-    FITORDER_AI_ACCESS_URL: `${d}/ai`,
-    FITORDER_RETRY_BASE: '200ms',
-    FITORDER_MAX_ATTEMPTS: '2',
-    FITORDER_DOWNSTREAM_TIMEOUT: '2s',
-  });
+  server = await startServer(await downstream.start());
   browser = await launchChromium();
 });
 

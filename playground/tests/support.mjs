@@ -195,7 +195,7 @@ export async function launchChromium(extraArgs = []) {
 
 /**
  * The door and AI-device services on loopback: each call is recorded in `hits` (with whether it
- * was answered while `failing`); 503 while `failing`, 200 otherwise. `start()` answers the base URL.
+ * was answered while `failing`); 503 while `failing`, 200 otherwise.
  */
 export function downstreamService({ failing = false } = {}) {
   const d = { failing, hits: [] };
@@ -208,9 +208,17 @@ export function downstreamService({ failing = false } = {}) {
       res.end(d.failing ? '{"error":"down for the test"}' : '{"ok":true}');
     });
   });
+  /** Listens; answers the server settings that point fitorder here, retrying fast and giving up after 2 attempts. */
   d.start = async () => {
     await new Promise((r) => d.server.listen(0, '127.0.0.1', r));
-    return `http://127.0.0.1:${d.server.address().port}`;
+    const url = `http://127.0.0.1:${d.server.address().port}`;
+    return {
+      FITORDER_DOOR_ACCESS_URL: `${url}/door`,
+      FITORDER_AI_ACCESS_URL: `${url}/ai`,
+      FITORDER_RETRY_BASE: '200ms',
+      FITORDER_MAX_ATTEMPTS: '2',
+      FITORDER_DOWNSTREAM_TIMEOUT: '2s',
+    };
   };
   d.stop = async () => {
     d.server.closeAllConnections();

@@ -28,19 +28,12 @@ let server;
 let browser;
 
 before(async () => {
-  const d = await downstream.start();
+  const downstreamEnv = await downstream.start();
   home = mkdtempSync(join(tmpdir(), 'fitorder-workbench-'));
   const keys = join(home, '.fitorder', 'dev-keys');
   mkdirSync(keys, { recursive: true });
   sandbox = await startSandbox(keys);
-  server = await startServer({
-    ...sandbox.env,
-    FITORDER_DOOR_ACCESS_URL: `${d}/door`,
-    FITORDER_AI_ACCESS_URL: `${d}/ai`,
-    FITORDER_RETRY_BASE: '200ms',
-    FITORDER_MAX_ATTEMPTS: '2',
-    FITORDER_DOWNSTREAM_TIMEOUT: '2s',
-  });
+  server = await startServer({ ...sandbox.env, ...downstreamEnv });
   browser = await launchChromium();
 });
 

@@ -179,6 +179,11 @@ async fn run_with_database(config: Config, opts: ServeOptions, url: &str, dev_mo
         }
         return Ok(());
     }
+    // The staff issuer's keys, fetched while the server starts: the log says at once whether the
+    // issuer answers, and the first staff request does not wait for them.
+    if let Some(issuer) = state.oidc.clone() {
+        tokio::spawn(async move { issuer.refresh().await });
+    }
     let listener = tokio::net::TcpListener::bind(&config.addr)
         .await
         .with_context(|| format!("binding {}", config.addr))?;

@@ -77,6 +77,64 @@ pub struct Config {
     pub http_body_timeout: Duration,
     /// How much of an unverified callback's body is kept as evidence.
     pub unverified_callback_bytes: usize,
+    /// The trusted documents manifest (`FITORDER_TRUSTED_DOCUMENTS`), read and checked at start,
+    /// and whom it binds (`FITORDER_TRUSTED_DOCUMENTS_FOR`).
+    pub trusted_documents: Option<std::sync::Arc<TrustedDocuments>>,
+    pub trusted_documents_for: TrustedDocumentsFor,
+}
+
+/// Whom the trusted documents manifest binds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TrustedDocumentsFor {
+    /// Member tokens (and anonymous callers, the member app before sign-in); staff run anything.
+    Member,
+    /// Every caller.
+    All,
+}
+
+/// A persisted-documents manifest as GraphQL Code Generator's client preset and Relay write it:
+/// a JSON object from a document's id (its SHA-256, hex) to the document's text.
+#[derive(Clone, Debug)]
+pub struct TrustedDocuments {
+    /// (id as written, lower-case, without a `sha256:` prefix; document text)
+    pub entries: Vec<(String, String)>,
+}
+
+impl TrustedDocuments {
+    pub fn from_json(text: &str) -> Result<TrustedDocuments> {
+        let map: std::collections::BTreeMap<String, String> =
+            serde_json::from_str(text).context("not a JSON object from document hash to document text")?;
+        let mut entries = Vec::with_capacity(map.len());
+        for (id, doc) in map {
+            let id = id.trim().to_ascii_lowercase();
+            let id = id.strip_prefix("sha256:").unwrap_or(&id).to_string();
+            anyhow::ensure!(!id.is_empty(), "a document without a hash");
+            if let Err(e) = async_graphql::parser::parse_query(&doc) {
+                let at = e
+                    .positions()
+                    .next()
+                    .map(|p| format!(" at {}:{}", p.line, p.column))
+                    .unwrap_or_default();
+                anyhow::bail!("the document {id} does not parse{at}");
+            }
+            entries.push((id, doc));
+        }
+        Ok(TrustedDocuments { entries })
+    }
+
+    fn load(path: &str) -> Result<TrustedDocuments> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("FITORDER_TRUSTED_DOCUMENTS={path:?} cannot be read"))?;
+        TrustedDocuments::from_json(&text).with_context(|| format!("FITORDER_TRUSTED_DOCUMENTS={path:?}"))
+    }
+}
+
+fn trusted_documents_for(raw: Option<String>) -> Result<TrustedDocumentsFor> {
+    match raw.as_deref().map(str::trim) {
+        None | Some("member") => Ok(TrustedDocumentsFor::Member),
+        Some("all") => Ok(TrustedDocumentsFor::All),
+        Some(other) => anyhow::bail!("FITORDER_TRUSTED_DOCUMENTS_FOR={other:?} is neither member nor all"),
+    }
 }
 
 #[derive(Clone)]
@@ -186,6 +244,8 @@ Environment:
   FITORDER_HTTP_HEADER_TIMEOUT   wait for request headers / idle keep-alive (default 10s)
   FITORDER_HTTP_BODY_TIMEOUT     wait for a request body (default 30s)
   FITORDER_UNVERIFIED_CALLBACK_BYTES  body kept of an unverified callback (default 4096)
+  FITORDER_TRUSTED_DOCUMENTS     persisted-documents manifest: JSON object from SHA-256 to document (default: none)
+  FITORDER_TRUSTED_DOCUMENTS_FOR whom the manifest binds: member or all (default member)
 ";
 
 fn var(name: &str) -> Option<String> {
@@ -286,6 +346,10 @@ impl Config {
             http_header_timeout: duration("FITORDER_HTTP_HEADER_TIMEOUT", "10s")?,
             http_body_timeout: duration("FITORDER_HTTP_BODY_TIMEOUT", "30s")?,
             unverified_callback_bytes: number("FITORDER_UNVERIFIED_CALLBACK_BYTES", 4_096)?,
+            trusted_documents: var("FITORDER_TRUSTED_DOCUMENTS")
+                .map(|p| TrustedDocuments::load(&p).map(std::sync::Arc::new))
+                .transpose()?,
+            trusted_documents_for: trusted_documents_for(var("FITORDER_TRUSTED_DOCUMENTS_FOR"))?,
         })
     }
 
@@ -332,6 +396,8 @@ impl Config {
             http_header_timeout: Duration::from_secs(10),
             http_body_timeout: Duration::from_secs(30),
             unverified_callback_bytes: 4_096,
+            trusted_documents: None,
+            trusted_documents_for: TrustedDocumentsFor::Member,
         }
     }
 
@@ -472,6 +538,8 @@ impl std::fmt::Debug for Config {
             http_header_timeout,
             http_body_timeout,
             unverified_callback_bytes,
+            trusted_documents,
+            trusted_documents_for,
         } = self;
         let url = |u: &Option<String>| u.as_deref().map(redact_url);
         f.debug_struct("Config")
@@ -515,6 +583,11 @@ impl std::fmt::Debug for Config {
             .field("http_header_timeout", http_header_timeout)
             .field("http_body_timeout", http_body_timeout)
             .field("unverified_callback_bytes", unverified_callback_bytes)
+            .field(
+                "trusted_documents",
+                &trusted_documents.as_ref().map(|t| t.entries.len()),
+            )
+            .field("trusted_documents_for", trusted_documents_for)
             .finish()
     }
 }

@@ -1,19 +1,22 @@
 //! GraphQL over HTTP and WebSocket.
 
 use async_graphql::http::{WebSocket as GqlWebSocket, WebSocketProtocols, WsMessage};
-use async_graphql::Data;
-use async_graphql_axum::rejection::GraphQLRejection;
-use async_graphql_axum::{GraphQLRequest, GraphQLResponse};
+use async_graphql::parser::types::OperationType;
+use async_graphql::{Data, ServerError};
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
 use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
-use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode};
+use axum::extract::{RawQuery, State};
+use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Extension;
 use futures_util::{SinkExt, StreamExt};
 
+use super::graphql_over_http::{self as over_http, BadRequest, Media, Params};
+use super::persisted::{Found, Refusal};
 use super::HttpState;
 use crate::auth::{self, Viewer};
-use crate::graphql::{DbLoader, RequestContext};
+use crate::graphql::{DbLoader, ExecutionStarted, RequestContext};
 use crate::trace::TraceId;
 
 /// Close code for a connection whose `connection_init` carried no valid token.
@@ -26,55 +29,253 @@ fn viewer_from(secret: &str, header: Option<&str>) -> Result<Option<Viewer>, Str
     }
 }
 
+/// `POST /graphql`: one JSON request (`application/json`; a batch is refused).
 pub async fn graphql(
     State(s): State<HttpState>,
     Extension(trace): Extension<TraceId>,
     headers: HeaderMap,
-    req: Result<GraphQLRequest, GraphQLRejection>,
+    body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    let req = match req {
-        Ok(r) => r,
+    let media = over_http::negotiate(&headers);
+    let body = match body {
+        Ok(b) => b,
         // A body cut off by the size limit is "too large", not "malformed".
-        Err(e) if format!("{:?}", e.0).to_lowercase().contains("length limit") => {
+        Err(e) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => {
             return (StatusCode::PAYLOAD_TOO_LARGE, "request body too large").into_response();
         }
-        Err(e) => return e.into_response(),
+        Err(_) => return over_http::bad_request(media, BadRequest::new("the request body could not be read")),
     };
+    let json = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|t| t.trim().eq_ignore_ascii_case("application/json"));
+    if !json {
+        return over_http::bad_request(
+            media,
+            BadRequest {
+                status: StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                message: "POST /graphql takes Content-Type: application/json".into(),
+            },
+        );
+    }
+    match Params::from_json(&body) {
+        Ok(params) => run(&s, trace, &headers, media, params, false).await,
+        Err(bad) => over_http::bad_request(media, bad),
+    }
+}
+
+/// `GET /graphql`: GraphiQL for a browser, otherwise a query from the URL's parameters.
+pub async fn graphql_get(
+    State(s): State<HttpState>,
+    Extension(trace): Extension<TraceId>,
+    headers: HeaderMap,
+    RawQuery(raw): RawQuery,
+) -> Response {
+    let asks_graphql = raw
+        .as_deref()
+        .is_some_and(|q| form_urlencoded::parse(q.as_bytes()).any(|(k, _)| k == "query" || k == "extensions"));
+    let names_json = headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .any(|v| v.to_str().is_ok_and(|v| v.contains("json")));
+    if over_http::prefers_html(&headers) || (!asks_graphql && !names_json) {
+        return super::graphiql::page(headers).await;
+    }
+    let media = over_http::negotiate(&headers);
+    match Params::from_url(raw.as_deref()) {
+        Ok(params) => run(&s, trace, &headers, media, params, true).await,
+        Err(bad) => over_http::bad_request(media, bad),
+    }
+}
+
+/// One request, from its parameters to its answer.
+async fn run(
+    s: &HttpState,
+    trace: TraceId,
+    headers: &HeaderMap,
+    media: Media,
+    params: Params,
+    via_get: bool,
+) -> Response {
     let header = headers.get("authorization").and_then(|v| v.to_str().ok());
     let viewer = match viewer_from(&s.app.config.jwt_secret, header) {
         Ok(v) => v,
-        Err(msg) => return unauthenticated(msg),
+        Err(msg) => return unauthenticated(media, msg),
     };
-    let req = req.into_inner();
+    let Params {
+        query,
+        variables,
+        operation_name,
+        extensions,
+    } = params;
+    let found = match s.documents.find(query, extensions.get("persistedQuery")) {
+        Ok(found) => found,
+        Err(refusal) => return persisted_refusal(media, refusal),
+    };
+    let text = match &found {
+        Found::Parsed(doc) => &*doc.text,
+        Found::Text { text, .. } => text.as_str(),
+    };
     // Without a token nothing but introspection can run: refuse the rest before parsing.
-    if viewer.is_none() && !might_be_introspection(&req.query) {
-        return unauthenticated("a bearer token is required".into());
+    if viewer.is_none() && !might_be_introspection(text) {
+        return unauthenticated(media, "a bearer token is required".into());
     }
-    let request = req
+    let limits = crate::graphql::limits::DocumentLimits::from_config(&s.app.config);
+    let introspection = might_be_introspection(text) && crate::graphql::is_introspection_only(text, &limits);
+    // A member app (in `all` mode, every caller) runs only what its build registered, refused
+    // before it is parsed or kept; GraphiQL still gets the schema in `member` mode.
+    let trusted = matches!(&found, Found::Parsed(doc) if doc.trusted);
+    if !trusted && s.documents.binds(viewer.as_ref()) && !(viewer.is_none() && introspection) {
+        return over_http::not_run(
+            media,
+            Some(StatusCode::FORBIDDEN),
+            vec![over_http::error(
+                "this document is not in the trusted documents manifest: only documents the app's build registered may run",
+                "FORBIDDEN",
+                vec![],
+            )],
+        );
+    }
+    let doc = match found {
+        Found::Parsed(doc) => doc,
+        Found::Text { text, hash } => {
+            if let Err(e) = crate::graphql::limits::check_text(&text, &limits) {
+                return over_http::not_run(media, None, vec![e]);
+            }
+            match async_graphql::parser::parse_query(&text) {
+                Ok(parsed) => s.documents.keep(hash, text, parsed),
+                Err(e) => return over_http::not_run(media, None, vec![syntax_error(&e)]),
+            }
+        }
+    };
+    let Some((kind, variable_definitions)) = operation(&doc.parsed, operation_name.as_deref()) else {
+        let message = match &operation_name {
+            Some(name) => format!("the document has no operation named {name:?}"),
+            None => "the document has several operations: name one with operationName".to_string(),
+        };
+        return over_http::not_run(media, None, vec![over_http::error(message, "BAD_USER_INPUT", vec![])]);
+    };
+    if via_get && kind != OperationType::Query {
+        let mut resp = over_http::not_run(
+            media,
+            Some(StatusCode::METHOD_NOT_ALLOWED),
+            vec![over_http::error(
+                format!("a {kind} cannot be sent with GET: use POST"),
+                "BAD_USER_INPUT",
+                vec![],
+            )],
+        );
+        resp.headers_mut()
+            .insert(header::ALLOW, header::HeaderValue::from_static("POST"));
+        return resp;
+    }
+    // Variables that do not coerce are a request error; async-graphql checks the values it is
+    // given as it validates, a required variable left out is checked here.
+    let missing: Vec<ServerError> = variable_definitions
+        .iter()
+        .filter(|v| {
+            !v.node.var_type.node.nullable
+                && v.node.default_value.is_none()
+                && variables.get(v.node.name.node.as_str()).is_none_or(|x| x.is_null())
+        })
+        .map(|v| {
+            over_http::error(
+                format!(
+                    "variable ${} of type {} was not provided a value",
+                    v.node.name.node, v.node.var_type.node
+                ),
+                "BAD_USER_INPUT",
+                vec![v.pos],
+            )
+        })
+        .collect();
+    if !missing.is_empty() {
+        return over_http::not_run(media, None, missing);
+    }
+
+    let started = ExecutionStarted::default();
+    let mut request = async_graphql::Request::new(doc.text.to_string())
+        .variables(async_graphql::Variables::from_json(serde_json::Value::Object(
+            variables,
+        )))
         .data(RequestContext {
             viewer,
             trace,
-            client_ip: client_ip(&headers),
+            client_ip: client_ip(headers),
         })
-        .data(DbLoader::new(s.app.pool.clone()));
-    let schema = if might_be_introspection(&request.query)
-        && crate::graphql::is_introspection_only(
-            &request.query,
-            &crate::graphql::limits::DocumentLimits::from_config(&s.app.config),
-        ) {
-        &s.introspection
-    } else {
-        &s.schema
-    };
-    GraphQLResponse::from(schema.execute(request).await).into_response()
+        .data(DbLoader::new(s.app.pool.clone()))
+        .data(started.clone());
+    if let Some(name) = operation_name {
+        request = request.operation_name(name);
+    }
+    // Parsed once per document: a hash (or the same text) again reuses the tree.
+    request.set_parsed_query(doc.parsed.clone());
+    let schema = if introspection { &s.introspection } else { &s.schema };
+    let response = schema.execute(request).await;
+    if !started.started() && response.is_err() {
+        return over_http::not_run(media, None, response.errors);
+    }
+    over_http::executed(media, &response)
 }
 
-fn unauthenticated(msg: String) -> Response {
-    let mut err = async_graphql::ServerError::new(msg, None);
-    let mut ext = async_graphql::ErrorExtensionValues::default();
-    ext.set("code", "UNAUTHENTICATED");
-    err.extensions = Some(ext);
-    GraphQLResponse::from(async_graphql::Response::from_errors(vec![err])).into_response()
+/// The kind and the variables of the operation a request runs (None: no such operation).
+fn operation<'d>(
+    doc: &'d async_graphql::parser::types::ExecutableDocument,
+    name: Option<&str>,
+) -> Option<(
+    OperationType,
+    &'d [async_graphql::Positioned<async_graphql::parser::types::VariableDefinition>],
+)> {
+    use async_graphql::parser::types::DocumentOperations;
+    let op = match (&doc.operations, name) {
+        (DocumentOperations::Single(op), _) => op,
+        (DocumentOperations::Multiple(ops), Some(name)) => ops.get(name)?,
+        (DocumentOperations::Multiple(ops), None) if ops.len() == 1 => ops.values().next()?,
+        (DocumentOperations::Multiple(_), None) => return None,
+    };
+    Some((op.node.ty, &op.node.variable_definitions))
+}
+
+/// A document that does not parse: where, and what was expected, never the document's text.
+fn syntax_error(e: &async_graphql::parser::Error) -> ServerError {
+    let locations: Vec<_> = e.positions().collect();
+    let message = match e {
+        // pest's message quotes the line of the document; its last line says what was expected.
+        async_graphql::parser::Error::Syntax { message, .. } => {
+            let expected = message
+                .lines()
+                .last()
+                .and_then(|l| l.trim().strip_prefix("= "))
+                .filter(|l| l.len() <= 200 && !l.contains('\n'));
+            match expected {
+                Some(what) => format!("syntax error: {what}"),
+                None => "syntax error".to_string(),
+            }
+        }
+        other => other.to_string(),
+    };
+    over_http::error(message, "BAD_USER_INPUT", locations)
+}
+
+fn persisted_refusal(media: Media, refusal: Refusal) -> Response {
+    let err = match refusal {
+        // As Apollo's clients look for it: the message and the code.
+        Refusal::NotFound => over_http::error("PersistedQueryNotFound", "PERSISTED_QUERY_NOT_FOUND", vec![]),
+        Refusal::Mismatch => over_http::error("provided sha does not match query", "BAD_USER_INPUT", vec![]),
+        Refusal::Malformed(why) => over_http::error(why, "BAD_USER_INPUT", vec![]),
+        Refusal::Missing => over_http::error("the request has no \"query\"", "BAD_USER_INPUT", vec![]),
+    };
+    over_http::not_run(media, None, vec![err])
+}
+
+fn unauthenticated(media: Media, msg: String) -> Response {
+    let err = over_http::error(msg, "UNAUTHENTICATED", vec![]);
+    let status = match media {
+        Media::Json => None,
+        Media::GraphqlResponse => Some(StatusCode::UNAUTHORIZED),
+    };
+    over_http::not_run(media, status, vec![err])
 }
 
 /// Whether an anonymous document may be introspection (GraphiQL asks for the schema before

@@ -1,12 +1,14 @@
-//! The HTTP surface: GraphQL (POST, GraphiQL on GET, WebSocket subscriptions), health,
+//! The HTTP surface: GraphQL (POST and GET, GraphiQL for a browser, WebSocket subscriptions), health,
 //! metrics. Every request gets a trace id (taken from `traceparent`/`X-Trace-Id` when sent),
 //! echoed in the `X-Trace-Id` response header.
 
 mod callbacks;
 pub mod graphiql;
+mod graphql_over_http;
 mod graphql_routes;
 mod health;
 pub mod metrics;
+pub mod persisted;
 mod serve;
 
 pub use serve::serve;
@@ -31,6 +33,8 @@ pub struct HttpState {
     /// The same schema with room for introspection's depth (introspection-only documents).
     pub introspection: AppSchema,
     pub keys: std::sync::Arc<crate::payments::keys::ProviderKeys>,
+    /// Documents by hash: the persisted queries, the trusted manifest, the parsed trees.
+    pub documents: std::sync::Arc<persisted::PersistedDocuments>,
     /// When `/metrics` last read the outbox backlog from the database (it does at most every
     /// [`metrics::BACKLOG_EVERY`], however often it is scraped).
     pub backlog_read: std::sync::Arc<tokio::sync::Mutex<Option<Instant>>>,
@@ -43,15 +47,23 @@ pub fn router(app: AppState) -> Router {
     let limit = app.config.max_body_bytes;
     let body_timeout = app.config.http_body_timeout;
     let keys = app.keys.clone();
+    let documents = std::sync::Arc::new(persisted::PersistedDocuments::new(
+        app.config.trusted_documents.as_deref(),
+        app.config.trusted_documents_for,
+    ));
     let state = HttpState {
         app,
         schema,
         introspection,
         keys,
+        documents,
         backlog_read: Default::default(),
     };
     Router::new()
-        .route("/graphql", get(graphiql::page).post(graphql_routes::graphql))
+        .route(
+            "/graphql",
+            get(graphql_routes::graphql_get).post(graphql_routes::graphql),
+        )
         .route("/graphql/assets/{name}", get(graphiql::asset))
         .route("/graphql/ws", get(graphql_routes::subscriptions))
         .route("/pay/wechat/notify", axum::routing::post(callbacks::wechat_notify))
@@ -83,6 +95,10 @@ pub fn ops_router(app: AppState) -> Router {
         schema,
         introspection,
         keys,
+        documents: std::sync::Arc::new(persisted::PersistedDocuments::new(
+            None,
+            crate::config::TrustedDocumentsFor::Member,
+        )),
         backlog_read: Default::default(),
     };
     Router::new()

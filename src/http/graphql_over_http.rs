@@ -31,23 +31,14 @@ impl Media {
 /// `application/json` when it names neither or is missing.
 pub fn negotiate(headers: &HeaderMap) -> Media {
     let mut best: Option<(f32, Media)> = None;
-    for value in headers.get_all(header::ACCEPT) {
-        let Ok(value) = value.to_str() else { continue };
-        for item in value.split(',') {
-            let mut parts = item.split(';');
-            let kind = parts.next().unwrap_or("").trim().to_ascii_lowercase();
-            let q = parts
-                .filter_map(|p| p.trim().strip_prefix("q=").and_then(|q| q.trim().parse::<f32>().ok()))
-                .next()
-                .unwrap_or(1.0);
-            let media = match kind.as_str() {
-                "application/graphql-response+json" => Media::GraphqlResponse,
-                "application/json" | "application/*" | "*/*" => Media::Json,
-                _ => continue,
-            };
-            if q > 0.0 && best.is_none_or(|(b, _)| q > b) {
-                best = Some((q, media));
-            }
+    for (kind, q) in accepted(headers) {
+        let media = match kind.as_str() {
+            "application/graphql-response+json" => Media::GraphqlResponse,
+            "application/json" | "application/*" | "*/*" => Media::Json,
+            _ => continue,
+        };
+        if q > 0.0 && best.is_none_or(|(b, _)| q > b) {
+            best = Some((q, media));
         }
     }
     best.map(|(_, m)| m).unwrap_or(Media::Json)
@@ -57,24 +48,33 @@ pub fn negotiate(headers: &HeaderMap) -> Media {
 pub fn prefers_html(headers: &HeaderMap) -> bool {
     let mut html = None::<f32>;
     let mut json = None::<f32>;
-    for value in headers.get_all(header::ACCEPT) {
-        let Ok(value) = value.to_str() else { continue };
-        for item in value.split(',') {
+    for (kind, q) in accepted(headers) {
+        let slot = match kind.as_str() {
+            "text/html" => &mut html,
+            "application/json" | "application/graphql-response+json" => &mut json,
+            _ => continue,
+        };
+        *slot = Some(slot.map_or(q, |s: f32| s.max(q)));
+    }
+    matches!((html, json), (Some(h), j) if h > 0.0 && j.is_none_or(|j| h > j))
+}
+
+/// The media ranges of every `Accept` header, in order, lower-case, with their `q` (1 unless given).
+fn accepted(headers: &HeaderMap) -> impl Iterator<Item = (String, f32)> + '_ {
+    headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(|item| {
             let mut parts = item.split(';');
             let kind = parts.next().unwrap_or("").trim().to_ascii_lowercase();
             let q = parts
                 .filter_map(|p| p.trim().strip_prefix("q=").and_then(|q| q.trim().parse::<f32>().ok()))
                 .next()
                 .unwrap_or(1.0);
-            let slot = match kind.as_str() {
-                "text/html" => &mut html,
-                "application/json" | "application/graphql-response+json" => &mut json,
-                _ => continue,
-            };
-            *slot = Some(slot.map_or(q, |s: f32| s.max(q)));
-        }
-    }
-    matches!((html, json), (Some(h), j) if h > 0.0 && j.is_none_or(|j| h > j))
+            (kind, q)
+        })
 }
 
 /// The parameters of one GraphQL request.

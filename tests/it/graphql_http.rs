@@ -357,6 +357,8 @@ async fn persisted_queries_are_found_by_hash_once_sent() {
 }
 
 const MANIFEST_DOC: &str = "query MyAccount { me { role subject } }";
+/// A staff document no manifest holds.
+const ANY_ORDERS: &str = "{ orders(first: 1) { totalCount } }";
 
 fn manifest(extra: &[&str]) -> std::sync::Arc<fitorder::config::TrustedDocuments> {
     let mut map = serde_json::Map::new();
@@ -408,13 +410,7 @@ async fn trusted_documents_bind_members_while_staff_and_graphiql_keep_working() 
     // Staff run any document, and may register persisted queries.
     let r = post(&app, Some(&admin), None, json!({"query": unknown})).await;
     assert_eq!(r.json()["data"]["me"]["role"], "admin", "{}", r.text);
-    let r = post(
-        &app,
-        Some(&admin),
-        None,
-        json!({"query": "{ orders(first: 1) { totalCount } }"}),
-    )
-    .await;
+    let r = post(&app, Some(&admin), None, json!({"query": ANY_ORDERS})).await;
     assert!(r.json()["data"]["orders"]["totalCount"].is_number(), "{}", r.text);
     let r = post(&app, Some(&app.ops_token()), None, json!({"query": "{ me { role } }"})).await;
     assert_eq!(r.json()["data"]["me"]["role"], "ops", "{}", r.text);
@@ -446,13 +442,7 @@ async fn trusted_documents_for_all_bind_staff_too() {
     })
     .await;
     let admin = app.admin_token();
-    let r = post(
-        &app,
-        Some(&admin),
-        None,
-        json!({"query": "{ orders(first: 1) { totalCount } }"}),
-    )
-    .await;
+    let r = post(&app, Some(&admin), None, json!({"query": ANY_ORDERS})).await;
     assert_eq!(r.code(), "FORBIDDEN", "{}", r.text);
     let r = post(&app, Some(&admin), None, json!({"query": MANIFEST_DOC})).await;
     assert_eq!(r.json()["data"]["me"]["role"], "admin", "{}", r.text);

@@ -333,6 +333,12 @@ async fn serve_ws(s: HttpState, socket: WebSocket, trace: TraceId) {
     let guard = Arc::new(Mutex::new(WsGuard::default()));
     let (inject_tx, mut inject_rx) = tokio::sync::mpsc::unbounded_channel::<Message>();
     let input_guard = guard.clone();
+    // Whether the trusted documents bind this connection: until its token says otherwise, as
+    // they bind a caller without one.
+    let bound = Arc::new(AtomicBool::new(s.documents.binds(None)));
+    let (bound_input, bound_init) = (bound.clone(), bound.clone());
+    let documents = s.documents.clone();
+    let init_documents = s.documents.clone();
     let input = stream
         .take_while(|r| futures_util::future::ready(r.is_ok()))
         .filter_map(|r| {
@@ -344,7 +350,7 @@ async fn serve_ws(s: HttpState, socket: WebSocket, trace: TraceId) {
         })
         // Every operation id is tracked: a reused id closes the connection (4409), one over the
         // per-connection cap is answered with an error and never started.
-        .filter_map(move |bytes| {
+        .filter_map(move |mut bytes| {
             let pass = match serde_json::from_slice::<Peek>(&bytes) {
                 Ok(Peek {
                     kind: Some(kind),
@@ -364,6 +370,22 @@ async fn serve_ws(s: HttpState, socket: WebSocket, trace: TraceId) {
                             let _ = inject_tx.send(Message::Text(refusal.to_string().into()));
                             false
                         }
+                        "subscribe" | "start" if bound_input.load(Ordering::SeqCst) => match admit(&documents, &bytes) {
+                            Some(admitted) => {
+                                if let Some(rewritten) = admitted {
+                                    bytes = rewritten;
+                                }
+                                g.active.insert(id);
+                                true
+                            }
+                            None => {
+                                let refusal = serde_json::json!({"type": "error", "id": id, "payload": [{
+                                    "message": "this document is not in the trusted documents manifest: only documents the app's build registered may run",
+                                    "extensions": {"code": "FORBIDDEN"}}]});
+                                let _ = inject_tx.send(Message::Text(refusal.to_string().into()));
+                                false
+                            }
+                        },
                         "subscribe" | "start" => {
                             g.active.insert(id);
                             true
@@ -394,6 +416,7 @@ async fn serve_ws(s: HttpState, socket: WebSocket, trace: TraceId) {
         match header.map(|h| auth::verify_with_expiry(&secret, &h)) {
             Some(Ok((viewer, exp))) => {
                 expires_at.store(exp, Ordering::SeqCst);
+                bound_init.store(init_documents.binds(Some(&viewer)), Ordering::SeqCst);
                 let mut data = Data::default();
                 data.insert(RequestContext {
                     viewer: Some(viewer),
@@ -470,6 +493,23 @@ async fn serve_ws(s: HttpState, socket: WebSocket, trace: TraceId) {
     if refused.load(Ordering::SeqCst) {
         let _ = sink.send(close(CLOSE_FORBIDDEN, "Forbidden".into())).await;
     }
+}
+
+/// A `subscribe` message as the trusted documents let it through: `Some(None)` as it came,
+/// `Some(Some(message))` with the manifest's document put in for the id it named, `None` when
+/// its document is not in the manifest.
+fn admit(documents: &super::persisted::PersistedDocuments, bytes: &[u8]) -> Option<Option<Vec<u8>>> {
+    let mut msg: serde_json::Value = serde_json::from_slice(bytes).ok()?;
+    let payload = msg.get_mut("payload")?;
+    let query = payload.get("query").and_then(|q| q.as_str());
+    let named_only = query.is_none();
+    let persisted = payload.get("extensions").and_then(|e| e.get("persistedQuery"));
+    let text = documents.trusted_text(query, persisted)?;
+    if !named_only {
+        return Some(None);
+    }
+    payload["query"] = serde_json::Value::String(text.to_string());
+    serde_json::to_vec(&msg).ok().map(Some)
 }
 
 /// The caller's IP as a load balancer in front reports it (the first `X-Forwarded-For` hop,

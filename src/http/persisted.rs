@@ -114,6 +114,16 @@ impl PersistedDocuments {
             }
     }
 
+    /// The manifest's text of a document named by its text or its manifest id (None: not in
+    /// the manifest), for transports that carry no hash check of their own (WebSocket).
+    pub fn trusted_text(&self, query: Option<&str>, persisted: Option<&serde_json::Value>) -> Option<Arc<str>> {
+        let doc = match query {
+            Some(q) => self.trusted_by_text.get(&sha256(q)).filter(|d| *d.text == *q),
+            None => self.trusted_by_id.get(&persisted_hash(persisted?).ok()?),
+        };
+        doc.map(|d| d.text.clone())
+    }
+
     /// The document of a request: `query` and/or `extensions.persistedQuery`.
     pub fn find(&self, query: Option<String>, persisted: Option<&serde_json::Value>) -> Result<Found, Refusal> {
         let hash = persisted.map(persisted_hash).transpose()?;
@@ -280,6 +290,14 @@ mod tests {
         assert!(all.binds(Some(&viewer(Role::Admin))));
         let none = PersistedDocuments::new(None, TrustedDocumentsFor::All);
         assert!(!none.binds(None));
+        // Over WebSocket: by identical text or by the manifest's id.
+        let id = hex::encode(sha256("query A { __typename }"));
+        assert!(docs.trusted_text(Some("query A { __typename }"), None).is_some());
+        assert!(docs
+            .trusted_text(None, Some(&json!({"version": 1, "sha256Hash": id})))
+            .is_some());
+        assert!(docs.trusted_text(Some("query B { __typename }"), None).is_none());
+        assert!(docs.trusted_text(None, None).is_none());
         // Identical text is the manifest's document.
         assert!(parse(&docs, "query A { __typename }").trusted);
         assert!(!parse(&docs, "query A { __typename  }").trusted);

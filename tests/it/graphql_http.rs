@@ -461,3 +461,50 @@ fn a_manifest_that_does_not_parse_is_refused_at_start() {
         "abcd"
     );
 }
+
+#[tokio::test]
+async fn trusted_documents_bind_member_subscriptions_too() {
+    let sub = "subscription Watch($orderNo: String!) { orderStatusChanged(orderNo: $orderNo) { orderNo toStatus } }";
+    let app = TestApp::served_with(|c| c.trusted_documents = Some(manifest(&[sub, MEMBER_OPS]))).await;
+    let addr = app.state.config.public_url.trim_start_matches("http://").to_string();
+    let s = app.studio(100_000, None, 3).await;
+    // The member app's own documents run (PlaceOrder by identical text of the manifest's).
+    let order_no = app
+        .buy(&s.member, &s.store, json!({"classPackId": s.pack}), "WALLET")
+        .await;
+    let member = app.member_token(&s.member);
+
+    let mut ws = crate::ws::WsClient::connect(&addr, Some(&member), false).await.unwrap();
+    // Not in the manifest: refused with FORBIDDEN, never started.
+    ws.subscribe("x", "subscription { orderStatusChanged { orderNo } }", None, json!({}))
+        .await;
+    let refused = ws.next_payload(5).await.expect("an answer");
+    assert_eq!(refused["errors"][0]["extensions"]["code"], "FORBIDDEN", "{refused}");
+    // By the manifest's id alone: the manifest's document runs.
+    ws.send_raw(json!({"id": "1", "type": "subscribe", "payload": {
+        "variables": {"orderNo": order_no},
+        "extensions": {"persistedQuery": {"version": 1, "sha256Hash": sha256_hex(sub)}}}}))
+        .await;
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    app.ok(
+        &app.admin_token(),
+        "mutation($i: CheckInInput!) { checkIn(input: $i) { duplicate } }",
+        json!({"i": {"orderNo": order_no, "consumeTxnNo": "GATE-ws-trusted-1"}}),
+    )
+    .await;
+    let event = ws.next_payload(10).await.expect("the transition");
+    assert_eq!(event["data"]["orderStatusChanged"]["orderNo"], order_no, "{event}");
+
+    // Staff are not bound.
+    let mut ops = crate::ws::WsClient::connect(&addr, Some(&app.ops_token()), false)
+        .await
+        .unwrap();
+    ops.subscribe(
+        "o",
+        "subscription { orderStatusChanged { orderNo toStatus } }",
+        None,
+        json!({}),
+    )
+    .await;
+    assert!(ops.next_payload(1).await.is_none(), "no refusal for staff");
+}

@@ -109,6 +109,64 @@ pub struct Config {
     pub sign_in: SignInConfig,
     /// Staff tokens from an OpenID Connect issuer (`FITORDER_OIDC_*`); `None`: only HS256.
     pub oidc: Option<oidc::OidcConfig>,
+    /// The trusted documents manifest (`FITORDER_TRUSTED_DOCUMENTS`), read and checked at start,
+    /// and whom it binds (`FITORDER_TRUSTED_DOCUMENTS_FOR`).
+    pub trusted_documents: Option<std::sync::Arc<TrustedDocuments>>,
+    pub trusted_documents_for: TrustedDocumentsFor,
+}
+
+/// Whom the trusted documents manifest binds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TrustedDocumentsFor {
+    /// Member tokens (and anonymous callers, the member app before sign-in); staff run anything.
+    Member,
+    /// Every caller.
+    All,
+}
+
+/// A persisted-documents manifest as GraphQL Code Generator's client preset and Relay write it:
+/// a JSON object from a document's id (its SHA-256, hex) to the document's text.
+#[derive(Clone, Debug)]
+pub struct TrustedDocuments {
+    /// (id as written, lower-case, without a `sha256:` prefix; document text)
+    pub entries: Vec<(String, String)>,
+}
+
+impl TrustedDocuments {
+    pub fn from_json(text: &str) -> Result<TrustedDocuments> {
+        let map: std::collections::BTreeMap<String, String> =
+            serde_json::from_str(text).context("not a JSON object from document hash to document text")?;
+        let mut entries = Vec::with_capacity(map.len());
+        for (id, doc) in map {
+            let id = id.trim().to_ascii_lowercase();
+            let id = id.strip_prefix("sha256:").unwrap_or(&id).to_string();
+            anyhow::ensure!(!id.is_empty(), "a document without a hash");
+            if let Err(e) = async_graphql::parser::parse_query(&doc) {
+                let at = e
+                    .positions()
+                    .next()
+                    .map(|p| format!(" at {}:{}", p.line, p.column))
+                    .unwrap_or_default();
+                anyhow::bail!("the document {id} does not parse{at}");
+            }
+            entries.push((id, doc));
+        }
+        Ok(TrustedDocuments { entries })
+    }
+
+    fn load(path: &str) -> Result<TrustedDocuments> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("FITORDER_TRUSTED_DOCUMENTS={path:?} cannot be read"))?;
+        TrustedDocuments::from_json(&text).with_context(|| format!("FITORDER_TRUSTED_DOCUMENTS={path:?}"))
+    }
+}
+
+fn trusted_documents_for(raw: Option<String>) -> Result<TrustedDocumentsFor> {
+    match raw.as_deref().map(str::trim) {
+        None | Some("member") => Ok(TrustedDocumentsFor::Member),
+        Some("all") => Ok(TrustedDocumentsFor::All),
+        Some(other) => anyhow::bail!("FITORDER_TRUSTED_DOCUMENTS_FOR={other:?} is neither member nor all"),
+    }
 }
 
 /// Members' sign-in (`signInWithWechat`, `refreshSession`, `signOut`).
@@ -305,6 +363,8 @@ Environment:
     FITORDER_SIGNIN_RATE_PER_OPENID (sign-ins per minute per WeChat account, default 10)
   FITORDER_OIDC_ISSUER, FITORDER_OIDC_AUDIENCE  staff tokens (RS256/ES256) from this OpenID Connect issuer, for this audience
   FITORDER_OIDC_ROLE_CLAIM, FITORDER_OIDC_STORES_CLAIM  their claims naming role and stores (default role, stores)
+  FITORDER_TRUSTED_DOCUMENTS     persisted-documents manifest: JSON object from SHA-256 to document (default: none)
+  FITORDER_TRUSTED_DOCUMENTS_FOR whom the manifest binds: member or all (default member)
 ";
 
 fn var(name: &str) -> Option<String> {
@@ -430,6 +490,10 @@ impl Config {
                 .map_err(|e| anyhow::anyhow!("FITORDER_TRUSTED_PROXIES: {e}"))?,
             sign_in: sign_in_from_env()?,
             oidc: oidc::OidcConfig::from_env(var)?,
+            trusted_documents: var("FITORDER_TRUSTED_DOCUMENTS")
+                .map(|p| TrustedDocuments::load(&p).map(std::sync::Arc::new))
+                .transpose()?,
+            trusted_documents_for: trusted_documents_for(var("FITORDER_TRUSTED_DOCUMENTS_FOR"))?,
         })
     }
 
@@ -492,6 +556,8 @@ impl Config {
             trusted_proxies: vec![],
             sign_in: SignInConfig::default(),
             oidc: None,
+            trusted_documents: None,
+            trusted_documents_for: TrustedDocumentsFor::Member,
         }
     }
 
@@ -757,6 +823,8 @@ impl std::fmt::Debug for Config {
             trusted_proxies,
             sign_in,
             oidc,
+            trusted_documents,
+            trusted_documents_for,
         } = self;
         let url = |u: &Option<String>| u.as_deref().map(redact_url);
         f.debug_struct("Config")
@@ -818,6 +886,11 @@ impl std::fmt::Debug for Config {
             .field("trusted_proxies", trusted_proxies)
             .field("sign_in", sign_in)
             .field("oidc", oidc)
+            .field(
+                "trusted_documents",
+                &trusted_documents.as_ref().map(|t| t.entries.len()),
+            )
+            .field("trusted_documents_for", trusted_documents_for)
             .finish()
     }
 }

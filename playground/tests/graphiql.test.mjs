@@ -100,3 +100,31 @@ test('GraphiQL runs a query and a subscription with nothing but this service', {
   );
   await context.close();
 });
+
+test('GraphiQL opens with the contract documents as tabs, each runnable as it stands', { timeout: 60000 }, async () => {
+  const context = await browser.newContext();
+  await context.route('**/*', (route) => {
+    const u = new URL(route.request().url());
+    return u.hostname === '127.0.0.1' ? route.continue() : route.abort();
+  });
+  const page = await context.newPage();
+  await page.goto(server.url + '/graphql');
+  await page.waitForSelector('.graphiql-container .graphiql-execute-button', { timeout: 20000 });
+  const titles = await page.locator('.graphiql-tab').allInnerTexts();
+  for (const name of ['MyAccount', 'PlaceOrder', 'MyOrderStatus', 'Orders', 'OrderChain', 'CompensationUpdates']) {
+    assert.ok(titles.some((t) => t.trim() === name), `a tab ${name} in ${JSON.stringify(titles)}`);
+  }
+  const editor = () =>
+    page.evaluate(() => document.querySelector('.graphiql-query-editor .CodeMirror').CodeMirror.getValue());
+  assert.match(await editor(), /^# The member app/);
+  assert.match(await editor(), /query MyAccount/);
+  // The PlaceOrder tab carries its fragment and its example variables.
+  await page.locator('.graphiql-tab').filter({ hasText: 'PlaceOrder' }).locator('button').first().click();
+  await page.waitForFunction(() => /mutation PlaceOrder/.test(document.querySelector('.graphiql-query-editor .CodeMirror').CodeMirror.getValue()));
+  assert.match(await editor(), /fragment PaymentInstructionFields/);
+  const variables = await page.evaluate(() =>
+    [...document.querySelectorAll('.CodeMirror')].map((e) => e.CodeMirror.getValue()).find((v) => v.includes('idempotencyKey')),
+  );
+  assert.ok(variables, 'the example variables of PlaceOrder are in the tab');
+  await context.close();
+});

@@ -137,6 +137,18 @@ fn build_schema_with_depth(state: AppState, max_depth: usize) -> AppSchema {
         .finish()
 }
 
+/// Put in a request's data, set once it got past parsing, validation and the choice of its
+/// operation to execution: the HTTP reply tells a request error (nothing ran) from an
+/// execution's errors by it.
+#[derive(Clone, Default)]
+pub struct ExecutionStarted(pub std::sync::Arc<std::sync::atomic::AtomicBool>);
+
+impl ExecutionStarted {
+    pub fn started(&self) -> bool {
+        self.0.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
 /// The schema extension that gives every INTERNAL error the request's trace id
 /// (`extensions.traceId`): the caller reads a stable message and quotes the id; the detail is
 /// in the log under it.
@@ -168,6 +180,9 @@ impl async_graphql::extensions::Extension for TraceIds {
         operation_name: Option<&str>,
         next: async_graphql::extensions::NextExecute<'_>,
     ) -> async_graphql::Response {
+        if let Some(mark) = ctx.data_opt::<ExecutionStarted>() {
+            mark.0.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
         let response = next.run(ctx, operation_name).await;
         match ctx.data_opt::<RequestContext>() {
             Some(r) => stamp_trace(response, r.trace.as_str()),

@@ -1,19 +1,22 @@
 //! GraphQL over HTTP and WebSocket.
 
 use async_graphql::http::{WebSocket as GqlWebSocket, WebSocketProtocols, WsMessage};
-use async_graphql::Data;
-use async_graphql_axum::rejection::GraphQLRejection;
-use async_graphql_axum::{GraphQLRequest, GraphQLResponse};
+use async_graphql::parser::types::OperationType;
+use async_graphql::{Data, ServerError};
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
 use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
-use axum::extract::State;
-use axum::http::HeaderMap;
+use axum::extract::{RawQuery, State};
+use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Extension;
 use futures_util::{SinkExt, StreamExt};
 
+use super::graphql_over_http::{self as over_http, BadRequest, Media, Params};
+use super::persisted::{Found, Refusal};
 use super::HttpState;
 use crate::auth::{self, Viewer};
-use crate::graphql::{DbLoader, RequestContext};
+use crate::graphql::{DbLoader, ExecutionStarted, RequestContext};
 use crate::trace::TraceId;
 
 /// Close code for a connection whose `connection_init` carried no valid token.
@@ -29,69 +32,223 @@ async fn viewer_from(s: &HttpState, header: Option<&str>) -> Result<Option<Viewe
     }
 }
 
+/// The connection's peer address (`ConnectInfo`, put in by `http::serve`).
+type Peer = Option<Extension<axum::extract::ConnectInfo<std::net::SocketAddr>>>;
+
+/// `POST /graphql`: one JSON request (`application/json`; a batch is refused).
 pub async fn graphql(
     State(s): State<HttpState>,
     Extension(trace): Extension<TraceId>,
-    peer: Option<Extension<axum::extract::ConnectInfo<std::net::SocketAddr>>>,
+    peer: Peer,
     headers: HeaderMap,
-    req: Result<GraphQLRequest, GraphQLRejection>,
+    body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    let req = match req {
-        Ok(r) => r,
-        // (A body over the size limit or too slow never gets here: see `http::body`.)
-        Err(e) => return super::rejection::graphql(e.0),
+    let media = over_http::negotiate(&headers);
+    let body = match body {
+        Ok(b) => b,
+        // A body cut off by the size limit is "too large", not "malformed".
+        Err(e) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+            return (StatusCode::PAYLOAD_TOO_LARGE, "request body too large").into_response();
+        }
+        Err(_) => return over_http::bad_request(media, BadRequest::new("the request body could not be read")),
     };
+    let json = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|t| t.trim().eq_ignore_ascii_case("application/json"));
+    if !json {
+        return over_http::bad_request(
+            media,
+            BadRequest {
+                status: StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                message: "POST /graphql takes Content-Type: application/json".into(),
+            },
+        );
+    }
+    match Params::from_json(&body) {
+        Ok(params) => run(&s, trace, peer.map(|Extension(axum::extract::ConnectInfo(p))| p), &headers, media, params, false).await,
+        Err(bad) => over_http::bad_request(media, bad),
+    }
+}
+
+/// `GET /graphql`: GraphiQL for a browser, otherwise a query from the URL's parameters.
+pub async fn graphql_get(
+    State(s): State<HttpState>,
+    Extension(trace): Extension<TraceId>,
+    peer: Peer,
+    headers: HeaderMap,
+    RawQuery(raw): RawQuery,
+) -> Response {
+    let asks_graphql = raw
+        .as_deref()
+        .is_some_and(|q| form_urlencoded::parse(q.as_bytes()).any(|(k, _)| k == "query" || k == "extensions"));
+    let names_json = headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .any(|v| v.to_str().is_ok_and(|v| v.contains("json")));
+    if over_http::prefers_html(&headers) || (!asks_graphql && !names_json) {
+        return super::graphiql::page(headers).await;
+    }
+    let media = over_http::negotiate(&headers);
+    match Params::from_url(raw.as_deref()) {
+        Ok(params) => run(&s, trace, peer.map(|Extension(axum::extract::ConnectInfo(p))| p), &headers, media, params, true).await,
+        Err(bad) => over_http::bad_request(media, bad),
+    }
+}
+
+/// One request, from its parameters to its answer.
+async fn run(
+    s: &HttpState,
+    trace: TraceId,
+    peer: Option<std::net::SocketAddr>,
+    headers: &HeaderMap,
+    media: Media,
+    params: Params,
+    via_get: bool,
+) -> Response {
     let header = headers.get("authorization").and_then(|v| v.to_str().ok());
-    let viewer = match viewer_from(&s, header).await {
+    let viewer = match viewer_from(s, header).await {
         Ok(v) => v,
-        Err(msg) => return unauthenticated(msg),
+        Err(msg) => return unauthenticated(media, msg),
     };
     if let Some(v) = &viewer {
-        if let Err(e) = live_session(&s, v).await {
-            return unauthenticated(e.public_message());
+        if let Err(e) = live_session(s, v).await {
+            return unauthenticated(media, e.public_message());
         }
     }
-    let req = req.into_inner();
+    let Params {
+        query,
+        variables,
+        operation_name,
+        extensions,
+    } = params;
+    let found = match s.documents.find(query, extensions.get("persistedQuery")) {
+        Ok(found) => found,
+        Err(refusal) => return persisted_refusal(media, refusal),
+    };
+    let text = match &found {
+        Found::Parsed(doc) => &*doc.text,
+        Found::Text { text, .. } => text.as_str(),
+    };
     // Without a token nothing but signing in and introspection can run (introspection only in
     // development mode or with FITORDER_PUBLIC_INTROSPECTION=1): refuse the rest before parsing.
-    if viewer.is_none() && !might_be_sign_in(&s, &req) {
-        let introspection = might_be_introspection(&req.query);
-        let anonymous_introspection = s.app.config.dev_mode || s.app.config.public_introspection;
-        if !introspection {
-            return unauthenticated("a bearer token is required".into());
+    if viewer.is_none() && !might_be_sign_in(s, text, operation_name.as_deref()) {
+        if !might_be_introspection(text) {
+            return unauthenticated(media, "a bearer token is required".into());
         }
-        if !anonymous_introspection {
+        if !(s.app.config.dev_mode || s.app.config.public_introspection) {
             return unauthenticated(
+                media,
                 "introspection needs a bearer token outside development mode (FITORDER_PUBLIC_INTROSPECTION=1 allows it)"
                     .into(),
             );
         }
     }
-    let client_addr = peer.as_ref().and_then(|Extension(axum::extract::ConnectInfo(p))| {
-        super::client_addr::client_addr(*p, &headers, &s.app.config.trusted_proxies)
-    });
-    let request = req
+    let limits = crate::graphql::limits::DocumentLimits::from_config(&s.app.config);
+    let introspection = might_be_introspection(text) && crate::graphql::is_introspection_only(text, &limits);
+    // A member app (in `all` mode, every caller) runs only what its build registered, refused
+    // before it is parsed or kept; GraphiQL still gets the schema in `member` mode.
+    let trusted = matches!(&found, Found::Parsed(doc) if doc.trusted);
+    if !trusted && s.documents.binds(viewer.as_ref()) && !(viewer.is_none() && introspection) {
+        return over_http::not_run(
+            media,
+            Some(StatusCode::FORBIDDEN),
+            vec![over_http::error(
+                "this document is not in the trusted documents manifest: only documents the app's build registered may run",
+                "FORBIDDEN",
+                vec![],
+            )],
+        );
+    }
+    let doc = match found {
+        Found::Parsed(doc) => doc,
+        Found::Text { text, hash } => {
+            if let Err(e) = crate::graphql::limits::check_text(&text, &limits) {
+                return over_http::not_run(media, None, vec![e]);
+            }
+            match async_graphql::parser::parse_query(&text) {
+                Ok(parsed) => s.documents.keep(hash, text, parsed),
+                Err(e) => return over_http::not_run(media, None, vec![syntax_error(&e)]),
+            }
+        }
+    };
+    let Some((kind, variable_definitions)) = operation(&doc.parsed, operation_name.as_deref()) else {
+        let message = match &operation_name {
+            Some(name) => format!("the document has no operation named {name:?}"),
+            None => "the document has several operations: name one with operationName".to_string(),
+        };
+        return over_http::not_run(media, None, vec![over_http::error(message, "BAD_USER_INPUT", vec![])]);
+    };
+    if via_get && kind != OperationType::Query {
+        let mut resp = over_http::not_run(
+            media,
+            Some(StatusCode::METHOD_NOT_ALLOWED),
+            vec![over_http::error(
+                format!("a {kind} cannot be sent with GET: use POST"),
+                "BAD_USER_INPUT",
+                vec![],
+            )],
+        );
+        resp.headers_mut()
+            .insert(header::ALLOW, header::HeaderValue::from_static("POST"));
+        return resp;
+    }
+    // Variables that do not coerce are a request error; async-graphql checks the values it is
+    // given as it validates, a required variable left out is checked here.
+    let missing: Vec<ServerError> = variable_definitions
+        .iter()
+        .filter(|v| {
+            !v.node.var_type.node.nullable
+                && v.node.default_value.is_none()
+                && variables.get(v.node.name.node.as_str()).is_none_or(|x| x.is_null())
+        })
+        .map(|v| {
+            over_http::error(
+                format!(
+                    "variable ${} of type {} was not provided a value",
+                    v.node.name.node, v.node.var_type.node
+                ),
+                "BAD_USER_INPUT",
+                vec![v.pos],
+            )
+        })
+        .collect();
+    if !missing.is_empty() {
+        return over_http::not_run(media, None, missing);
+    }
+
+    let client_addr = peer.and_then(|p| super::client_addr::client_addr(p, headers, &s.app.config.trusted_proxies));
+    let started = ExecutionStarted::default();
+    let mut request = async_graphql::Request::new(doc.text.to_string())
+        .variables(async_graphql::Variables::from_json(serde_json::Value::Object(
+            variables,
+        )))
         .data(RequestContext {
             viewer,
             trace,
             client_ip: client_addr.map(|ip| ip.to_string()),
-            payer_ip: payer_ip(peer.as_ref().map(|c| c.0 .0), &headers, &s.app.config.trusted_proxies),
+            payer_ip: payer_ip(peer, headers, &s.app.config.trusted_proxies),
             client_addr,
         })
-        .data(DbLoader::new(s.app.pool.clone()));
-    let response = if might_be_introspection(&request.query)
-        && crate::graphql::is_introspection_only(
-            &request.query,
-            &crate::graphql::limits::DocumentLimits::from_config(&s.app.config),
-        ) {
+        .data(DbLoader::new(s.app.pool.clone()))
+        .data(started.clone());
+    if let Some(name) = operation_name {
+        request = request.operation_name(name);
+    }
+    // Parsed once per document: a hash (or the same text) again reuses the tree.
+    request.set_parsed_query(doc.parsed.clone());
+    let response = if introspection {
         s.introspection.execute(request).await
     } else {
         s.schema.execute(request).await
     };
-    let retry_after = retry_after(&response);
-    let mut resp = GraphQLResponse::from(response).into_response();
-    if let Some(secs) = retry_after {
-        resp.headers_mut().insert(axum::http::header::RETRY_AFTER, secs.into());
+    if !started.started() && response.is_err() {
+        return over_http::not_run(media, None, response.errors);
+    }
+    let mut resp = over_http::executed(media, &response);
+    if let Some(secs) = retry_after(&response) {
+        resp.headers_mut().insert(header::RETRY_AFTER, secs.into());
     }
     resp
 }
@@ -106,12 +263,11 @@ async fn live_session(s: &HttpState, v: &Viewer) -> crate::error::AppResult<()> 
 }
 
 /// Whether an anonymous request runs only the sign-in mutations (parsed under the bounds).
-fn might_be_sign_in(s: &HttpState, req: &async_graphql::Request) -> bool {
-    let query = &req.query;
+fn might_be_sign_in(s: &HttpState, query: &str, operation_name: Option<&str>) -> bool {
     crate::graphql::ANONYMOUS_MUTATIONS.iter().any(|m| query.contains(m))
         && crate::graphql::is_sign_in_only(
             query,
-            req.operation_name.as_deref(),
+            operation_name,
             &crate::graphql::limits::DocumentLimits::from_config(&s.app.config),
         )
 }
@@ -128,12 +284,63 @@ fn retry_after(response: &async_graphql::Response) -> Option<u64> {
         .max()
 }
 
-fn unauthenticated(msg: String) -> Response {
-    let mut err = async_graphql::ServerError::new(msg, None);
-    let mut ext = async_graphql::ErrorExtensionValues::default();
-    ext.set("code", "UNAUTHENTICATED");
-    err.extensions = Some(ext);
-    GraphQLResponse::from(async_graphql::Response::from_errors(vec![err])).into_response()
+/// The kind and the variables of the operation a request runs (None: no such operation).
+fn operation<'d>(
+    doc: &'d async_graphql::parser::types::ExecutableDocument,
+    name: Option<&str>,
+) -> Option<(
+    OperationType,
+    &'d [async_graphql::Positioned<async_graphql::parser::types::VariableDefinition>],
+)> {
+    use async_graphql::parser::types::DocumentOperations;
+    let op = match (&doc.operations, name) {
+        (DocumentOperations::Single(op), _) => op,
+        (DocumentOperations::Multiple(ops), Some(name)) => ops.get(name)?,
+        (DocumentOperations::Multiple(ops), None) if ops.len() == 1 => ops.values().next()?,
+        (DocumentOperations::Multiple(_), None) => return None,
+    };
+    Some((op.node.ty, &op.node.variable_definitions))
+}
+
+/// A document that does not parse: where, and what was expected, never the document's text.
+fn syntax_error(e: &async_graphql::parser::Error) -> ServerError {
+    let locations: Vec<_> = e.positions().collect();
+    let message = match e {
+        // pest's message quotes the line of the document; its last line says what was expected.
+        async_graphql::parser::Error::Syntax { message, .. } => {
+            let expected = message
+                .lines()
+                .last()
+                .and_then(|l| l.trim().strip_prefix("= "))
+                .filter(|l| l.len() <= 200 && !l.contains('\n'));
+            match expected {
+                Some(what) => format!("syntax error: {what}"),
+                None => "syntax error".to_string(),
+            }
+        }
+        other => other.to_string(),
+    };
+    over_http::error(message, "BAD_USER_INPUT", locations)
+}
+
+fn persisted_refusal(media: Media, refusal: Refusal) -> Response {
+    let err = match refusal {
+        // As Apollo's clients look for it: the message and the code.
+        Refusal::NotFound => over_http::error("PersistedQueryNotFound", "PERSISTED_QUERY_NOT_FOUND", vec![]),
+        Refusal::Mismatch => over_http::error("provided sha does not match query", "BAD_USER_INPUT", vec![]),
+        Refusal::Malformed(why) => over_http::error(why, "BAD_USER_INPUT", vec![]),
+        Refusal::Missing => over_http::error("the request has no \"query\"", "BAD_USER_INPUT", vec![]),
+    };
+    over_http::not_run(media, None, vec![err])
+}
+
+fn unauthenticated(media: Media, msg: String) -> Response {
+    let err = over_http::error(msg, "UNAUTHENTICATED", vec![]);
+    let status = match media {
+        Media::Json => None,
+        Media::GraphqlResponse => Some(StatusCode::UNAUTHORIZED),
+    };
+    over_http::not_run(media, status, vec![err])
 }
 
 /// Whether an anonymous document may be introspection (GraphiQL asks for the schema before
@@ -221,6 +428,12 @@ async fn serve_ws(s: HttpState, socket: WebSocket, trace: TraceId) {
     let input_quota = quota.clone();
     let (inject_tx, mut inject_rx) = tokio::sync::mpsc::unbounded_channel::<Message>();
     let input_guard = guard.clone();
+    // Whether the trusted documents bind this connection: until its token says otherwise, as
+    // they bind a caller without one.
+    let bound = Arc::new(AtomicBool::new(s.documents.binds(None)));
+    let (bound_input, bound_init) = (bound.clone(), bound.clone());
+    let documents = s.documents.clone();
+    let init_documents = s.documents.clone();
     let input = stream
         .take_while(|r| futures_util::future::ready(r.is_ok()))
         .filter_map(|r| {
@@ -232,7 +445,7 @@ async fn serve_ws(s: HttpState, socket: WebSocket, trace: TraceId) {
         })
         // Every operation id is tracked: a reused id closes the connection (4409), one over the
         // per-connection cap is answered with an error and never started.
-        .filter_map(move |bytes| {
+        .filter_map(move |mut bytes| {
             let pass = match serde_json::from_slice::<Peek>(&bytes) {
                 Ok(Peek {
                     kind: Some(kind),
@@ -253,6 +466,16 @@ async fn serve_ws(s: HttpState, socket: WebSocket, trace: TraceId) {
                     kind: Some(kind),
                     id: Some(id),
                 }) => {
+                    // Under the trusted documents a subscription runs only a manifest document
+                    // (named by its text, or by its id alone: then the text is put in).
+                    let mut admitted = true;
+                    if matches!(kind.as_str(), "subscribe" | "start") && bound_input.load(Ordering::SeqCst) {
+                        match admit(&documents, &bytes) {
+                            Some(Some(rewritten)) => bytes = rewritten,
+                            Some(None) => {}
+                            None => admitted = false,
+                        }
+                    }
                     let mut g = input_guard.lock().expect("ws guard");
                     let token = g.token;
                     match kind.as_str() {
@@ -265,6 +488,13 @@ async fn serve_ws(s: HttpState, socket: WebSocket, trace: TraceId) {
                             let refusal = serde_json::json!({"type": "error", "id": id, "payload": [{
                                 "message": format!("too many operations on this connection (limit {max_subscriptions})"),
                                 "extensions": {"code": "BAD_USER_INPUT"}}]});
+                            let _ = inject_tx.send(Message::Text(refusal.to_string().into()));
+                            false
+                        }
+                        "subscribe" | "start" if !admitted => {
+                            let refusal = serde_json::json!({"type": "error", "id": id, "payload": [{
+                                "message": "this document is not in the trusted documents manifest: only documents the app's build registered may run",
+                                "extensions": {"code": "FORBIDDEN"}}]});
                             let _ = inject_tx.send(Message::Text(refusal.to_string().into()));
                             false
                         }
@@ -331,6 +561,7 @@ async fn serve_ws(s: HttpState, socket: WebSocket, trace: TraceId) {
         match verified {
             Ok((viewer, exp)) => {
                 expires_at.store(exp, Ordering::SeqCst);
+                bound_init.store(init_documents.binds(Some(&viewer)), Ordering::SeqCst);
                 *session_of_init.lock().expect("ws session") = viewer.session.clone();
                 let mut data = Data::default();
                 data.insert(RequestContext {
@@ -434,14 +665,21 @@ async fn serve_ws(s: HttpState, socket: WebSocket, trace: TraceId) {
     }
 }
 
-/// The caller's IP (see `client_addr`): None without a peer address (a request handed to the
-/// router directly) or when a trusted proxy did not say who the caller is.
-fn client_ip(
-    peer: Option<std::net::SocketAddr>,
-    headers: &axum::http::HeaderMap,
-    trusted: &[ipnet::IpNet],
-) -> Option<String> {
-    super::client_addr::client_addr(peer?, headers, trusted).map(|ip| ip.to_string())
+/// A `subscribe` message as the trusted documents let it through: `Some(None)` as it came,
+/// `Some(Some(message))` with the manifest's document put in for the id it named, `None` when
+/// its document is not in the manifest.
+fn admit(documents: &super::persisted::PersistedDocuments, bytes: &[u8]) -> Option<Option<Vec<u8>>> {
+    let mut msg: serde_json::Value = serde_json::from_slice(bytes).ok()?;
+    let payload = msg.get_mut("payload")?;
+    let query = payload.get("query").and_then(|q| q.as_str());
+    let named_only = query.is_none();
+    let persisted = payload.get("extensions").and_then(|e| e.get("persistedQuery"));
+    let text = documents.trusted_text(query, persisted)?;
+    if !named_only {
+        return Some(None);
+    }
+    payload["query"] = serde_json::Value::String(text.to_string());
+    serde_json::to_vec(&msg).ok().map(Some)
 }
 
 /// The caller's IP when a trusted proxy reported it (the payer's address for WeChat H5).
@@ -461,5 +699,5 @@ fn payer_ip(
     if !proxied {
         return None;
     }
-    client_ip(Some(peer), headers, trusted)
+    super::client_addr::client_addr(peer, headers, trusted).map(|ip| ip.to_string())
 }

@@ -1,4 +1,4 @@
-//! The HTTP surface: GraphQL (POST, GraphiQL on GET, WebSocket subscriptions), health,
+//! The HTTP surface: GraphQL (POST and GET, GraphiQL for a browser, WebSocket subscriptions), health,
 //! metrics. Every request gets a trace id (taken from `traceparent`/`X-Trace-Id` when sent),
 //! echoed in the `X-Trace-Id` response header.
 
@@ -6,10 +6,11 @@ mod body;
 mod callbacks;
 pub mod client_addr;
 pub mod graphiql;
+mod graphql_over_http;
 mod graphql_routes;
 mod health;
 pub mod metrics;
-mod rejection;
+pub mod persisted;
 mod serve;
 pub mod ws_quota;
 mod workbench;
@@ -37,6 +38,8 @@ pub struct HttpState {
     /// answers kept (the schema does not change while the process runs).
     pub introspection: crate::graphql::Introspection,
     pub keys: std::sync::Arc<crate::payments::keys::ProviderKeys>,
+    /// Documents by hash: the persisted queries, the trusted manifest, the parsed trees.
+    pub documents: std::sync::Arc<persisted::PersistedDocuments>,
     /// When `/metrics` last read the outbox backlog from the database (it does at most every
     /// [`metrics::BACKLOG_EVERY`], however often it is scraped).
     pub backlog_read: std::sync::Arc<tokio::sync::Mutex<Option<Instant>>>,
@@ -58,11 +61,16 @@ pub fn router(app: AppState) -> Router {
     // here, or open on the FITORDER_METRICS_ADDR listener (`ops_router`).
     let metrics_open = app.config.dev_mode;
     let metrics_token = app.config.metrics_token.clone();
+    let documents = std::sync::Arc::new(persisted::PersistedDocuments::new(
+        app.config.trusted_documents.as_deref(),
+        app.config.trusted_documents_for,
+    ));
     let state = HttpState {
         app,
         schema,
         introspection,
         keys,
+        documents,
         backlog_read: Default::default(),
         subscriptions: Default::default(),
     };
@@ -78,7 +86,10 @@ pub fn router(app: AppState) -> Router {
         }
     };
     Router::new()
-        .route("/graphql", get(graphiql::page).post(graphql_routes::graphql))
+        .route(
+            "/graphql",
+            get(graphql_routes::graphql_get).post(graphql_routes::graphql),
+        )
         .route("/graphql/assets/{name}", get(graphiql::asset))
         .route("/graphql/ws", get(graphql_routes::subscriptions))
         .route("/pay/wechat/notify", axum::routing::post(callbacks::wechat_notify))
@@ -111,6 +122,10 @@ pub fn ops_router(app: AppState) -> Router {
         schema,
         introspection,
         keys,
+        documents: std::sync::Arc::new(persisted::PersistedDocuments::new(
+            None,
+            crate::config::TrustedDocumentsFor::Member,
+        )),
         backlog_read: Default::default(),
         subscriptions: Default::default(),
     };

@@ -17,6 +17,7 @@ mod expiry;
 mod fakes;
 mod faults;
 mod fuzz_corpus;
+mod graphql_http;
 mod hardening;
 mod http_surface;
 mod layers;

@@ -39,17 +39,25 @@
     if (kindOf(params.query || '', params.operationName) === 'subscription') {
       return wsClient(header(headers, 'authorization')).iterate(params);
     }
-    var h = { 'content-type': 'application/json', accept: 'application/json' };
+    var h = { 'content-type': 'application/json', accept: 'application/graphql-response+json, application/json;q=0.9' };
     for (var k in headers) h[k] = headers[k];
     return fetch('/graphql', { method: 'POST', headers: h, body: JSON.stringify(params) }).then(function (r) {
       return r.json();
     });
   }
 
+  // The contract's documents (playground/operations/), one tab per operation, with their
+  // example variables: what the member app, the admin console and the ops screen send.
+  var defaultHeaders = JSON.stringify({ Authorization: 'Bearer <paste a token from `fitorder token`>' }, null, 2);
+  var tabs = (window.fitorderTabs || []).map(function (t) {
+    return { query: t.query, variables: t.variables, headers: defaultHeaders };
+  });
+
   ReactDOM.createRoot(document.getElementById('graphiql')).render(
     React.createElement(GraphiQL, {
       fetcher: fetcher,
-      defaultHeaders: JSON.stringify({ Authorization: 'Bearer <paste a token from `fitorder token`>' }, null, 2),
+      defaultTabs: tabs.length ? tabs : undefined,
+      defaultHeaders: defaultHeaders,
       defaultEditorToolsVisibility: 'headers',
       shouldPersistHeaders: true,
     })

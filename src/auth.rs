@@ -6,6 +6,8 @@ use serde::{Deserialize, Serialize};
 use crate::domain::Actor;
 use crate::error::{AppError, AppResult};
 
+pub mod oidc;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Role {
     Member,
@@ -38,6 +40,9 @@ pub struct Claims {
     pub exp: i64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stores: Option<Vec<String>>,
+    /// A signed-in member's session (`sessions`): refused once the session has ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sid: Option<String>,
 }
 
 /// An authenticated caller.
@@ -49,6 +54,9 @@ pub struct Viewer {
     pub member_id: Option<i64>,
     /// For admins limited to some stores.
     pub stores: Option<Vec<i64>>,
+    /// The sign-in session the token belongs to (`sid`); `None` for tokens minted with
+    /// `fitorder token`.
+    pub session: Option<String>,
 }
 
 impl Viewer {
@@ -101,6 +109,7 @@ pub fn issue_token(
         role: role.as_str().to_string(),
         exp: chrono::Utc::now().timestamp() + ttl.as_secs() as i64,
         stores,
+        sid: None,
     };
     jsonwebtoken::encode(
         &Header::new(Algorithm::HS256),
@@ -108,6 +117,39 @@ pub fn issue_token(
         &EncodingKey::from_secret(secret.as_bytes()),
     )
     .expect("HS256 encoding cannot fail")
+}
+
+/// A signed-in member's access token: role `member`, `sub` = the member id, `sid` = the session,
+/// expiring at `exp` (seconds since the epoch).
+pub fn issue_session_token(secret: &str, member_id: i64, sid: &str, exp: i64) -> String {
+    let claims = Claims {
+        sub: member_id.to_string(),
+        role: Role::Member.as_str().to_string(),
+        exp,
+        stores: None,
+        sid: Some(sid.to_string()),
+    };
+    jsonwebtoken::encode(
+        &Header::new(Algorithm::HS256),
+        &claims,
+        &EncodingKey::from_secret(secret.as_bytes()),
+    )
+    .expect("HS256 encoding cannot fail")
+}
+
+/// The session check, apart from the signature and claim checks: a token naming a session
+/// that has ended (signed out, or its refresh token reused) is refused on its next use.
+/// `ended` answers for a session id (the cache of ended sessions, `events::EndedSessions`).
+pub fn refuse_ended_session(viewer: &Viewer, ended: impl FnOnce(&str) -> bool) -> AppResult<()> {
+    match viewer.session.as_deref() {
+        Some(sid) if ended(sid) => Err(AppError::Unauthenticated("the session has ended: sign in again".into())),
+        _ => Ok(()),
+    }
+}
+
+/// A session id as `sessions` makes them: 32 lowercase hex digits.
+fn session_id(s: &str) -> Option<String> {
+    (s.len() == 32 && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))).then(|| s.to_string())
 }
 
 /// Checks a bearer token (`Bearer <JWT>`, the scheme case-insensitive as RFC 7235 says).
@@ -162,12 +204,20 @@ pub fn verify_with_expiry(secret: &str, header_value: &str) -> AppResult<(Viewer
                 .ok_or_else(|| AppError::Unauthenticated("stores must be store ids".into()))?,
         ),
     };
+    let session = match claims.sid {
+        None => None,
+        Some(sid) if role == Role::Member => Some(
+            session_id(&sid).ok_or_else(|| AppError::Unauthenticated("the token's sid is not a session id".into()))?,
+        ),
+        Some(_) => return Err(AppError::Unauthenticated("only member tokens name a session".into())),
+    };
     Ok((
         Viewer {
             role,
             subject: claims.sub,
             member_id,
             stores,
+            session,
         },
         claims.exp,
     ))
@@ -226,6 +276,29 @@ fn check_claim_bounds(token: &str, now: i64) -> AppResult<()> {
     Ok(())
 }
 
+/// Every way in (HTTP and WebSocket): with an OpenID Connect issuer configured, a token whose
+/// header says RS256 or ES256 is the issuer's staff token ([`oidc::OidcVerifier`], which may
+/// fetch its keys); anything else — and everything without an issuer — is fitorder's own HS256
+/// token, checked on the spot as before. `none` and HS* never meet the issuer's public keys.
+pub async fn verify_bearer(
+    secret: &str,
+    issuer: Option<&oidc::OidcVerifier>,
+    header_value: &str,
+) -> AppResult<(Viewer, i64)> {
+    if let Some(issuer) = issuer {
+        let token = bearer_token(header_value)?;
+        // fitorder's own header, as `issue_token` writes it, is decided without decoding it.
+        let own = token.strip_prefix(OWN_HEADER).is_some_and(|rest| rest.starts_with('.'));
+        if !own && jsonwebtoken::decode_header(token).is_ok_and(|h| oidc::is_issuer_alg(h.alg)) {
+            return issuer.verify(token).await;
+        }
+    }
+    verify_with_expiry(secret, header_value)
+}
+
+/// `{"typ":"JWT","alg":"HS256"}` in base64url: the header of every token [`issue_token`] makes.
+const OWN_HEADER: &str = "eyJ0eXAiOiJKV1QiLCJhbGciOiJIUzI1NiJ9";
+
 /// An id written the one way ids are written: decimal digits, no sign, no leading zero.
 pub fn canonical_id(s: &str) -> Option<i64> {
     let ok = !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) && !s.starts_with('0');
@@ -235,6 +308,14 @@ pub fn canonical_id(s: &str) -> Option<i64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn own_header_is_the_one_issue_token_writes() {
+        let t = issue_token("s", Role::Ops, "o", None, std::time::Duration::from_secs(60));
+        assert_eq!(t.split('.').next(), Some(OWN_HEADER));
+        let h = jsonwebtoken::decode_header(&t).unwrap();
+        assert_eq!(h.alg, Algorithm::HS256);
+    }
 
     #[test]
     fn ids_are_canonical() {

@@ -6,7 +6,9 @@
 
 import { spawn, execFileSync } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
+import { createServer as createHttpServer } from 'node:http';
 import { createServer } from 'node:net';
+import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { setTimeout as sleep } from 'node:timers/promises';
 
@@ -134,7 +136,7 @@ export async function startServer(env = {}) {
         return m && Number(m[1]) >= n;
       }, `${n} live subscription(s) (fitorder_subscribers on /metrics)`);
 
-    return { url, wsUrl: `ws://127.0.0.1:${port}/graphql/ws`, db, token, gql, subscribers, stop, log: () => output };
+    return { url, wsUrl: `ws://127.0.0.1:${port}/graphql/ws`, db, env: baseEnv, token, gql, subscribers, stop, log: () => output };
   } catch (e) {
     await stop();
     throw e;
@@ -189,4 +191,78 @@ export async function launchChromium(extraArgs = []) {
       ...extraArgs,
     ],
   });
+}
+
+/**
+ * The door and AI-device services on loopback: each call is recorded in `hits` (with whether it
+ * was answered while `failing`); 503 while `failing`, 200 otherwise.
+ */
+export function downstreamService({ failing = false } = {}) {
+  const d = { failing, hits: [] };
+  d.server = createHttpServer((req, res) => {
+    let body = '';
+    req.on('data', (c) => (body += c));
+    req.on('end', () => {
+      d.hits.push({ path: req.url, body: JSON.parse(body || 'null'), failing: d.failing });
+      res.writeHead(d.failing ? 503 : 200, { 'content-type': 'application/json' });
+      res.end(d.failing ? '{"error":"down for the test"}' : '{"ok":true}');
+    });
+  });
+  /** Listens; answers the server settings that point fitorder here, retrying fast and giving up after 2 attempts. */
+  d.start = async () => {
+    await new Promise((r) => d.server.listen(0, '127.0.0.1', r));
+    const url = `http://127.0.0.1:${d.server.address().port}`;
+    return {
+      FITORDER_DOOR_ACCESS_URL: `${url}/door`,
+      FITORDER_AI_ACCESS_URL: `${url}/ai`,
+      FITORDER_RETRY_BASE: '200ms',
+      FITORDER_MAX_ATTEMPTS: '2',
+      FITORDER_DOWNSTREAM_TIMEOUT: '2s',
+    };
+  };
+  d.stop = async () => {
+    d.server.closeAllConnections();
+    await new Promise((r) => d.server.close(r));
+  };
+  return d;
+}
+
+/**
+ * Starts `fitorder sandbox-provider` (WeChat Pay and Alipay on loopback) with its keys in
+ * `keysDir`; returns { env: the settings it prints, stop() }.
+ */
+export async function startSandbox(keysDir) {
+  const port = await freePort();
+  const child = spawn(BIN, ['sandbox-provider', '--addr', `127.0.0.1:${port}`, '--keys', keysDir], { stdio: ['ignore', 'pipe', 'pipe'] });
+  live.add(child);
+  let log = '';
+  child.stderr.on('data', (c) => (log += c));
+  const env = {};
+  const lines = createInterface({ input: child.stdout });
+  const stop = async () => {
+    if (child.exitCode === null && child.signalCode === null) {
+      const exited = new Promise((r) => child.once('exit', r));
+      child.kill('SIGTERM');
+      await exited;
+    }
+    live.delete(child);
+  };
+  try {
+    await new Promise((resolve, reject) => {
+      const t = setTimeout(() => reject(new Error(`sandbox-provider not ready after 30s:\n${log}`)), 30000);
+      child.once('exit', (code) => reject(new Error(`sandbox-provider exited with ${code}:\n${log}`)));
+      lines.on('line', (line) => {
+        if (line.startsWith('# ready')) {
+          clearTimeout(t);
+          resolve();
+        } else if (line.includes('=')) {
+          env[line.slice(0, line.indexOf('='))] = line.slice(line.indexOf('=') + 1);
+        }
+      });
+    });
+  } catch (e) {
+    await stop();
+    throw e;
+  }
+  return { env, stop };
 }

@@ -32,9 +32,14 @@ pub type AppSchema = Schema<query::Query, mutation::Mutation, subscription::Subs
 pub struct RequestContext {
     pub viewer: Option<Viewer>,
     pub trace: TraceId,
-    /// The caller's address as the load balancer reports it (`X-Forwarded-For`, `X-Real-IP`):
-    /// WeChat H5 payments need the payer's IP.
+    /// The caller's address (`http::client_addr`: the peer, or what a trusted proxy reports).
     pub client_ip: Option<String>,
+    /// The caller's address as a proxy in `FITORDER_TRUSTED_PROXIES` reported it; None when the
+    /// request did not come through one. WeChat H5 payments take the payer's IP from here only.
+    pub payer_ip: Option<String>,
+    /// The caller's address as `http::client_addr` believes it (`FITORDER_TRUSTED_PROXIES`):
+    /// what the sign-in rate limits count by.
+    pub client_addr: Option<std::net::IpAddr>,
 }
 
 pub fn build_schema(state: AppState) -> AppSchema {
@@ -71,6 +76,47 @@ pub fn is_introspection_only(query: &str, limits: &limits::DocumentLimits) -> bo
                 Selection::Field(f) if f.node.name.node.starts_with("__") => any = true,
                 _ => return false,
             }
+        }
+    }
+    any
+}
+
+/// The mutations a caller without a token may run: signing in.
+pub const ANONYMOUS_MUTATIONS: [&str; 3] = ["signInWithWechat", "refreshSession", "signOut"];
+
+/// Whether the operation `query` runs (the one `operation_name` names, or its only one) is a
+/// mutation selecting only the sign-in mutations (and `__typename`): the one thing besides
+/// introspection that runs without a token. Parsed under the document bounds; false when it
+/// does not parse, is out of bounds, or names no single operation.
+pub fn is_sign_in_only(query: &str, operation_name: Option<&str>, limits: &limits::DocumentLimits) -> bool {
+    use async_graphql::parser::types::{DocumentOperations, OperationType, Selection};
+    if limits::check_text(query, limits).is_err() {
+        return false;
+    }
+    let Ok(doc) = async_graphql::parser::parse_query(query) else {
+        return false;
+    };
+    if limits::check_document(&doc, limits).is_err() {
+        return false;
+    }
+    let op = match (&doc.operations, operation_name) {
+        (DocumentOperations::Single(op), None) => op,
+        (DocumentOperations::Single(_), Some(_)) => return false,
+        (DocumentOperations::Multiple(ops), Some(name)) => match ops.get(name) {
+            Some(op) => op,
+            None => return false,
+        },
+        (DocumentOperations::Multiple(_), None) => return false,
+    };
+    if op.node.ty != OperationType::Mutation {
+        return false;
+    }
+    let mut any = false;
+    for item in &op.node.selection_set.node.items {
+        match &item.node {
+            Selection::Field(f) if ANONYMOUS_MUTATIONS.contains(&f.node.name.node.as_str()) => any = true,
+            Selection::Field(f) if f.node.name.node == "__typename" => {}
+            _ => return false,
         }
     }
     any

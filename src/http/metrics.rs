@@ -123,6 +123,7 @@ pub const FAMILIES: &[(&str, &str, &[&str])] = &[
     ("fitorder_alert_deliveries_dead_total", "counter", &["channel"]),
     ("fitorder_alerts_raised_total", "counter", &["cause"]),
     ("fitorder_callbacks_total", "counter", &["provider", "outcome"]),
+    ("fitorder_callbacks_unverified_dropped_total", "counter", &["provider"]),
     ("fitorder_callbacks_unverified_total", "counter", &["provider"]),
     ("fitorder_check_ins_total", "counter", &[]),
     ("fitorder_compensation_attempts_total", "counter", &["kind", "outcome"]),

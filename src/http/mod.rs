@@ -4,6 +4,7 @@
 
 mod body;
 mod callbacks;
+pub mod client_addr;
 pub mod graphiql;
 mod graphql_routes;
 mod health;
@@ -11,6 +12,7 @@ pub mod metrics;
 mod rejection;
 mod serve;
 pub mod ws_quota;
+mod workbench;
 
 pub use serve::{serve, serve_with, ServeLimits};
 
@@ -85,6 +87,8 @@ pub fn router(app: AppState) -> Router {
         .route("/readyz", get(health::readyz))
         .route("/metrics", metrics_route)
         .route("/ops", get(ops_page))
+        .route("/ops/tickets", get(workbench::page))
+        .route("/ops/assets/{name}", get(workbench::asset))
         .with_state(state)
         .layer(axum::extract::DefaultBodyLimit::max(limit))
         .layer(middleware::from_fn_with_state(bounds, body::bounded))
@@ -126,7 +130,7 @@ async fn ops_page() -> Response {
     )));
     graphiql::html_headers(
         &mut resp,
-        "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self' ws: wss:; \
+        "default-src 'none'; script-src 'self' 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self' ws: wss:; \
          img-src data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
     );
     resp
@@ -173,6 +177,8 @@ fn known_route(path: &str) -> &'static str {
         "/readyz" => "/readyz",
         "/metrics" => "/metrics",
         "/ops" => "/ops",
+        "/ops/tickets" => "/ops/tickets",
+        "/ops/assets/{name}" => "/ops/assets",
         "/graphql/assets/{name}" => "/graphql/assets",
         _ => "other",
     }

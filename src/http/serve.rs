@@ -112,9 +112,9 @@ pub async fn serve_with(
         tokio::select! {
             _ = &mut shutdown => break,
             accepted = listener.accept() => {
-                let (stream, slot) = match accepted {
+                let (stream, slot, peer) = match accepted {
                     Ok((stream, peer)) => match Slot::take(&open, peer.ip(), &limits) {
-                        Some(slot) => (stream, slot),
+                        Some(slot) => (stream, slot, peer),
                         None => {
                             // Best effort, never waiting: the socket is closed right after.
                             let _ = stream.try_write(OVER_CAPACITY);
@@ -130,7 +130,11 @@ pub async fn serve_with(
                     }
                 };
                 let _ = stream.set_nodelay(true);
-                let svc = TowerToHyperService::new(router.clone());
+                // The peer's address, for `client_addr` (handlers read `ConnectInfo`).
+                let svc = TowerToHyperService::new(tower_http::add_extension::AddExtension::new(
+                    router.clone(),
+                    axum::extract::ConnectInfo(peer),
+                ));
                 let mut stop = stop_rx.clone();
                 conns.spawn(async move {
                     let _slot = slot;

@@ -154,6 +154,9 @@ fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     out
 }
 
+/// The caller's address as the test load balancer reports it (`X-Forwarded-For`).
+pub const TEST_CLIENT_IP: &str = "198.51.100.20";
+
 pub struct TestApp {
     /// The provider sandbox (WeChat Pay and Alipay on loopback) this app's providers point at.
     pub sandbox: fitorder::payments::sandbox_server::SandboxProvider,
@@ -321,6 +324,15 @@ impl TestApp {
         for (k, v) in headers {
             req = req.header(*k, *v);
         }
+        // As behind a load balancer on loopback (`providers::configure` trusts 127.0.0.1): the
+        // peer is the proxy, the caller the address it reports.
+        if !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("x-forwarded-for")) {
+            req = req.header("x-forwarded-for", TEST_CLIENT_IP);
+        }
+        req = req.extension(axum::extract::ConnectInfo(std::net::SocketAddr::from((
+            [127, 0, 0, 1],
+            40_000,
+        ))));
         let resp = self
             .router
             .clone()

@@ -268,6 +268,8 @@ async fn connections_are_capped_in_all_and_per_address() {
     let addr = listen_with(&app, |l| {
         l.max_connections = 5;
         l.max_connections_per_addr = 3;
+        // (The test apps trust loopback as their load balancer; not here.)
+        l.trusted_proxies = vec![];
     })
     .await;
     let mut held = vec![];
@@ -304,6 +306,27 @@ async fn connections_are_capped_in_all_and_per_address() {
         .unwrap();
     let said = greeting(&mut again, 2_000).await.unwrap();
     assert!(said.starts_with("HTTP/1.1 200"), "{said:?}");
+    drop((held, again));
+
+    // A load balancer of FITORDER_TRUSTED_PROXIES carries everyone: no per-address cap for it,
+    // the total cap still.
+    let addr = listen_with(&app, |l| {
+        l.max_connections = 6;
+        l.max_connections_per_addr = 2;
+        l.trusted_proxies = vec!["127.0.0.9/32".parse().unwrap()];
+    })
+    .await;
+    let mut proxied = vec![];
+    for _ in 0..6 {
+        proxied.push(connect_from("127.0.0.9", &addr).await);
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    for c in proxied.iter_mut() {
+        assert!(greeting(c, 200).await.is_none(), "a proxied connection was refused");
+    }
+    let mut seventh = connect_from("127.0.0.9", &addr).await;
+    let said = greeting(&mut seventh, 2_000).await.expect("an answer at once");
+    assert!(said.starts_with("HTTP/1.1 503"), "{said:?}");
 }
 
 #[tokio::test]

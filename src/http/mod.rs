@@ -12,8 +12,8 @@ mod health;
 pub mod metrics;
 pub mod persisted;
 mod serve;
-pub mod ws_quota;
 mod workbench;
+pub mod ws_quota;
 
 pub use serve::{serve, serve_with, ServeLimits};
 

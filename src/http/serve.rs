@@ -17,11 +17,15 @@ use hyper_util::service::TowerToHyperService;
 
 /// What one listener allows (`FITORDER_HTTP_HEADER_TIMEOUT`, `FITORDER_MAX_CONNECTIONS`,
 /// `FITORDER_MAX_CONNECTIONS_PER_ADDR`).
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct ServeLimits {
     pub header_timeout: Duration,
     pub max_connections: usize,
     pub max_connections_per_addr: usize,
+    /// Peers the per-address cap does not apply to: the load balancers of
+    /// `FITORDER_TRUSTED_PROXIES` (every client behind one shares its address). The total cap
+    /// still does.
+    pub trusted_proxies: Vec<ipnet::IpNet>,
 }
 
 impl ServeLimits {
@@ -30,6 +34,7 @@ impl ServeLimits {
             header_timeout: config.http_header_timeout,
             max_connections: config.max_connections,
             max_connections_per_addr: config.max_connections_per_addr,
+            trusted_proxies: config.trusted_proxies.clone(),
         }
     }
 }
@@ -51,7 +56,8 @@ impl Slot {
     fn take(open: &Arc<Mutex<Open>>, addr: IpAddr, limits: &ServeLimits) -> Option<Slot> {
         let mut o = open.lock().expect("connection counts");
         let here = o.by_addr.get(&addr).copied().unwrap_or(0);
-        if o.total >= limits.max_connections || here >= limits.max_connections_per_addr {
+        let proxy = limits.trusted_proxies.iter().any(|net| net.contains(&addr));
+        if o.total >= limits.max_connections || (here >= limits.max_connections_per_addr && !proxy) {
             return None;
         }
         o.total += 1;
@@ -92,6 +98,7 @@ pub async fn serve(
         header_timeout,
         max_connections: crate::config::DEFAULT_MAX_CONNECTIONS,
         max_connections_per_addr: crate::config::DEFAULT_MAX_CONNECTIONS_PER_ADDR,
+        trusted_proxies: vec![],
     };
     serve_with(listener, router, limits, shutdown).await
 }

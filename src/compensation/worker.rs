@@ -13,7 +13,7 @@ use diesel::sql_types::{BigInt, Double, Text};
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
 use serde_json::json;
 
-use super::downstream::{Delivered, Downstream};
+use super::downstream::{Delivered, Downstream, NotDelivered, Retry};
 use crate::app::AppState;
 use crate::db::models::{CompensationEvent, Order};
 use crate::db::schema::{compensation_attempts, compensation_events, orders};
@@ -32,14 +32,22 @@ pub struct Worker {
     alerts: crate::alerts::Deliverer,
     pub id: String,
     pub batch: i64,
+    /// The providers this process can refund through: a `PROVIDER_REFUND` event of another is
+    /// left for a process that has its keys (never claimed, never attempted here).
+    served: Vec<String>,
 }
 
 impl Worker {
     pub fn new(state: AppState) -> Worker {
-        let downstream = Downstream::new(state.config.clone(), state.keys.clone());
+        let downstream = Downstream::new(state.providers.clone(), state.config.clone());
         let id = format!("{}-{}", hostname(), &TraceId::new().0[..8]);
         let alerts = crate::alerts::Deliverer::new(state.config.clone(), id.clone());
+        let served = served_providers(&state)
+            .iter()
+            .map(|p| p.as_str().to_string())
+            .collect();
         Worker {
+            served,
             batch: state.config.outbox_batch,
             state,
             downstream,
@@ -57,7 +65,7 @@ impl Worker {
     /// While a full batch is delivered the next one is claimed, so a backlog is worked through
     /// without waiting for the claim between batches.
     pub async fn run(self, mut shutdown: tokio::sync::watch::Receiver<bool>) {
-        tracing::info!(worker = %self.id, "compensation worker started");
+        tracing::info!(worker = %self.id, refunds_through = ?self.served, "compensation worker started");
         let wake = self.state.events.outbox.clone();
         let mut prefetched: Option<Vec<CompensationEvent>> = None;
         loop {
@@ -115,6 +123,15 @@ impl Worker {
                 CompensationStatus::Pending.as_str(),
                 CompensationStatus::Retrying.as_str(),
             ]))
+            // What this process may claim (see `claim.sql`): another provider's refund is not
+            // due here, however overdue it is.
+            .filter(
+                diesel::dsl::sql::<diesel::sql_types::Bool>(
+                    "(kind <> 'PROVIDER_REFUND' OR payload->>'provider' = ANY(",
+                )
+                .bind::<diesel::sql_types::Array<Text>, _>(&self.served)
+                .sql("))"),
+            )
             .select(diesel::dsl::min(compensation_events::next_attempt_at))
             .get_result(&mut conn)
             .await?;
@@ -185,6 +202,7 @@ impl Worker {
             .bind::<Text, _>(&self.id) // $1
             .bind::<Double, _>(lease.as_secs_f64()) // $2
             .bind::<BigInt, _>(self.batch) // $3
+            .bind::<diesel::sql_types::Array<Text>, _>(&self.served) // $4
             .load(&mut conn)
             .await?)
     }
@@ -212,7 +230,7 @@ impl Worker {
     /// its own transaction).
     async fn complete_delivered(
         &self,
-        done: &[(CompensationEvent, Result<Delivered, String>, Duration)],
+        done: &[(CompensationEvent, Result<Delivered, NotDelivered>, Duration)],
     ) -> AppResult<()> {
         if done.is_empty() {
             return Ok(());
@@ -255,7 +273,7 @@ impl Worker {
     async fn complete(
         &self,
         e: &CompensationEvent,
-        result: Result<Delivered, String>,
+        result: Result<Delivered, NotDelivered>,
         took: Duration,
     ) -> AppResult<()> {
         let mut conn = self.state.pool.get().await?;
@@ -271,17 +289,22 @@ impl Worker {
             // limit. Either way only the worker still holding the claim may write.
             let (status, error, next) = match &result {
                 Ok(_) => (CompensationStatus::Succeeded, None, None),
-                Err(err) if attempt >= e.max_attempts => (CompensationStatus::Dead, Some(err.as_str()), None),
+                Err(err) if attempt >= e.max_attempts || err.retry == Retry::Never => {
+                    (CompensationStatus::Dead, Some(err.error.as_str()), None)
+                }
                 Err(err) => {
                     let jitter: f64 = {
                         use rand::Rng;
                         rand::rng().random_range(-1.0..=1.0)
                     };
-                    let delay =
-                        chrono::Duration::from_std(backoff(config.retry_base, attempt, jitter)).unwrap_or_default();
+                    let mut delay = backoff(config.retry_base, attempt, jitter);
+                    if let Retry::After(at_least) = err.retry {
+                        delay = delay.max(at_least);
+                    }
+                    let delay = chrono::Duration::from_std(delay).unwrap_or_default();
                     (
                         CompensationStatus::Retrying,
-                        Some(err.as_str()),
+                        Some(err.error.as_str()),
                         Some(Utc::now() + delay),
                     )
                 }
@@ -314,7 +337,7 @@ impl Worker {
                 .values((
                     compensation_attempts::event_id.eq(e.id),
                     compensation_attempts::ok.eq(result.is_ok()),
-                    compensation_attempts::error.eq(result.as_ref().err()),
+                    compensation_attempts::error.eq(result.as_ref().err().map(|e| e.error.as_str())),
                     compensation_attempts::duration_ms.eq(took.as_millis().min(i32::MAX as u128) as i32),
                     compensation_attempts::worker.eq(&worker),
                 ))
@@ -375,6 +398,14 @@ fn hostname() -> String {
 }
 
 /// Starts `n` workers sharing the process's pool.
+/// The providers whose refunds this process delivers: those it has the keys of.
+pub fn served_providers(state: &AppState) -> Vec<crate::domain::Provider> {
+    crate::domain::Provider::ALL
+        .into_iter()
+        .filter(|p| state.providers.configured(*p))
+        .collect()
+}
+
 pub fn spawn(
     state: &AppState,
     n: usize,

@@ -12,13 +12,15 @@ pub mod gateway;
 
 use super::keys::AlipayKeys;
 use super::provider::Notice;
-use crate::domain::money::parse_yuan;
+use crate::domain::money::parse_yuan_exact;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AlipayError {
     BadForm(String),
     BadSignature,
     WrongApp,
+    /// Signed, but for another seller than ours (`ALIPAY_SELLER_ID`).
+    WrongSeller,
 }
 
 impl AlipayError {
@@ -27,6 +29,7 @@ impl AlipayError {
             AlipayError::BadForm(e) => format!("malformed notification: {e}"),
             AlipayError::BadSignature => "signature verification failed".into(),
             AlipayError::WrongApp => "notification for another app".into(),
+            AlipayError::WrongSeller => "notification for another seller".into(),
         }
     }
 }
@@ -94,6 +97,15 @@ pub fn verify_with(
     if field(fields, "app_id") != Some(keys.app_id.as_str()) {
         return Err(AlipayError::WrongApp);
     }
+    // Service-provider mode names the merchant's app apart; for us it is our own app or absent.
+    if field(fields, "auth_app_id").is_some_and(|a| !a.is_empty() && a != keys.app_id) {
+        return Err(AlipayError::WrongApp);
+    }
+    if let Some(ours) = &keys.seller_id {
+        if field(fields, "seller_id") != Some(ours.as_str()) {
+            return Err(AlipayError::WrongSeller);
+        }
+    }
     Ok(())
 }
 
@@ -110,7 +122,8 @@ pub fn notice(fields: &[(String, String)]) -> Result<Notice, AlipayError> {
     let status = need("trade_status")?.to_string();
     let refund_fee = field(fields, "refund_fee").filter(|v| !v.trim().is_empty());
     if let Some(refund_fee) = refund_fee {
-        let cents = parse_yuan(refund_fee).ok_or_else(|| AlipayError::BadForm(format!("refund_fee {refund_fee:?}")))?;
+        let cents =
+            parse_yuan_exact(refund_fee).ok_or_else(|| AlipayError::BadForm(format!("refund_fee {refund_fee:?}")))?;
         // A close that refunded nothing (`refund_fee=0.00` without `gmt_refund`) is no refund.
         if cents > 0 || field(fields, "gmt_refund").is_some_and(|v| !v.is_empty()) {
             return Ok(Notice::RefundConfirmed {
@@ -125,7 +138,8 @@ pub fn notice(fields: &[(String, String)]) -> Result<Notice, AlipayError> {
     match status.as_str() {
         "TRADE_SUCCESS" | "TRADE_FINISHED" => {
             let amount = need("total_amount")?;
-            let cents = parse_yuan(amount).ok_or_else(|| AlipayError::BadForm(format!("total_amount {amount:?}")))?;
+            let cents =
+                parse_yuan_exact(amount).ok_or_else(|| AlipayError::BadForm(format!("total_amount {amount:?}")))?;
             Ok(Notice::Paid {
                 out_trade_no,
                 txn_id: need("trade_no")?.to_string(),

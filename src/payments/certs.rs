@@ -654,7 +654,7 @@ pub fn encrypt_certificates_answer(apiv3_key: &[u8], certs: &[(&str, &str)]) -> 
 
 #[cfg(test)]
 mod tests {
-    //! The other side of every test is published material (../shared/provider-samples, see its
+    //! The other side of every test is published material (tests/provider-samples, see its
     //! SOURCES.md) or the openssl CLI, never this module.
 
     use std::path::PathBuf;
@@ -668,7 +668,7 @@ mod tests {
     use crate::payments::keys::AlipayKeys;
 
     fn samples() -> PathBuf {
-        let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/provider-samples");
+        let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/provider-samples");
         assert!(
             p.is_dir(),
             "{} is missing: the provider samples sit beside the checkout",
@@ -1194,6 +1194,7 @@ mod tests {
             root_cert_pem: None,
             renewed: Default::default(),
             api_base: String::new(),
+            seller_id: None,
         };
         // The real trade notification: same signing string as the SDK's, verified.
         let real = &vectors[0];

@@ -162,6 +162,7 @@ impl DevKeys {
             apiv3_key: self.apiv3_key.as_bytes().try_into().expect("32 bytes"),
             mch_id: DEV_MCH_ID.into(),
             serial: DEV_WECHAT_PUBLIC_KEY_ID.into(),
+            app_id: DEV_WECHAT_APP_ID.into(),
         }
     }
 

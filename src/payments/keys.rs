@@ -30,6 +30,14 @@ pub struct WechatKeys {
     pub api_base: String,
 }
 
+impl WechatKeys {
+    /// The appids fitorder's trades are made under: a payment notification naming another is
+    /// not ours.
+    pub fn app_ids(&self) -> Vec<&str> {
+        vec![self.app_id.as_str()]
+    }
+}
+
 /// Alipay's certificate mode: the SNs requests carry and answers are checked against.
 #[derive(Clone, Debug)]
 pub struct AlipayCertSns {
@@ -53,6 +61,8 @@ pub struct AlipayKeys {
     /// downloaded), by `alipay_cert_sn`.
     pub renewed: super::alipay::certs::RenewedCerts,
     pub api_base: String,
+    /// Our seller id (`ALIPAY_SELLER_ID`); notifications naming another are refused.
+    pub seller_id: Option<String>,
 }
 
 #[derive(Default, Clone)]
@@ -252,6 +262,7 @@ impl AlipayKeys {
             root_cert_pem,
             renewed: Default::default(),
             api_base: a.api_base.clone(),
+            seller_id: a.seller_id.clone(),
         }))
     }
 }

@@ -1,6 +1,6 @@
 //! The provider seam: what fitorder asks of a payment provider, as one trait. WeChat Pay
 //! (`wechat::client`) and Alipay (`alipay::client`) implement it; a new provider is one more
-//! module implementing [`Gateway`] and one line in [`super::api::ProviderApi::new`].
+//! module implementing [`Gateway`] and one line in [`super::api::ProviderApi::with_pool`].
 //!
 //! Every answer a gateway acts on is verified first: an answer that is not properly signed is
 //! [`ProviderError::Unsigned`], which callers treat as no answer at all.
@@ -68,12 +68,39 @@ pub struct RefundRequest<'a> {
     pub trace_id: &'a str,
 }
 
-/// The provider accepted the refund (its final state arrives by notification or query).
+/// What became of a refund, as the provider says in a signed answer. Only [`RefundState::Done`]
+/// means the money went back.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RefundAccepted {
-    /// SUCCESS, PROCESSING, … as the provider says.
-    pub status: String,
-    pub provider_refund_id: Option<String>,
+pub enum RefundState {
+    /// The money went back: WeChat `SUCCESS`; Alipay `fund_change` `Y`, or `REFUND_SUCCESS` from
+    /// `alipay.trade.fastpay.refund.query`.
+    Done { provider_refund_id: Option<String> },
+    /// Accepted, the money not moved yet: WeChat `PROCESSING`; Alipay `fund_change` `N` without
+    /// `REFUND_SUCCESS`. `recheck_in`: when to ask again (None: the delivery's own backoff).
+    Pending {
+        status: String,
+        provider_refund_id: Option<String>,
+        recheck_in: Option<std::time::Duration>,
+    },
+    /// It ended without the money going back (WeChat `ABNORMAL`, `CLOSED`): asking again will not
+    /// change that; people must look at it.
+    Failed {
+        status: String,
+        provider_refund_id: Option<String>,
+    },
+    /// The provider knows no such refund (only a refund query answers this).
+    Unknown,
+}
+
+/// How the provider answered a close.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Closed {
+    /// Closed (or never opened there): it cannot be paid any more.
+    Closed,
+    /// Refused because the trade is not open any more (WeChat `ORDERPAID`, Alipay
+    /// `ACQ.TRADE_STATUS_ERROR` / `ACQ.TRADE_HAS_SUCCESS`): paid meanwhile, as a rule. Only a
+    /// query says what it is now.
+    NotOpen,
 }
 
 /// What a bill request got.
@@ -268,11 +295,17 @@ pub trait Gateway: Send + Sync {
         trace_id: &'a str,
     ) -> BoxFuture<'a, Result<TradeState, ProviderError>>;
 
-    /// Closes the trade so that it cannot be paid any more. A trade the provider never saw is closed.
-    fn close<'a>(&'a self, out_trade_no: &'a str, trace_id: &'a str) -> BoxFuture<'a, Result<(), ProviderError>>;
+    /// Closes the trade so that it cannot be paid any more. A trade the provider never saw is
+    /// closed; one it refuses to close because it is not open any more is [`Closed::NotOpen`].
+    fn close<'a>(&'a self, out_trade_no: &'a str, trace_id: &'a str) -> BoxFuture<'a, Result<Closed, ProviderError>>;
 
-    /// Sends money back; the provider deduplicates by the refund number.
-    fn refund<'a>(&'a self, r: &'a RefundRequest<'a>) -> BoxFuture<'a, Result<RefundAccepted, ProviderError>>;
+    /// Sends money back; the provider deduplicates by the refund number. Done only when the
+    /// provider says the money moved.
+    fn refund<'a>(&'a self, r: &'a RefundRequest<'a>) -> BoxFuture<'a, Result<RefundState, ProviderError>>;
+
+    /// Asks what became of refund `r.refund_no` (WeChat `GET /v3/refund/domestic/refunds/{no}`,
+    /// Alipay `alipay.trade.fastpay.refund.query`).
+    fn refund_status<'a>(&'a self, r: &'a RefundRequest<'a>) -> BoxFuture<'a, Result<RefundState, ProviderError>>;
 
     /// Downloads the trade bill of business day `date` into `dir` (a short-lived download URL
     /// that lapsed is asked for again).

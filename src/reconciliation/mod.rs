@@ -648,11 +648,12 @@ async fn record_heal(
 }
 
 /// Per finding category in `[from, to)`: how many a reconciliation healed by itself, and how
-/// many became tickets for a person.
+/// many became tickets for a person; of `stores` only when given.
 pub async fn healing(
     conn: &mut diesel_async::AsyncPgConnection,
     from: chrono::DateTime<Utc>,
     to: chrono::DateTime<Utc>,
+    stores: Option<Vec<i64>>,
 ) -> AppResult<Vec<(TicketKind, i64, i64)>> {
     #[derive(diesel::QueryableByName)]
     struct Row {
@@ -666,6 +667,7 @@ pub async fn healing(
     let rows: Vec<Row> = StaticQuery::new(include_str!("sql/healing.sql"))
         .bind::<Timestamptz, _>(from)
         .bind::<Timestamptz, _>(to)
+        .bind::<diesel::sql_types::Nullable<diesel::sql_types::Array<BigInt>>, _>(stores)
         .load(conn)
         .await?;
     Ok(rows.into_iter().map(|r| (r.category, r.healed, r.ticketed)).collect())

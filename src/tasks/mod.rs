@@ -81,7 +81,7 @@ impl Scheduler {
             Task {
                 name: "order:expire",
                 schedule: Schedule::Every { secs: scan },
-                run: |s| Box::pin(async move { crate::expiry::expire_due(&s, &s.providers).await }),
+                run: |s| Box::pin(async move { crate::expiry::expire_due(&s).await }),
             },
             Task {
                 name: "wechat:certificates",

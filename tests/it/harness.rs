@@ -356,6 +356,17 @@ impl TestApp {
         (status, resp.into_body().collect().await.unwrap().to_bytes().to_vec())
     }
 
+    /// GETs `/metrics` as Prometheus does outside development mode: from the
+    /// FITORDER_METRICS_ADDR listener's router (the API port does not serve it there).
+    pub async fn metrics(&self) -> (StatusCode, Vec<u8>) {
+        let resp = fitorder::http::ops_router(self.state.clone())
+            .oneshot(Request::get("/metrics").body(Body::empty()).unwrap())
+            .await
+            .unwrap();
+        let status = resp.status();
+        (status, resp.into_body().collect().await.unwrap().to_bytes().to_vec())
+    }
+
     /// Runs a GraphQL document and returns the whole response (`data` and `errors`).
     pub async fn gql(&self, token: Option<&str>, query: &str, variables: Value) -> Value {
         self.gql_named(token, query, None, variables).await

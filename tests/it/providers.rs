@@ -123,6 +123,7 @@ pub fn wechat() -> WechatSandbox {
         apiv3_key: APIV3_KEY.as_bytes().try_into().unwrap(),
         mch_id: MCH_ID.into(),
         serial: WECHAT_PUBLIC_KEY_ID.into(),
+        app_id: WECHAT_APP_ID.into(),
     }
 }
 

@@ -290,7 +290,7 @@ impl Alipay {
         })
     }
 
-    async fn close_trade(&self, out_trade_no: &str, trace: &str) -> Result<(), ProviderError> {
+    async fn close_trade(&self, out_trade_no: &str, trace: &str) -> Result<Closed, ProviderError> {
         let v = self
             .call(
                 "alipay.trade.close",
@@ -300,13 +300,20 @@ impl Alipay {
             )
             .await?;
         if v["code"] == "10000" || v["sub_code"] == "ACQ.TRADE_NOT_EXIST" {
-            Ok(())
-        } else {
-            Err(refused(&v))
+            return Ok(Closed::Closed);
+        }
+        match v["sub_code"].as_str() {
+            // Only a trade waiting for the buyer closes: paid meanwhile (or closed already), as
+            // the query will say.
+            Some("ACQ.TRADE_STATUS_ERROR" | "ACQ.TRADE_HAS_SUCCESS") => Ok(Closed::NotOpen),
+            _ => Err(refused(&v)),
         }
     }
 
-    async fn refund_trade(&self, r: &RefundRequest<'_>) -> Result<RefundAccepted, ProviderError> {
+    /// `alipay.trade.refund`: done when the money moved (`fund_change` `Y`). `N` says nothing
+    /// moved with this request (a repeated one, or money not moved yet): then the refund query
+    /// decides.
+    async fn refund_trade(&self, r: &RefundRequest<'_>) -> Result<RefundState, ProviderError> {
         let biz = json!({
             "out_trade_no": r.out_trade_no,
             "refund_amount": format_yuan(r.amount_cents),
@@ -317,8 +324,59 @@ impl Alipay {
         if v["code"] != "10000" {
             return Err(refused(&v));
         }
-        Ok(RefundAccepted {
-            status: "SUCCESS".into(),
+        if v["out_trade_no"].as_str().is_some_and(|no| no != r.out_trade_no) {
+            return Err(ProviderError::Refused("the answer is about another trade".into()));
+        }
+        if v["fund_change"] == "Y" {
+            return Ok(RefundState::Done {
+                provider_refund_id: v["trade_no"].as_str().map(str::to_string),
+            });
+        }
+        match self.query_refund(r).await? {
+            RefundState::Unknown => Ok(RefundState::Pending {
+                status: format!("fund_change {}", v["fund_change"].as_str().unwrap_or("missing")),
+                provider_refund_id: v["trade_no"].as_str().map(str::to_string),
+                recheck_in: None,
+            }),
+            done => Ok(done),
+        }
+    }
+
+    /// `alipay.trade.fastpay.refund.query`: `REFUND_SUCCESS` is done; an answer without
+    /// `refund_status` means the refund was not received or did not go through ("未返回该字段
+    /// 表示退款请求未收到或者退款失败").
+    async fn query_refund(&self, r: &RefundRequest<'_>) -> Result<RefundState, ProviderError> {
+        let v = self
+            .call(
+                "alipay.trade.fastpay.refund.query",
+                json!({"out_trade_no": r.out_trade_no, "out_request_no": r.refund_no}),
+                false,
+                r.trace_id,
+            )
+            .await?;
+        if v["sub_code"] == "ACQ.TRADE_NOT_EXIST" {
+            return Ok(RefundState::Unknown);
+        }
+        if v["code"] != "10000" {
+            return Err(refused(&v));
+        }
+        if v["refund_status"] != "REFUND_SUCCESS" {
+            return Ok(RefundState::Unknown);
+        }
+        let about = |name: &str, ours: &str| v[name].as_str().is_some_and(|x| x != ours);
+        if about("out_trade_no", r.out_trade_no) || about("out_request_no", r.refund_no) {
+            return Err(ProviderError::Refused("the answer is about another refund".into()));
+        }
+        let amount = v["refund_amount"].as_str().and_then(parse_yuan);
+        if amount != Some(r.amount_cents) {
+            return Err(ProviderError::Refused(format!(
+                "the refund {} is of {}, fitorder asked for {}",
+                r.refund_no,
+                v["refund_amount"].as_str().unwrap_or("nothing"),
+                format_yuan(r.amount_cents)
+            )));
+        }
+        Ok(RefundState::Done {
             provider_refund_id: v["trade_no"].as_str().map(str::to_string),
         })
     }
@@ -519,12 +577,16 @@ impl Gateway for Alipay {
         self.query_trade(out_trade_no, trace_id).boxed()
     }
 
-    fn close<'a>(&'a self, out_trade_no: &'a str, trace_id: &'a str) -> BoxFuture<'a, Result<(), ProviderError>> {
+    fn close<'a>(&'a self, out_trade_no: &'a str, trace_id: &'a str) -> BoxFuture<'a, Result<Closed, ProviderError>> {
         self.close_trade(out_trade_no, trace_id).boxed()
     }
 
-    fn refund<'a>(&'a self, r: &'a RefundRequest<'a>) -> BoxFuture<'a, Result<RefundAccepted, ProviderError>> {
+    fn refund<'a>(&'a self, r: &'a RefundRequest<'a>) -> BoxFuture<'a, Result<RefundState, ProviderError>> {
         self.refund_trade(r).boxed()
+    }
+
+    fn refund_status<'a>(&'a self, r: &'a RefundRequest<'a>) -> BoxFuture<'a, Result<RefundState, ProviderError>> {
+        self.query_refund(r).boxed()
     }
 
     fn fetch_bill<'a>(

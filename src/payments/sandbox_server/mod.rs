@@ -31,6 +31,7 @@
 mod alipay;
 mod bills;
 mod cashier;
+pub mod miniprogram;
 mod wechat;
 
 use std::collections::HashMap;
@@ -178,6 +179,20 @@ pub enum RefundFlow {
     Hold,
 }
 
+/// How Alipay refunds go.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum AlipayRefundFlow {
+    /// `fund_change` `Y`: the money moved with the answer, the notification follows.
+    #[default]
+    Immediate,
+    /// `fund_change` `N` (the money has not moved yet); a moment later the refund query says
+    /// `REFUND_SUCCESS` and the notification is sent.
+    Later,
+    /// `fund_change` `N`, and the refund query finds no finished refund until
+    /// [`SandboxProvider::finish_alipay_refund`].
+    Hold,
+}
+
 /// Which `Wechatpay-Serial` WeChat answers and notifications name (the same key signs).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum WechatSerialMode {
@@ -196,6 +211,10 @@ struct State {
     calls: Vec<SandboxCall>,
     notifications: Vec<SandboxNotification>,
     refund_flow: RefundFlow,
+    alipay_refund_flow: AlipayRefundFlow,
+    /// Trades the member pays just before a close arrives (the deadline race), and whether
+    /// the payment notification is sent too (after the close's answer).
+    pay_on_close: HashMap<(&'static str, String), bool>,
     failure: Option<u16>,
     delay: Duration,
     serial_mode: WechatSerialMode,
@@ -222,6 +241,8 @@ pub(crate) struct Inner {
     http: reqwest::Client,
     wrong_answer_key: AtomicBool,
     wrong_notification_key: AtomicBool,
+    /// Notifications are lost on the way (recorded, never sent).
+    lose_notifications: AtomicBool,
     wrong_key: tokio::sync::OnceCell<RsaPrivateKey>,
     /// The platform certificate (serial, PEM) `/v3/certificates` lists.
     platform_cert: tokio::sync::OnceCell<(String, String)>,
@@ -271,6 +292,7 @@ impl SandboxProvider {
             http: reqwest::Client::builder().timeout(Duration::from_secs(5)).build()?,
             wrong_answer_key: AtomicBool::new(false),
             wrong_notification_key: AtomicBool::new(false),
+            lose_notifications: AtomicBool::new(false),
             wrong_key: tokio::sync::OnceCell::new(),
             platform_cert: tokio::sync::OnceCell::new(),
             switch_cert: tokio::sync::OnceCell::new(),
@@ -358,6 +380,12 @@ impl SandboxProvider {
     /// Notifications signed with a key fitorder does not know.
     pub fn sign_notifications_with_wrong_key(&self, on: bool) {
         self.inner.wrong_notification_key.store(on, Ordering::SeqCst);
+    }
+
+    /// Notifications from now on are lost on the way (recorded as unreachable, never sent):
+    /// only queries tell what happened.
+    pub fn lose_notifications(&self, on: bool) {
+        self.inner.lose_notifications.store(on, Ordering::SeqCst);
     }
 
     /// Which `Wechatpay-Serial` answers and notifications name from now on.
@@ -450,6 +478,37 @@ impl SandboxProvider {
         self.inner.lock().refund_flow = flow;
     }
 
+    pub fn set_alipay_refund_flow(&self, flow: AlipayRefundFlow) {
+        self.inner.lock().alipay_refund_flow = flow;
+    }
+
+    /// The deadline race: the member pays this trade just before fitorder's close arrives, so
+    /// the close is refused (WeChat `ORDERPAID`, Alipay `ACQ.TRADE_STATUS_ERROR`). `notify`:
+    /// the payment notification is sent too, after the close's answer (otherwise it is lost).
+    pub fn pay_during_close(&self, provider: &str, out_trade_no: &str, notify: bool) {
+        let Some(p) = provider_name(provider) else { return };
+        self.inner
+            .lock()
+            .pay_on_close
+            .insert((p, out_trade_no.to_string()), notify);
+    }
+
+    /// Ends a held Alipay refund (`REFUND_SUCCESS` from now on in the refund query) and sends
+    /// its notification.
+    pub async fn finish_alipay_refund(&self, out_request_no: &str) -> Result<SandboxNotification> {
+        alipay::finish_refund(&self.inner, out_request_no)
+            .await
+            .ok_or_else(|| anyhow!("no held Alipay refund {out_request_no}"))
+    }
+
+    /// Ends a held WeChat refund like [`finish_refund`](Self::finish_refund), but the
+    /// notification is lost: only the refund query tells.
+    pub fn finish_refund_silently(&self, out_refund_no: &str, status: &str) -> Result<()> {
+        wechat::settle_refund(&self.inner, out_refund_no, status)
+            .map(|_| ())
+            .ok_or_else(|| anyhow!("no WeChat refund {out_refund_no}"))
+    }
+
     /// Every API call is answered with this HTTP status (WeChat `SYSTEM_ERROR`; Alipay answers
     /// 200 with code `20000`, as its gateway does), until `None`.
     pub fn fail_with(&self, status: Option<u16>) {
@@ -497,6 +556,7 @@ fn router(inner: Arc<Inner>) -> Router {
         .nest("/wechatpay", wechat::router())
         .nest("/alipay", alipay::router())
         .nest("/cashier", cashier::router())
+        .nest_service("/wechat-mp", miniprogram::router())
         .with_state(inner)
 }
 
@@ -686,8 +746,12 @@ impl Inner {
             apiv3_key: self.keys.apiv3_key,
             mch_id: self.keys.mch_id.clone(),
             serial,
+            app_id: self.keys.wechat_app_id.clone(),
         };
         let n = signer.notification(event_type, resource, Utc::now().timestamp());
+        if self.lose_notifications.load(Ordering::SeqCst) {
+            return self.lost(WECHAT_PAY, out_trade_no, event_type, url);
+        }
         let mut req = self
             .http
             .post(url)
@@ -730,6 +794,9 @@ impl Inner {
             app_id: self.keys.alipay_app_id.clone(),
         };
         let body = signer.notification(fields);
+        if self.lose_notifications.load(Ordering::SeqCst) {
+            return self.lost(ALIPAY, out_trade_no, event, url);
+        }
         let req = self
             .http
             .post(url)
@@ -753,6 +820,22 @@ impl Inner {
         };
         self.lock().notifications.push(sent.clone());
         sent
+    }
+}
+
+impl Inner {
+    fn lost(&self, provider: &str, no: &str, event: &str, url: &str) -> SandboxNotification {
+        let n = SandboxNotification {
+            provider: provider.into(),
+            out_trade_no: no.into(),
+            event: event.into(),
+            url: url.into(),
+            status: None,
+            reply: "lost on the way (SandboxProvider::lose_notifications)".into(),
+            acknowledged: false,
+        };
+        self.lock().notifications.push(n.clone());
+        n
     }
 }
 
@@ -783,6 +866,35 @@ pub enum PayError {
     NotPayable(String),
     #[error("the trade expired at {0}: it cannot be paid any more")]
     Expired(String),
+}
+
+/// A close arrived for a trade [`SandboxProvider::pay_during_close`] named: the member pays
+/// it first. Returns whether the payment notification is to be sent after the close's answer.
+pub(crate) fn paid_before_close(inner: &Inner, provider: &'static str, no: &str) -> Option<bool> {
+    let mut s = inner.lock();
+    let notify = s.pay_on_close.remove(&(provider, no.to_string()))?;
+    let t = s.trades.get_mut(&(provider, no.to_string()))?;
+    if !matches!(t.state.as_str(), "NOTPAY" | "USERPAYING" | "WAIT_BUYER_PAY") {
+        return None;
+    }
+    if provider == ALIPAY {
+        t.exists_at_provider = true;
+        t.txn_id.get_or_insert_with(alipay_trade_no);
+        t.state = "TRADE_SUCCESS".into();
+    } else {
+        t.state = "SUCCESS".into();
+        t.txn_id = Some(format!("42000{}", digits(23)));
+    }
+    t.paid_at = Some(Utc::now());
+    Some(notify)
+}
+
+/// Sends the payment notification of a trade paid during its close (after the close's answer).
+pub(crate) fn notify_paid_later(inner: Arc<Inner>, provider: &'static str, no: String) {
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let _ = pay_trade(&inner, provider, &no).await;
+    });
 }
 
 /// The Pay button: marks the trade paid (or finds it paid already) and sends the payment

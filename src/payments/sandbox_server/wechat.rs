@@ -620,7 +620,10 @@ async fn close(
     body: Bytes,
 ) -> Response {
     let req = Req::new(Method::POST, &uri, headers, body);
-    run(
+    // The deadline race: the member pays just before the close arrives.
+    let notify_paid = super::paid_before_close(&inner, WECHAT_PAY, &no);
+    let later = (inner.clone(), no.clone());
+    let answered = run(
         inner,
         req,
         "/v3/pay/transactions/out-trade-no/{out_trade_no}/close",
@@ -646,7 +649,11 @@ async fn close(
             }
         },
     )
-    .await
+    .await;
+    if notify_paid == Some(true) {
+        super::notify_paid_later(later.0, WECHAT_PAY, later.1);
+    }
+    answered
 }
 
 // ----- refunds -----
@@ -833,19 +840,23 @@ async fn refund_query(
 
 /// Ends refund `out_refund_no` with `status` and sends its notification.
 pub(super) async fn finish_refund(inner: &Inner, out_refund_no: &str, status: &str) -> Option<SandboxNotification> {
-    {
-        let mut s = inner.lock();
-        let r = s
-            .trades
-            .values_mut()
-            .filter(|t| t.provider == WECHAT_PAY)
-            .find_map(|t| t.refunds.iter_mut().find(|r| r.out_refund_no == out_refund_no))?;
-        r.status = status.to_string();
-        if status == "SUCCESS" {
-            r.success_time = Some(Utc::now());
-        }
-    }
+    settle_refund(inner, out_refund_no, status)?;
     notify_refund(inner, out_refund_no).await
+}
+
+/// Ends refund `out_refund_no` with `status`, without a notification.
+pub(super) fn settle_refund(inner: &Inner, out_refund_no: &str, status: &str) -> Option<()> {
+    let mut s = inner.lock();
+    let r = s
+        .trades
+        .values_mut()
+        .filter(|t| t.provider == WECHAT_PAY)
+        .find_map(|t| t.refunds.iter_mut().find(|r| r.out_refund_no == out_refund_no))?;
+    r.status = status.to_string();
+    if status == "SUCCESS" {
+        r.success_time = Some(Utc::now());
+    }
+    Some(())
 }
 
 /// Sends `REFUND.<status>` for refund `out_refund_no` to its notify_url (or the trade's).

@@ -393,18 +393,20 @@ impl WechatPay {
         })
     }
 
-    async fn close_trade(&self, out_trade_no: &str, trace: &str) -> Result<(), ProviderError> {
+    async fn close_trade(&self, out_trade_no: &str, trace: &str) -> Result<Closed, ProviderError> {
         let path = format!("/v3/pay/transactions/out-trade-no/{out_trade_no}/close");
         let answer = self
             .call(Method::POST, &path, Some(json!({"mchid": self.keys.mch_id})), trace)
             .await?;
         match (answer.status, answer.code()) {
-            (200..=299, _) | (_, "ORDER_NOT_EXIST") | (_, "ORDER_CLOSED") => Ok(()),
+            (200..=299, _) | (_, "ORDER_NOT_EXIST") | (_, "ORDER_CLOSED") => Ok(Closed::Closed),
+            // The member paid meanwhile: only the query says with what.
+            (_, "ORDERPAID") => Ok(Closed::NotOpen),
             _ => Err(answer.refused()),
         }
     }
 
-    async fn refund_trade(&self, r: &RefundRequest<'_>) -> Result<RefundAccepted, ProviderError> {
+    async fn refund_trade(&self, r: &RefundRequest<'_>) -> Result<RefundState, ProviderError> {
         let mut body = json!({
             "out_trade_no": r.out_trade_no,
             "out_refund_no": r.refund_no,
@@ -421,14 +423,52 @@ impl WechatPay {
         if answer.status != 200 {
             return Err(answer.refused());
         }
-        match answer.body["status"].as_str() {
-            Some(s @ ("SUCCESS" | "PROCESSING")) => Ok(RefundAccepted {
-                status: s.to_string(),
-                provider_refund_id: answer.body["refund_id"].as_str().map(str::to_string),
-            }),
-            other => Err(ProviderError::Refused(format!("refund status {other:?}"))),
+        refund_state(&answer.body, r)
+    }
+
+    /// `GET /v3/refund/domestic/refunds/{out_refund_no}`: what became of a refund.
+    async fn query_refund(&self, r: &RefundRequest<'_>) -> Result<RefundState, ProviderError> {
+        let path = format!("/v3/refund/domestic/refunds/{}", r.refund_no);
+        let answer = self.call(Method::GET, &path, None, r.trace_id).await?;
+        match (answer.status, answer.code()) {
+            (200, _) => refund_state(&answer.body, r),
+            (404, "RESOURCE_NOT_EXISTS" | "ORDER_NOT_EXIST") => Ok(RefundState::Unknown),
+            _ => Err(answer.refused()),
         }
     }
+}
+
+/// How long a WeChat refund answered `PROCESSING` waits for its `REFUND.SUCCESS` notification
+/// before it is asked of the refund query.
+pub const REFUND_RECHECK: Duration = Duration::from_secs(3600);
+
+/// A refund as WeChat Pay answers it (refund and refund query): done only on `SUCCESS`.
+fn refund_state(body: &Value, r: &RefundRequest<'_>) -> Result<RefundState, ProviderError> {
+    if body["out_refund_no"].as_str() != Some(r.refund_no) {
+        return Err(ProviderError::Refused("the answer is about another refund".into()));
+    }
+    if let Some(amount) = body["amount"]["refund"].as_i64() {
+        if amount != r.amount_cents {
+            return Err(ProviderError::Refused(format!(
+                "the refund {} is of {amount} fen, fitorder asked for {}",
+                r.refund_no, r.amount_cents
+            )));
+        }
+    }
+    let provider_refund_id = body["refund_id"].as_str().map(str::to_string);
+    Ok(match body["status"].as_str() {
+        Some("SUCCESS") => RefundState::Done { provider_refund_id },
+        Some("PROCESSING") => RefundState::Pending {
+            status: "PROCESSING".into(),
+            provider_refund_id,
+            recheck_in: Some(REFUND_RECHECK),
+        },
+        Some(s @ ("ABNORMAL" | "CLOSED")) => RefundState::Failed {
+            status: s.to_string(),
+            provider_refund_id,
+        },
+        other => return Err(ProviderError::Refused(format!("refund status {other:?}"))),
+    })
 }
 
 /// Downloads (a bill) may take minutes; API calls have the downstream timeout.
@@ -567,7 +607,7 @@ impl WechatPay {
             .and_then(|_| wechat::parse_envelope(body))
             .and_then(|env| {
                 let plain = wechat::decrypt(&self.keys.apiv3_key, &env.resource)?;
-                let notice = wechat::notice(&self.keys.mch_id, &env.event_type, &plain);
+                let notice = wechat::notice(&self.keys.mch_id, &self.keys.app_ids(), &env.event_type, &plain);
                 Ok((env, plain, notice))
             });
         match checked {
@@ -616,12 +656,16 @@ impl Gateway for WechatPay {
         self.query_trade(out_trade_no, trace_id).boxed()
     }
 
-    fn close<'a>(&'a self, out_trade_no: &'a str, trace_id: &'a str) -> BoxFuture<'a, Result<(), ProviderError>> {
+    fn close<'a>(&'a self, out_trade_no: &'a str, trace_id: &'a str) -> BoxFuture<'a, Result<Closed, ProviderError>> {
         self.close_trade(out_trade_no, trace_id).boxed()
     }
 
-    fn refund<'a>(&'a self, r: &'a RefundRequest<'a>) -> BoxFuture<'a, Result<RefundAccepted, ProviderError>> {
+    fn refund<'a>(&'a self, r: &'a RefundRequest<'a>) -> BoxFuture<'a, Result<RefundState, ProviderError>> {
         self.refund_trade(r).boxed()
+    }
+
+    fn refund_status<'a>(&'a self, r: &'a RefundRequest<'a>) -> BoxFuture<'a, Result<RefundState, ProviderError>> {
+        self.query_refund(r).boxed()
     }
 
     fn fetch_bill<'a>(

@@ -29,10 +29,11 @@ impl ProviderApi {
         let http = reqwest::Client::builder()
             .use_rustls_tls()
             .https_only(false)
-            // Connecting has its own, short limit; the whole call (the answer included) the
-            // longer one, the Alipay SDK's read timeout.
+            // Connecting has its own, short limit. The whole call's: a provider call sets
+            // FITORDER_PROVIDER_TIMEOUT on each request (the Alipay SDK's read timeout); the
+            // downstream calls sharing this client keep FITORDER_DOWNSTREAM_TIMEOUT.
             .connect_timeout(config.provider_connect_timeout)
-            .timeout(config.provider_timeout)
+            .timeout(config.downstream_timeout)
             .pool_max_idle_per_host(64)
             .build()
             .expect("the HTTP client builds with its default TLS roots");

@@ -97,7 +97,11 @@ pub async fn run(
         Err(e) => Err(e),
     };
     let note = note.map(|why| {
-        format!("the provider has no bill of that day ({why}): reconciled as an empty bill, each local payment asked of the provider")
+        let name = statement_path(Path::new(""), provider, date);
+        format!(
+            "the provider has no bill {} of that day ({why}): reconciled as an empty bill, each local payment asked of the provider",
+            name.display()
+        )
     });
     let mut conn = state.pool.get().await?;
     diesel::delete(bill_rows::table.filter(bill_rows::run_id.eq(run_id)))

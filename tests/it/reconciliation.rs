@@ -434,11 +434,13 @@ async fn a_malformed_or_missing_bill_fails_the_run_and_opens_nothing() {
     let run = b.run("WECHAT_PAY").await;
     assert_eq!(run["status"], "FAILED");
     assert!(run["error"].as_str().unwrap().contains("line 2"), "{run}");
-    // No file: it is asked of the provider, which has no bill for a day without trades yet.
+    // No file: it is asked of the provider, which has no bill for a day without trades: a
+    // quiet day, reconciled empty (nothing is paid here either).
     std::fs::remove_file(&path).unwrap();
     let run = b.run("WECHAT_PAY").await;
-    assert_eq!(run["status"], "WAITING");
+    assert_eq!(run["status"], "SUCCEEDED", "{run}");
     assert!(run["error"].as_str().unwrap().contains("NO_STATEMENT_EXIST"), "{run}");
+    assert_eq!(b.tickets().await.len(), 0);
     // A run of the same day that is still going refuses a second one.
     b.app.sql_i64(&format!(
         "WITH r AS (INSERT INTO reconciliation_runs (provider, bill_date, status, trace_id) VALUES ('WECHAT_PAY', '{}', 'RUNNING', 't') RETURNING id) SELECT id AS v FROM r",
@@ -513,21 +515,28 @@ async fn the_daily_run_catches_up_missed_days_once() {
         .await
         .map_err(|e| e.message())
         .unwrap();
-    // WeChat: yesterday and the missed day with a bill; Alipay: yesterday, whose bill the
-    // provider has not made (WAITING).
+    // WeChat: yesterday and the missed day with a bill; Alipay: yesterday, of which it has no
+    // bill (isp.bill_not_exist: a quiet day, reconciled empty).
     assert_eq!(runs, 3);
+    // WeChat is still making bills now (STATEMENT_CREATING).
+    b.app
+        .sandbox
+        .set_bill_controls(fitorder::payments::sandbox_server::BillControls {
+            not_ready: true,
+            ..Default::default()
+        });
     let again = fitorder::reconciliation::daily(b.app.state.clone())
         .await
         .map_err(|e| e.message())
         .unwrap();
-    // Alipay's yesterday is left to `reconcile:waiting`; WeChat's day between two reconciled
-    // ones was missed and is asked of the provider now.
+    // WeChat's day between two reconciled ones was missed and is asked of the provider now;
+    // not made yet, it is left to `reconcile:waiting`.
     assert_eq!(again, 1);
-    for provider in ["ALIPAY", "WECHAT_PAY"] {
+    for (provider, waiting) in [("ALIPAY", 0), ("WECHAT_PAY", 1)] {
         let sql = format!(
             "SELECT count(*) AS v FROM reconciliation_runs WHERE status = 'WAITING' AND provider = '{provider}'"
         );
-        assert_eq!(b.app.sql_i64(&sql).await, 1, "{provider}");
+        assert_eq!(b.app.sql_i64(&sql).await, waiting, "{provider}");
     }
     let third = fitorder::reconciliation::daily(b.app.state.clone())
         .await
@@ -538,7 +547,7 @@ async fn the_daily_run_catches_up_missed_days_once() {
         .app
         .sql_i64("SELECT count(*) AS v FROM reconciliation_runs WHERE status = 'SUCCEEDED'")
         .await;
-    assert_eq!(ok, 2);
+    assert_eq!(ok, 3);
 }
 
 /// One row of a hand-written WeChat ALL bill: 交易状态, 商户订单号, 微信订单号, 应结订单金额 (cents),

@@ -149,8 +149,14 @@ fn expire_in(seconds: i64) -> String {
 }
 
 fn prepay_body(no: &str, fen: i64, notify_url: &str, channel: &str) -> Value {
+    // APP trades are made under the mobile app's appid, the others under the mini program's.
+    let appid = if channel == "app" {
+        providers::WECHAT_MOBILE_APP_ID
+    } else {
+        providers::WECHAT_APP_ID
+    };
     let mut body = json!({
-        "appid": providers::WECHAT_APP_ID, "mchid": providers::MCH_ID,
+        "appid": appid, "mchid": providers::MCH_ID,
         "description": "Ten sessions", "out_trade_no": no, "time_expire": expire_in(900),
         "notify_url": notify_url, "amount": {"total": fen, "currency": "CNY"},
     });

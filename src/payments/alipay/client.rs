@@ -189,6 +189,9 @@ impl Alipay {
         let resp = self
             .http
             .post(&self.keys.api_base)
+            // The whole call's limit (FITORDER_PROVIDER_TIMEOUT); the shared client's own is
+            // the downstream calls'.
+            .timeout(self.timeout)
             .header("X-Trace-Id", trace)
             .header("Content-Type", "application/x-www-form-urlencoded;charset=utf-8")
             .body(gateway::encode(&params))

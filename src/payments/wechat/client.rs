@@ -97,6 +97,9 @@ impl WechatPay {
         let mut req = self
             .http
             .request(method.clone(), format!("{}{path}", self.keys.api_base))
+            // The whole call's limit (FITORDER_PROVIDER_TIMEOUT); the shared client's own is
+            // the downstream calls'.
+            .timeout(self.timeout)
             .header("Authorization", auth)
             .header("Accept", "application/json")
             .header("User-Agent", concat!("fitorder/", env!("CARGO_PKG_VERSION")))

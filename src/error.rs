@@ -25,6 +25,17 @@ pub enum AppError {
     /// The request is malformed or asks for something impossible (negative amounts, too many
     /// sessions, a slot that already started).
     BadInput(String),
+    /// Bad input with a machine-readable `extensions.reason` (`TOO_MANY_OPEN_ORDERS`,
+    /// `RATE_LIMITED`): BAD_USER_INPUT, the reason telling the client what to do about it.
+    BadInputReason { reason: &'static str, message: String },
+    /// Input refused for a reason the client acts on (`extensions.reason`: `PHONE_REQUIRED`,
+    /// `STORE_REQUIRED`, `RATE_LIMITED`, ...); `BAD_USER_INPUT`. A rate limit also says when to
+    /// come back (`extensions.retryAfter`, seconds, and the `Retry-After` header).
+    Refused {
+        reason: &'static str,
+        message: String,
+        retry_after_secs: Option<u64>,
+    },
     /// The state machine refused: the order is not in a status from which this step exists.
     IllegalTransition { from: String, to: String },
     /// The wallet cannot cover the amount.
@@ -53,7 +64,8 @@ impl AppError {
             AppError::Unauthenticated(_) => "UNAUTHENTICATED",
             AppError::Forbidden(_) => "FORBIDDEN",
             AppError::NotFound(_) => "NOT_FOUND",
-            AppError::BadInput(_) => "BAD_USER_INPUT",
+            AppError::BadInput(_) | AppError::BadInputReason { .. } => "BAD_USER_INPUT",
+            AppError::Refused { .. } => "BAD_USER_INPUT",
             AppError::IllegalTransition { .. } => "ILLEGAL_TRANSITION",
             AppError::InsufficientFunds(_) => "INSUFFICIENT_FUNDS",
             AppError::SoldOut(_) => "SOLD_OUT",
@@ -73,6 +85,26 @@ impl AppError {
 
     pub fn bad(msg: impl Into<String>) -> AppError {
         AppError::BadInput(msg.into())
+    }
+
+    /// `BAD_USER_INPUT` with `extensions.reason`.
+    pub fn refused(reason: &'static str, msg: impl Into<String>) -> AppError {
+        AppError::Refused {
+            reason,
+            message: msg.into(),
+            retry_after_secs: None,
+        }
+    }
+
+    /// `BAD_USER_INPUT`, reason `RATE_LIMITED`, to be tried again after `wait` (whole seconds,
+    /// rounded up).
+    pub fn rate_limited(what: &str, wait: std::time::Duration) -> AppError {
+        let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+        AppError::Refused {
+            reason: "RATE_LIMITED",
+            message: format!("too many {what}: try again in {secs} s"),
+            retry_after_secs: Some(secs.max(1)),
+        }
     }
 
     pub fn internal(msg: impl std::fmt::Display) -> AppError {
@@ -111,6 +143,8 @@ impl AppError {
             | AppError::Conflict(m)
             | AppError::ProviderUnavailable(m)
             | AppError::Unavailable(m) => m.clone(),
+            AppError::BadInputReason { message, .. } => message.clone(),
+            AppError::Refused { message, .. } => message.clone(),
             AppError::NotFound(what) => format!("{what} not found"),
             AppError::IllegalTransition { from, to } => {
                 format!("illegal transition {from} -> {to}")
@@ -290,6 +324,20 @@ impl ErrorExtensions for AppError {
             }
             if let AppError::ProviderUnavailable(_) = self {
                 ext.set("reason", "PROVIDER_UNAVAILABLE");
+            }
+            if let AppError::BadInputReason { reason, .. } = self {
+                ext.set("reason", *reason);
+            }
+            if let AppError::Refused {
+                reason,
+                retry_after_secs,
+                ..
+            } = self
+            {
+                ext.set("reason", *reason);
+                if let Some(secs) = retry_after_secs {
+                    ext.set("retryAfter", *secs);
+                }
             }
         })
     }

@@ -172,7 +172,8 @@ pub async fn expire_due(state: &AppState) -> AppResult<i64> {
     }
 }
 
-/// Cancels due orders whose provider is not one of `asked` (WALLET/OFFLINE never expire).
+/// Cancels due orders whose provider is not one of `asked`, and due OFFLINE orders a member
+/// placed (WALLET orders and staff's OFFLINE orders have no deadline).
 async fn cancel_unasked(conn: &mut AsyncPgConnection, asked: &[Provider], trace: &TraceId) -> AppResult<i64> {
     let ids: Vec<i64> = orders::table
         .filter(orders::status.eq(OrderStatus::WaitPay))

@@ -34,7 +34,9 @@ pub fn wechat_notification(data: &[u8]) {
     // The decrypted resource is JSON from the provider; read it as such too.
     if let Ok(text) = std::str::from_utf8(data) {
         for event in ["TRANSACTION.SUCCESS", "REFUND.SUCCESS", "OTHER"] {
-            if let Ok(crate::payments::Notice::Paid { amount_cents, .. }) = wechat::notice("1900000109", event, text) {
+            if let Ok(crate::payments::Notice::Paid { amount_cents, .. }) =
+                wechat::notice("1900000109", &["wxd678efh567hg6787"], event, text)
+            {
                 let _ = amount_cents;
             }
         }

@@ -82,10 +82,21 @@ async fn lock(conn: &mut AsyncPgConnection, id: i64, viewer: &Viewer) -> AppResu
         .await
         .optional()?
         .ok_or_else(|| AppError::NotFound(format!("ticket {id}")))?;
-    if t.store_id.is_some_and(|s| !viewer.sees_store(s)) {
+    if !visible_to(viewer, t.store_id) {
         return Err(AppError::NotFound(format!("ticket {id}")));
     }
     Ok(t)
+}
+
+/// Whether `viewer` may see a ticket of `store_id`: a store's ticket by whoever sees that
+/// store; a ticket of no store (a payment for an order fitorder does not know, a dead
+/// compensation of no order) only by chain-wide staff, as no store's staff can be told it is
+/// theirs.
+pub fn visible_to(viewer: &Viewer, store_id: Option<i64>) -> bool {
+    match store_id {
+        Some(s) => viewer.sees_store(s),
+        None => viewer.role != crate::auth::Role::Admin || viewer.stores.is_none(),
+    }
 }
 
 /// OPEN -> IN_PROGRESS: someone is on it.
@@ -94,15 +105,18 @@ pub async fn start(conn: &mut AsyncPgConnection, id: i64, viewer: &Viewer, ctx: 
         let t = lock(conn, id, viewer).await?;
         match t.status {
             TicketStatus::InProgress => Ok(t),
-            TicketStatus::Open => Ok(diesel::update(et::table.find(id))
-                .set((
-                    et::status.eq(TicketStatus::InProgress),
-                    et::resolved_by.eq(ctx.actor.to_string()),
-                    et::updated_at.eq(diesel::dsl::now),
-                ))
-                .returning(ExceptionTicket::as_returning())
-                .get_result(conn)
-                .await?),
+            TicketStatus::Open => Ok({
+                announce_change(conn, id).await?;
+                diesel::update(et::table.find(id))
+                    .set((
+                        et::status.eq(TicketStatus::InProgress),
+                        et::resolved_by.eq(ctx.actor.to_string()),
+                        et::updated_at.eq(diesel::dsl::now),
+                    ))
+                    .returning(ExceptionTicket::as_returning())
+                    .get_result(conn)
+                    .await?
+            }),
             TicketStatus::Resolved | TicketStatus::Dismissed => Err(locked_ticket_error(&t)),
         }
     })
@@ -127,6 +141,7 @@ pub async fn close(
     note: Option<&str>,
     ctx: &Ctx,
 ) -> AppResult<ExceptionTicket> {
+    announce_change(conn, id).await?;
     Ok(diesel::update(et::table.find(id))
         .set((
             et::status.eq(action.closes_as()),
@@ -139,4 +154,12 @@ pub async fn close(
         .returning(ExceptionTicket::as_returning())
         .get_result(conn)
         .await?)
+}
+
+/// Tells subscribers (`ticketChanged`) about the change when the transaction commits.
+async fn announce_change(conn: &mut AsyncPgConnection, id: i64) -> AppResult<()> {
+    crate::events::notify_sql(&format!("ticketchange:{id}"))
+        .execute(conn)
+        .await?;
+    Ok(())
 }

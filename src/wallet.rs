@@ -49,13 +49,29 @@ pub async fn wallet_move(conn: &mut AsyncPgConnection, m: WalletMove<'_>, ctx: &
             Violation::Unique("wallet_ledger_top_up_reference") => {
                 Some(AppError::Conflict("top-up reference already used".into()))
             }
+            Violation::Check("wallet_balance_fits_int") => Some(AppError::bad(format!(
+                "the wallet would hold more than ¥{}",
+                crate::domain::money::format_yuan(i64::from(i32::MAX))
+            ))),
+            Violation::Check("wallet_top_up_in_range") => Some(AppError::bad(format!(
+                "a top-up is at most ¥{}",
+                crate::domain::money::format_yuan(MAX_TOP_UP_CENTS)
+            ))),
             _ => None,
         })?;
     Ok(())
 }
 
+/// The most one top-up adds: ¥50,000 (the database's `wallet_top_up_in_range` holds the same).
+pub const MAX_TOP_UP_CENTS: i64 = 5_000_000;
+
+/// The most a wallet may hold after a top-up: ¥1,000,000. Far below GraphQL's Int (the
+/// database's `wallet_balance_fits_int`), so refunds back to a full wallet still fit.
+pub const MAX_BALANCE_CENTS: i64 = 100_000_000;
+
 /// Adds money to a wallet. The reference (the desk's receipt number, the payment serial) makes
-/// it idempotent: the same reference for the same member is applied once.
+/// it idempotent: the same reference for the same member is applied once. At most
+/// [`MAX_TOP_UP_CENTS`] at a time, and only while the wallet stays within [`MAX_BALANCE_CENTS`].
 pub async fn top_up(
     conn: &mut AsyncPgConnection,
     member_id: i64,
@@ -65,6 +81,12 @@ pub async fn top_up(
 ) -> AppResult<Member> {
     if amount_cents <= 0 {
         return Err(AppError::bad("amountCents must be positive"));
+    }
+    if i64::from(amount_cents) > MAX_TOP_UP_CENTS {
+        return Err(AppError::bad(format!(
+            "amountCents is at most {MAX_TOP_UP_CENTS} (¥{}) per top-up",
+            crate::domain::money::format_yuan(MAX_TOP_UP_CENTS)
+        )));
     }
     let reference = crate::error::required_text(reference, 128, "reference")?;
     conn.transaction(async |conn| -> AppResult<Member> {
@@ -92,6 +114,13 @@ pub async fn top_up(
                 )))
             }
             None => {}
+        }
+        if member.balance_cents + member.frozen_cents + i64::from(amount_cents) > MAX_BALANCE_CENTS {
+            return Err(AppError::bad(format!(
+                "the wallet would hold more than ¥{} (it holds ¥{})",
+                crate::domain::money::format_yuan(MAX_BALANCE_CENTS),
+                crate::domain::money::format_yuan(member.balance_cents + member.frozen_cents)
+            )));
         }
         wallet_move(
             conn,

@@ -32,6 +32,9 @@ pub struct Worker {
     alerts: crate::alerts::Deliverer,
     pub id: String,
     pub batch: i64,
+    /// The providers this process can refund through: a `PROVIDER_REFUND` event of another is
+    /// left for a process that has its keys (never claimed, never attempted here).
+    served: Vec<String>,
 }
 
 impl Worker {
@@ -39,7 +42,12 @@ impl Worker {
         let downstream = Downstream::new(state.providers.clone(), state.config.clone());
         let id = format!("{}-{}", hostname(), &TraceId::new().0[..8]);
         let alerts = crate::alerts::Deliverer::new(state.config.clone(), id.clone());
+        let served = served_providers(&state)
+            .iter()
+            .map(|p| p.as_str().to_string())
+            .collect();
         Worker {
+            served,
             batch: state.config.outbox_batch,
             state,
             downstream,
@@ -57,7 +65,7 @@ impl Worker {
     /// While a full batch is delivered the next one is claimed, so a backlog is worked through
     /// without waiting for the claim between batches.
     pub async fn run(self, mut shutdown: tokio::sync::watch::Receiver<bool>) {
-        tracing::info!(worker = %self.id, "compensation worker started");
+        tracing::info!(worker = %self.id, refunds_through = ?self.served, "compensation worker started");
         let wake = self.state.events.outbox.clone();
         let mut prefetched: Option<Vec<CompensationEvent>> = None;
         loop {
@@ -115,6 +123,15 @@ impl Worker {
                 CompensationStatus::Pending.as_str(),
                 CompensationStatus::Retrying.as_str(),
             ]))
+            // What this process may claim (see `claim.sql`): another provider's refund is not
+            // due here, however overdue it is.
+            .filter(
+                diesel::dsl::sql::<diesel::sql_types::Bool>(
+                    "(kind <> 'PROVIDER_REFUND' OR payload->>'provider' = ANY(",
+                )
+                .bind::<diesel::sql_types::Array<Text>, _>(&self.served)
+                .sql("))"),
+            )
             .select(diesel::dsl::min(compensation_events::next_attempt_at))
             .get_result(&mut conn)
             .await?;
@@ -185,6 +202,7 @@ impl Worker {
             .bind::<Text, _>(&self.id) // $1
             .bind::<Double, _>(lease.as_secs_f64()) // $2
             .bind::<BigInt, _>(self.batch) // $3
+            .bind::<diesel::sql_types::Array<Text>, _>(&self.served) // $4
             .load(&mut conn)
             .await?)
     }
@@ -380,6 +398,14 @@ fn hostname() -> String {
 }
 
 /// Starts `n` workers sharing the process's pool.
+/// The providers whose refunds this process delivers: those it has the keys of.
+pub fn served_providers(state: &AppState) -> Vec<crate::domain::Provider> {
+    crate::domain::Provider::ALL
+        .into_iter()
+        .filter(|p| state.providers.configured(*p))
+        .collect()
+}
+
 pub fn spawn(
     state: &AppState,
     n: usize,

@@ -47,6 +47,21 @@ pub fn parse_yuan(s: &str) -> Option<i64> {
     Some(if neg { -cents } else { cents })
 }
 
+/// An amount exactly as Alipay writes one in a notification: yuan with two decimals, no sign,
+/// no leading zero, no blank (`999.00`, `0.10`). `999`, `0999.00`, `"999.00 "` and `+9.00` are
+/// refused: a lenient reading of a signed amount is a guess at what the signer meant.
+pub fn parse_yuan_exact(s: &str) -> Option<i64> {
+    let (whole, frac) = s.split_once('.')?;
+    let digits = |t: &str| !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit());
+    if !digits(whole) || frac.len() != 2 || !digits(frac) || whole.len() > 13 {
+        return None;
+    }
+    if whole.len() > 1 && whole.starts_with('0') {
+        return None;
+    }
+    parse_yuan(s)
+}
+
 /// Formats cents as yuan with two decimals (`1230` → `"12.30"`).
 pub fn format_yuan(cents: i64) -> String {
     let sign = if cents < 0 { "-" } else { "" };
@@ -93,5 +108,17 @@ mod tests {
         assert_eq!(format_yuan(1230), "12.30");
         assert_eq!(format_yuan(5), "0.05");
         assert_eq!(format_yuan(-500), "-5.00");
+    }
+
+    #[test]
+    fn notification_amounts_are_read_only_as_alipay_writes_them() {
+        assert_eq!(parse_yuan_exact("999.00"), Some(99_900));
+        assert_eq!(parse_yuan_exact("0.10"), Some(10));
+        assert_eq!(parse_yuan_exact("0.00"), Some(0));
+        for bad in [
+            "999", "0999.00", "999.00 ", " 999.00", "+999.00", "-1.00", "999.0", "999.000", "¥999.00", "9,99.00",
+        ] {
+            assert_eq!(parse_yuan_exact(bad), None, "{bad:?}");
+        }
     }
 }

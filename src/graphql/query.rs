@@ -73,6 +73,17 @@ macro_rules! page {
     }};
 }
 
+/// Runs (reconciliation, periodic tasks) and their statistics cover the whole chain: a
+/// store-limited admin is refused them, as `runReconciliation` refuses them.
+fn require_chain_wide(v: &crate::auth::Viewer) -> AppResult<()> {
+    if store_scope(v).is_some() {
+        return Err(AppError::Forbidden(
+            "store-limited staff may not read the chain-wide runs".into(),
+        ));
+    }
+    Ok(())
+}
+
 /// Store-limited staff see only their stores.
 fn store_scope(v: &crate::auth::Viewer) -> Option<Vec<i64>> {
     match v.role {
@@ -243,7 +254,7 @@ impl Query {
             .get_result(&mut c)
             .await
             .optional()?;
-        Ok(t.filter(|t| t.store_id.is_none_or(|s| v.sees_store(s)))
+        Ok(t.filter(|t| crate::tickets::visible_to(v, t.store_id))
             .map(ExceptionTicketNode))
     }
 
@@ -353,7 +364,9 @@ impl Query {
         first: Option<i32>,
         after: Option<String>,
     ) -> AppResult<Connection<ReconciliationRunNode>> {
-        viewer(ctx)?.require(&[Role::Admin, Role::Ops])?;
+        let v = viewer(ctx)?;
+        v.require(&[Role::Admin, Role::Ops])?;
+        require_chain_wide(v)?;
         let first = page_size(first)?;
         let after = after.as_deref().map(decode_cursor).transpose()?;
         let make = || -> AppResult<reconciliation_runs::BoxedQuery<'static, Pg>> {
@@ -379,7 +392,9 @@ impl Query {
         task: Option<String>,
         first: Option<i32>,
     ) -> AppResult<Vec<TaskRunNode>> {
-        viewer(ctx)?.require(&[Role::Admin, Role::Ops])?;
+        let v = viewer(ctx)?;
+        v.require(&[Role::Admin, Role::Ops])?;
+        require_chain_wide(v)?;
         let first = page_size(first)?;
         let mut c = conn(ctx).await?;
         let mut q = task_runs::table.into_boxed();
@@ -403,14 +418,25 @@ impl Query {
         ctx: &Context<'_>,
         from: DateTime<Utc>,
         to: DateTime<Utc>,
+        #[graphql(desc = "one store's findings (store-limited staff see only their stores' anyway)")] store_id: Option<
+            ID,
+        >,
     ) -> AppResult<Vec<ReconciliationHealing>> {
         let v = viewer(ctx)?;
         v.require(&[Role::Admin, Role::Ops])?;
+        require_chain_wide(v)?;
         if to < from {
             return Err(AppError::bad("to must not be before from"));
         }
+        let stores = match store_id.as_ref().map(|s| parse_id(s, "storeId")).transpose()? {
+            Some(s) => {
+                v.require_store(s)?;
+                Some(vec![s])
+            }
+            None => store_scope(v),
+        };
         let mut c = conn(ctx).await?;
-        let rows = crate::reconciliation::healing(&mut c, from, to).await?;
+        let rows = crate::reconciliation::healing(&mut c, from, to, stores).await?;
         Ok(rows
             .into_iter()
             .map(|(category, healed, ticketed)| ReconciliationHealing {
@@ -419,6 +445,19 @@ impl Query {
                 ticketed: super::count(ticketed),
             })
             .collect())
+    }
+
+    /// The stores the caller may see, by id (staff; store-limited admins their own).
+    async fn stores(&self, ctx: &Context<'_>) -> AppResult<Vec<StoreNode>> {
+        let v = viewer(ctx)?;
+        v.require(&[Role::Admin, Role::Ops])?;
+        let mut q = stores::table.order(stores::id).into_boxed();
+        if let Some(list) = store_scope(v) {
+            q = q.filter(stores::id.eq_any(list));
+        }
+        let mut c = conn(ctx).await?;
+        let rows: Vec<models::Store> = q.select(models::Store::as_select()).load(&mut c).await?;
+        Ok(rows.into_iter().map(StoreNode).collect())
     }
 
     /// Counts per anomaly category in `[from, to)`, computed from the recorded rows.

@@ -42,6 +42,14 @@ fn warn_refused(provider: Provider, error: &str) {
     }
 }
 
+/// The address a callback came from: the connection's peer when the server records it
+/// (`ConnectInfo`); None otherwise (all such callbacks then share one sample).
+fn source_addr(extensions: &axum::http::Extensions) -> Option<std::net::IpAddr> {
+    extensions
+        .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+        .map(|c| c.0.ip())
+}
+
 /// How a notification ended, for the provider's reply.
 enum Handled {
     Processed,
@@ -74,7 +82,14 @@ impl Handled {
 
 /// One path for every provider: the provider's gateway authenticates and reads, then the
 /// evidence is recorded (capped until authentic) and the notice applied.
-async fn handle(s: &HttpState, provider: Provider, headers: &HeaderMap, body: &[u8], trace: &TraceId) -> Handled {
+async fn handle(
+    s: &HttpState,
+    provider: Provider,
+    source: Option<std::net::IpAddr>,
+    headers: &HeaderMap,
+    body: &[u8],
+    trace: &TraceId,
+) -> Handled {
     let Some(gateway) = s.app.providers.gateway(provider) else {
         tracing::error!(%provider, "notification refused: the provider is not configured (see the configuration table)");
         return Handled::Unconfigured;
@@ -88,6 +103,16 @@ async fn handle(s: &HttpState, provider: Provider, headers: &HeaderMap, body: &[
         } => {
             let msg = evidence_text(error.as_bytes(), Some(1024));
             warn_refused(provider, &msg);
+            // A flood of unsigned posts leaves a sample, not a row each (the metric counts all).
+            if !s.app.unverified.keep(source) {
+                metrics::counter!("fitorder_callbacks_unverified_dropped_total", "provider" => provider.as_str())
+                    .increment(1);
+                return if malformed {
+                    Handled::Malformed
+                } else {
+                    Handled::Unauthentic
+                };
+            }
             // Until the signature is checked the body is anybody's: only its beginning is kept.
             let raw = evidence_text(body, Some(s.app.config.unverified_callback_bytes));
             let rec = Received {
@@ -147,10 +172,20 @@ async fn handle(s: &HttpState, provider: Provider, headers: &HeaderMap, body: &[
 pub async fn wechat_notify(
     State(s): State<HttpState>,
     Extension(trace): Extension<TraceId>,
+    extensions: axum::http::Extensions,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    match handle(&s, Provider::WechatPay, &headers, &body, &trace).await {
+    match handle(
+        &s,
+        Provider::WechatPay,
+        source_addr(&extensions),
+        &headers,
+        &body,
+        &trace,
+    )
+    .await
+    {
         Handled::Processed => StatusCode::NO_CONTENT.into_response(),
         Handled::Unconfigured => wechat_fail(StatusCode::SERVICE_UNAVAILABLE, "WeChat Pay is not configured"),
         Handled::Malformed | Handled::Unauthentic | Handled::Unreadable => {
@@ -165,11 +200,12 @@ pub async fn wechat_notify(
 pub async fn alipay_notify(
     State(s): State<HttpState>,
     Extension(trace): Extension<TraceId>,
+    extensions: axum::http::Extensions,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
     let failure = |status: StatusCode| (status, "failure").into_response();
-    match handle(&s, Provider::Alipay, &headers, &body, &trace).await {
+    match handle(&s, Provider::Alipay, source_addr(&extensions), &headers, &body, &trace).await {
         Handled::Processed => (StatusCode::OK, "success").into_response(),
         Handled::Unconfigured => failure(StatusCode::SERVICE_UNAVAILABLE),
         Handled::Malformed | Handled::Unreadable => failure(StatusCode::BAD_REQUEST),

@@ -59,6 +59,24 @@ impl PlaceOrder {
     }
 }
 
+/// Counts a member's placement against the per-member rate (`FITORDER_PLACE_RATE` a minute):
+/// over it, BAD_USER_INPUT with `extensions.reason` `RATE_LIMITED`. Staff at the desk are not
+/// limited (they are few, and answerable for what they place).
+pub fn check_place_rate(limiter: &crate::ratelimit::RateLimiter, viewer: &Viewer) -> AppResult<()> {
+    let (Role::Member, Some(member)) = (viewer.role, viewer.member_id) else {
+        return Ok(());
+    };
+    limiter
+        .check(&member.to_string())
+        .map_err(|wait| AppError::BadInputReason {
+            reason: "RATE_LIMITED",
+            message: format!(
+                "too many orders placed in a short time; try again in {} s",
+                wait.as_secs().max(1)
+            ),
+        })
+}
+
 /// Places an order, or returns the order already placed with this key.
 pub async fn place_order(
     conn: &mut AsyncPgConnection,
@@ -99,9 +117,13 @@ pub async fn place_order(
 
     let placed = conn
         .transaction(async |conn| -> AppResult<Option<Order>> {
+            // The member's row is locked for the placement: placements of one member take
+            // turns, so the open-order count below cannot be passed by two at once (NO KEY
+            // UPDATE: the order's and ledger's foreign keys still take their share locks).
             let member: Option<Member> = members::table
                 .find(member_id)
                 .select(Member::as_select())
+                .for_no_key_update()
                 .get_result(conn)
                 .await
                 .optional()?;
@@ -110,6 +132,12 @@ pub async fn place_order(
             if !member.as_ref().is_some_and(|m| viewer.sees_store(m.store_id)) {
                 return Err(AppError::NotFound(format!("member {member_id}")));
             }
+            // A placement with this key that committed while we waited for the lock: answered
+            // below as the first one was, not counted against the cap.
+            if find_by_key(conn, member_id, &key).await?.is_some() {
+                return Ok(None);
+            }
+            check_open_orders(conn, config, member_id).await?;
             let now = Utc::now();
             let priced = price_item(conn, req.store_id, &req.item, now).await?;
             let wallet_part = match method {
@@ -128,9 +156,7 @@ pub async fn place_order(
                 }
                 _ => 0,
             };
-            let expires_at: Option<DateTime<Utc>> = online_provider
-                .as_ref()
-                .map(|_| now + chrono::Duration::from_std(config.order_timeout).unwrap_or_default());
+            let expires_at = expiry_of(config, viewer, method, online_provider.is_some(), now);
             let (plan, pack, slot) = match req.item {
                 PlacedItem::MembershipPlan(id) => (Some(id), None, None),
                 PlacedItem::ClassPack(id) => (None, Some(id), None),
@@ -237,6 +263,47 @@ pub async fn place_order(
             same_request(existing, &hash)
         }
     }
+}
+
+/// When an order placed now expires: an online one after the order timeout, an OFFLINE one a
+/// member placed after the offline timeout (so an unconfirmed desk payment does not hold a seat
+/// for ever); WALLET orders and OFFLINE orders staff placed never.
+fn expiry_of(
+    config: &Config,
+    viewer: &Viewer,
+    method: PaymentMethod,
+    online: bool,
+    now: DateTime<Utc>,
+) -> Option<DateTime<Utc>> {
+    let after = |d: std::time::Duration| now + chrono::Duration::from_std(d).unwrap_or(chrono::Duration::MAX);
+    if online {
+        Some(after(config.order_timeout))
+    } else if method == PaymentMethod::Offline && viewer.role == Role::Member {
+        Some(after(config.offline_order_timeout))
+    } else {
+        None
+    }
+}
+
+/// Refuses one more WAIT_PAY order for a member who holds `max_open_orders` already, whoever
+/// places it (the member or the desk). The caller holds the member's row lock.
+async fn check_open_orders(conn: &mut AsyncPgConnection, config: &Config, member_id: i64) -> AppResult<()> {
+    let open: i64 = orders::table
+        .filter(orders::member_id.eq(member_id))
+        .filter(orders::status.eq(OrderStatus::WaitPay))
+        .count()
+        .get_result(conn)
+        .await?;
+    if open >= config.max_open_orders {
+        return Err(AppError::BadInputReason {
+            reason: "TOO_MANY_OPEN_ORDERS",
+            message: format!(
+                "this member already has {open} unpaid orders (at most {}): pay or cancel one first",
+                config.max_open_orders
+            ),
+        });
+    }
+    Ok(())
 }
 
 fn same_request(existing: Order, hash: &str) -> AppResult<Order> {

@@ -6,18 +6,21 @@ use rsa::pkcs1v15::{Signature, VerifyingKey};
 use rsa::signature::Verifier;
 use sha2::Sha256;
 
+pub mod certs;
 pub mod client;
 pub mod gateway;
 
 use super::keys::AlipayKeys;
 use super::provider::Notice;
-use crate::domain::money::parse_yuan;
+use crate::domain::money::parse_yuan_exact;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AlipayError {
     BadForm(String),
     BadSignature,
     WrongApp,
+    /// Signed, but for another seller than ours (`ALIPAY_SELLER_ID`).
+    WrongSeller,
 }
 
 impl AlipayError {
@@ -26,6 +29,7 @@ impl AlipayError {
             AlipayError::BadForm(e) => format!("malformed notification: {e}"),
             AlipayError::BadSignature => "signature verification failed".into(),
             AlipayError::WrongApp => "notification for another app".into(),
+            AlipayError::WrongSeller => "notification for another seller".into(),
         }
     }
 }
@@ -64,6 +68,16 @@ pub(crate) fn sorted_content(fields: &[(String, String)], excluded: &[&str]) -> 
 }
 
 pub fn verify(keys: &AlipayKeys, fields: &[(String, String)]) -> Result<(), AlipayError> {
+    verify_with(keys, std::slice::from_ref(&keys.public_key), fields)
+}
+
+/// [`verify`] with any of `candidates` (certificate mode after a renewal: the configured key
+/// and the renewed ones; a notification names no certificate).
+pub fn verify_with(
+    keys: &AlipayKeys,
+    candidates: &[rsa::RsaPublicKey],
+    fields: &[(String, String)],
+) -> Result<(), AlipayError> {
     if field(fields, "sign_type").is_some_and(|t| t != "RSA2") {
         return Err(AlipayError::BadSignature);
     }
@@ -72,11 +86,25 @@ pub fn verify(keys: &AlipayKeys, fields: &[(String, String)]) -> Result<(), Alip
         .decode(sig.trim())
         .map_err(|_| AlipayError::BadSignature)?;
     let sig = Signature::try_from(sig.as_slice()).map_err(|_| AlipayError::BadSignature)?;
-    VerifyingKey::<Sha256>::new(keys.public_key.clone())
-        .verify(signed_content(fields).as_bytes(), &sig)
-        .map_err(|_| AlipayError::BadSignature)?;
+    let content = signed_content(fields);
+    if !candidates.iter().any(|key| {
+        VerifyingKey::<Sha256>::new(key.clone())
+            .verify(content.as_bytes(), &sig)
+            .is_ok()
+    }) {
+        return Err(AlipayError::BadSignature);
+    }
     if field(fields, "app_id") != Some(keys.app_id.as_str()) {
         return Err(AlipayError::WrongApp);
+    }
+    // Service-provider mode names the merchant's app apart; for us it is our own app or absent.
+    if field(fields, "auth_app_id").is_some_and(|a| !a.is_empty() && a != keys.app_id) {
+        return Err(AlipayError::WrongApp);
+    }
+    if let Some(ours) = &keys.seller_id {
+        if field(fields, "seller_id") != Some(ours.as_str()) {
+            return Err(AlipayError::WrongSeller);
+        }
     }
     Ok(())
 }
@@ -94,7 +122,8 @@ pub fn notice(fields: &[(String, String)]) -> Result<Notice, AlipayError> {
     let status = need("trade_status")?.to_string();
     let refund_fee = field(fields, "refund_fee").filter(|v| !v.trim().is_empty());
     if let Some(refund_fee) = refund_fee {
-        let cents = parse_yuan(refund_fee).ok_or_else(|| AlipayError::BadForm(format!("refund_fee {refund_fee:?}")))?;
+        let cents =
+            parse_yuan_exact(refund_fee).ok_or_else(|| AlipayError::BadForm(format!("refund_fee {refund_fee:?}")))?;
         // A close that refunded nothing (`refund_fee=0.00` without `gmt_refund`) is no refund.
         if cents > 0 || field(fields, "gmt_refund").is_some_and(|v| !v.is_empty()) {
             return Ok(Notice::RefundConfirmed {
@@ -109,7 +138,8 @@ pub fn notice(fields: &[(String, String)]) -> Result<Notice, AlipayError> {
     match status.as_str() {
         "TRADE_SUCCESS" | "TRADE_FINISHED" => {
             let amount = need("total_amount")?;
-            let cents = parse_yuan(amount).ok_or_else(|| AlipayError::BadForm(format!("total_amount {amount:?}")))?;
+            let cents =
+                parse_yuan_exact(amount).ok_or_else(|| AlipayError::BadForm(format!("total_amount {amount:?}")))?;
             Ok(Notice::Paid {
                 out_trade_no,
                 txn_id: need("trade_no")?.to_string(),

@@ -29,8 +29,10 @@ impl ProviderApi {
         let http = reqwest::Client::builder()
             .use_rustls_tls()
             .https_only(false)
-            .timeout(config.downstream_timeout)
-            .connect_timeout(config.downstream_timeout)
+            // Connecting has its own, short limit; the whole call (the answer included) the
+            // longer one, the Alipay SDK's read timeout.
+            .connect_timeout(config.provider_connect_timeout)
+            .timeout(config.provider_timeout)
             .pool_max_idle_per_host(64)
             .build()
             .expect("the HTTP client builds with its default TLS roots");
@@ -40,8 +42,8 @@ impl ProviderApi {
                 http.clone(),
                 k.clone(),
                 &config.public_url,
-                config.downstream_timeout,
-                Some(pool),
+                config.provider_timeout,
+                Some(pool.clone()),
             ))
         });
         if let Some(w) = &wechat {
@@ -52,7 +54,8 @@ impl ProviderApi {
                 http.clone(),
                 k.clone(),
                 &config.public_url,
-                config.downstream_timeout,
+                config.provider_timeout,
+                Some(pool),
             )));
         }
         ProviderApi {

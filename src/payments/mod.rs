@@ -17,6 +17,7 @@ pub mod devkeys;
 pub mod keys;
 pub mod platform_keys;
 pub mod provider;
+pub mod sampling;
 pub mod sandbox;
 pub mod sandbox_server;
 pub mod seen;
@@ -719,6 +720,17 @@ async fn pay_or_ticket(
         }
     };
     match order.status {
+        // Money through another provider than the order's (or for an order paid at the desk or
+        // from the wallet): signed, so it moved, but not the payment the order waits for. Staff
+        // decide (refund it, or mark the order paid); a canceled order's goes back as below.
+        OrderStatus::WaitPay if order.online_provider != Some(p.provider) => {
+            let why = json!({"status": order.status.as_str(), "paymentMethod": order.payment_method.as_str(),
+                             "orderProvider": order.online_provider.map(|o| o.as_str()),
+                             "why": format!("paid through {}, which is not how this order is paid", p.provider)});
+            p.ticket(conn, TicketKind::AmountMismatch, Some(&order), why, ctx)
+                .await?;
+            Ok((Outcome::AmountMismatch, Some(order)))
+        }
         // Only a payment that would be applied must match the amount; money for a canceled
         // order goes back whatever it was.
         OrderStatus::WaitPay if p.amount_cents != order.online_cents() => {

@@ -106,8 +106,12 @@ pub enum Closed {
 /// What a bill request got.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum BillDownload {
-    /// The provider has not made the day's bill yet (both are T+1, after about 09:00–10:00).
+    /// The provider has not made the day's bill yet (both are T+1, after about 09:00–10:00):
+    /// WeChat `STATEMENT_CREATING`.
     NotReady(String),
+    /// The provider says there is no bill of that day because nothing happened (WeChat
+    /// `NO_STATEMENT_EXIST`, Alipay `isp.bill_not_exist`): reconciled as an empty bill.
+    NoBill(String),
     /// The raw download, streamed to `archive`.
     Downloaded {
         archive: std::path::PathBuf,
@@ -132,6 +136,12 @@ pub enum ProviderError {
     /// An answer whose signature is missing or does not verify: no answer at all.
     #[error("unsigned or forged answer: {0}")]
     Unsigned(String),
+    /// An error answer the provider did not sign (WeChat `401 SIGN_ERROR`, an Alipay
+    /// `error_response` or `isv.*` code): no answer at all, as [`ProviderError::Unsigned`] —
+    /// it changes nothing — but its code and message are reported as they came (capped), so
+    /// staff can tell a configuration mistake from an attack.
+    #[error("the provider answered an error without a signature (nothing was changed): {0}")]
+    UnsignedError(String),
     /// A signed answer refusing the request.
     #[error("refused by the provider: {0}")]
     Refused(String),
@@ -337,6 +347,18 @@ pub fn alipay_time(t: DateTime<Utc>) -> String {
     t.with_timezone(&chrono_tz::Asia::Shanghai)
         .format("%Y-%m-%d %H:%M:%S")
         .to_string()
+}
+
+/// The code and message of an unsigned error answer, as staff should read them: printable
+/// characters only, at most 200 of them.
+pub fn unsigned_error(status: u16, code: &str, message: &str) -> ProviderError {
+    let clean = |t: &str, max: usize| -> String { t.chars().filter(|c| !c.is_control()).take(max).collect::<String>() };
+    let message = clean(message, 200);
+    ProviderError::UnsignedError(
+        format!("HTTP {status} {} {message}", clean(code, 64))
+            .trim_end()
+            .to_string(),
+    )
 }
 
 /// Describes a transport failure without internals.

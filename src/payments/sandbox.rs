@@ -23,6 +23,8 @@ pub struct WechatSandbox {
     pub apiv3_key: [u8; 32],
     pub mch_id: String,
     pub serial: String,
+    /// The appid the merchant's trades are made under (`WECHATPAY_APP_ID`).
+    pub app_id: String,
 }
 
 /// A signed WeChat Pay notification: its headers and body.
@@ -83,7 +85,7 @@ impl WechatSandbox {
     /// The decrypted resource of a successful payment.
     pub fn transaction(&self, out_trade_no: &str, transaction_id: &str, total_fen: i64) -> Value {
         json!({
-            "appid": "wx0000000000000000",
+            "appid": self.app_id,
             "mchid": self.mch_id,
             "out_trade_no": out_trade_no,
             "transaction_id": transaction_id,
@@ -209,7 +211,7 @@ mod tests {
         use rsa::signature::Verifier;
         let path = concat!(
             env!("CARGO_MANIFEST_DIR"),
-            "/../shared/provider-samples/alipay/notify/alipay_sdk_nodejs_notify_sign_vectors.json"
+            "/tests/provider-samples/alipay/notify/alipay_sdk_nodejs_notify_sign_vectors.json"
         );
         let all: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
         let v = &all["vectors"][0];

@@ -24,7 +24,21 @@ pub enum WechatError {
     Undecryptable,
     BadResource(String),
     WrongMerchant,
+    /// Signed, but made under an appid that is not one of ours.
+    WrongApp,
+    /// An `event_type` fitorder does not know: refused rather than guessed at.
+    UnknownEvent(String),
+    /// Signed, but not a payment fitorder can book (another currency, a time that is none).
+    Unbookable(String),
 }
+
+/// The event types WeChat Pay sends to a merchant's notify_url (payments and refunds).
+pub const KNOWN_EVENTS: [&str; 4] = [
+    "TRANSACTION.SUCCESS",
+    "REFUND.SUCCESS",
+    "REFUND.ABNORMAL",
+    "REFUND.CLOSED",
+];
 
 impl WechatError {
     pub fn message(&self) -> String {
@@ -36,6 +50,9 @@ impl WechatError {
             WechatError::Undecryptable => "resource could not be decrypted".into(),
             WechatError::BadResource(e) => format!("malformed resource: {e}"),
             WechatError::WrongMerchant => "notification for another merchant".into(),
+            WechatError::WrongApp => "notification for another appid".into(),
+            WechatError::UnknownEvent(e) => format!("unknown event_type {e:?}"),
+            WechatError::Unbookable(e) => format!("payment refused: {e}"),
         }
     }
 }
@@ -59,14 +76,17 @@ pub struct Resource {
 struct Amount {
     total: i64,
     refund: Option<i64>,
+    currency: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
 struct Transaction {
+    appid: Option<String>,
     mchid: Option<String>,
     out_trade_no: String,
     transaction_id: String,
     trade_state: String,
+    success_time: Option<String>,
     amount: Amount,
 }
 
@@ -94,7 +114,12 @@ pub fn verify(keys: &WechatKeys, h: &Headers<'_>, body: &[u8], now: i64) -> Resu
     let nonce = h.nonce.ok_or(WechatError::MissingHeader("Wechatpay-Nonce"))?;
     let sig = h.signature.ok_or(WechatError::MissingHeader("Wechatpay-Signature"))?;
     let serial = h.serial.ok_or(WechatError::MissingHeader("Wechatpay-Serial"))?;
-    let ts_num: i64 = ts.trim().parse().map_err(|_| WechatError::StaleTimestamp)?;
+    // Whole seconds in plain digits, as WeChat writes them: `+1733…`, ` 1733…` and the like are
+    // no timestamp (a lenient parse would accept a header WeChat never sends).
+    if ts.is_empty() || ts.len() > 12 || !ts.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(WechatError::StaleTimestamp);
+    }
+    let ts_num: i64 = ts.parse().map_err(|_| WechatError::StaleTimestamp)?;
     if (now - ts_num).abs() > MAX_SKEW_SECONDS {
         return Err(WechatError::StaleTimestamp);
     }
@@ -136,26 +161,46 @@ pub fn decrypt(apiv3_key: &[u8; 32], r: &Resource) -> Result<String, WechatError
     String::from_utf8(plain).map_err(|_| WechatError::Undecryptable)
 }
 
-/// Reads the decrypted resource of `event_type` into a notice.
-pub fn notice(mch_id: &str, event_type: &str, plain: &str) -> Result<Notice, WechatError> {
+/// Reads the decrypted resource of `event_type` into a notice. A payment must be ours in every
+/// respect before it is booked: our merchant, one of our appids (`app_ids`), a known event,
+/// `trade_state` SUCCESS, yuan (`CNY`) and a real `success_time`; anything else is refused.
+pub fn notice(mch_id: &str, app_ids: &[&str], event_type: &str, plain: &str) -> Result<Notice, WechatError> {
     let bad = |e: serde_json::Error| WechatError::BadResource(e.to_string());
-    if event_type.starts_with("TRANSACTION.") {
+    if !KNOWN_EVENTS.contains(&event_type) {
+        return Err(WechatError::UnknownEvent(event_type.chars().take(64).collect()));
+    }
+    if event_type == "TRANSACTION.SUCCESS" {
         let t: Transaction = serde_json::from_str(plain).map_err(bad)?;
         if t.mchid.as_deref().is_some_and(|m| m != mch_id) {
             return Err(WechatError::WrongMerchant);
         }
-        if t.trade_state == "SUCCESS" {
-            Ok(Notice::Paid {
-                out_trade_no: t.out_trade_no,
-                txn_id: t.transaction_id,
-                amount_cents: t.amount.total,
-            })
-        } else {
-            Ok(Notice::Other {
-                out_trade_no: Some(t.out_trade_no),
-                what: t.trade_state,
-            })
+        if !t.appid.as_deref().is_some_and(|a| app_ids.contains(&a)) {
+            return Err(WechatError::WrongApp);
         }
+        if t.trade_state != "SUCCESS" {
+            return Err(WechatError::Unbookable(format!(
+                "TRANSACTION.SUCCESS with trade_state {:?}",
+                t.trade_state.chars().take(32).collect::<String>()
+            )));
+        }
+        if t.amount.currency.as_deref().is_some_and(|c| c != "CNY") {
+            return Err(WechatError::Unbookable("currency is not CNY".into()));
+        }
+        if t.amount.total <= 0 {
+            return Err(WechatError::Unbookable("amount.total is not positive".into()));
+        }
+        if !t
+            .success_time
+            .as_deref()
+            .is_some_and(|at| chrono::DateTime::parse_from_rfc3339(at).is_ok())
+        {
+            return Err(WechatError::Unbookable("success_time is not an RFC 3339 time".into()));
+        }
+        Ok(Notice::Paid {
+            out_trade_no: t.out_trade_no,
+            txn_id: t.transaction_id,
+            amount_cents: t.amount.total,
+        })
     } else if event_type.starts_with("REFUND.") {
         let r: Refund = serde_json::from_str(plain).map_err(bad)?;
         if r.mchid.as_deref().is_some_and(|m| m != mch_id) {
@@ -170,9 +215,6 @@ pub fn notice(mch_id: &str, event_type: &str, plain: &str) -> Result<Notice, Wec
             amount_cents: r.amount.refund.unwrap_or(r.amount.total),
         })
     } else {
-        Ok(Notice::Other {
-            out_trade_no: None,
-            what: event_type.to_string(),
-        })
+        Err(WechatError::UnknownEvent(event_type.chars().take(64).collect()))
     }
 }

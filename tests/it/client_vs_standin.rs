@@ -11,12 +11,13 @@ use serde_json::{json, Value};
 use crate::harness::*;
 use crate::standin::{Modes, StandIn, StandInMode, Trade};
 
-fn point_at(c: &mut Config, s: &StandIn) {
+pub(crate) fn point_at(c: &mut Config, s: &StandIn) {
     let d = s.dir();
     let pk = s.mode == StandInMode::PublicKey;
     c.wechatpay = WechatPayConfig {
         mch_id: Some(s.mch_id()),
         app_id: Some(s.wechat_app_id()),
+        mobile_app_id: None,
         apiv3_key: Some(s.apiv3_key()),
         merchant_private_key: Some(s.merchant_key_path()),
         merchant_serial: Some(s.merchant_serial()),
@@ -33,6 +34,7 @@ fn point_at(c: &mut Config, s: &StandIn) {
         public_cert: (!pk).then(|| d.join("alipayCertPublicKey_RSA2.crt")),
         root_cert: (!pk).then(|| d.join("alipayRootCert.crt")),
         api_base: s.alipay_gateway(),
+        seller_id: None,
     };
 }
 

@@ -201,6 +201,26 @@ async fn amounts_past_32_bits_are_refused_on_input_and_an_error_on_output() {
         0
     );
     // Out: a balance that grew past 2^31 - 1 fen is an error on that field, never 2147483647.
+    // The database refuses such a balance now (`wallet_balance_fits_int`); one written before
+    // that constraint (it is NOT VALID: old rows stand) is what this reads.
+    {
+        use diesel_async::RunQueryDsl;
+        let mut c = app.conn().await;
+        let refused = diesel::sql_query(format!(
+            "UPDATE members SET balance_cents = 3000000000 WHERE id = {}",
+            s.member
+        ))
+        .execute(&mut c)
+        .await;
+        assert!(
+            format!("{refused:?}").contains("wallet_balance_fits_int"),
+            "{refused:?}"
+        );
+        diesel::sql_query("ALTER TABLE members DROP CONSTRAINT wallet_balance_fits_int")
+            .execute(&mut c)
+            .await
+            .unwrap();
+    }
     app.sql_i64(&format!(
         "UPDATE members SET balance_cents = 3000000000 WHERE id = {} RETURNING 0::bigint AS v",
         s.member

@@ -722,9 +722,26 @@ async fn alipay_wap_page_and_app_order_string_open_the_cashier() {
         .unwrap();
     assert_eq!(r.status().as_u16(), 303);
     assert_eq!(r.headers()["location"].to_str().unwrap(), sb.cashier_url("ALIPAY", &no));
-    // The cashier's own button, over HTTP.
+    // The cashier's own button, over HTTP: the page's token with it.
+    let page = http()
+        .get(sb.cashier_url("ALIPAY", &no))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let token = page
+        .split("data-token=\"")
+        .nth(1)
+        .unwrap()
+        .split('"')
+        .next()
+        .unwrap()
+        .to_string();
     let paid: Value = http()
         .post(format!("{}/pay", sb.cashier_url("ALIPAY", &no)))
+        .header("x-cashier-token", token)
         .send()
         .await
         .unwrap()

@@ -391,6 +391,17 @@ impl StandIn {
     pub async fn end_refund(&self, refund: Value) -> Value {
         self.control(reqwest::Method::POST, "refund", refund).await
     }
+    /// Certificate mode: Alipay renews its certificate (a new key under a new SN signs from
+    /// now on); `trusted: false` issues it from a CA that is not the configured root. Answers
+    /// the old and new SNs.
+    pub async fn renew_alipay_cert(&self, trusted: bool) -> Value {
+        self.control(
+            reqwest::Method::POST,
+            "renew_alipay_cert",
+            json!({ "trusted": trusted }),
+        )
+        .await
+    }
     /// Sends the trade's signed payment notification to its notify_url; the receiver's status
     /// (0 when unreachable) and body.
     pub async fn notify(&self, out_trade_no: &str) -> (u16, String) {

@@ -70,6 +70,10 @@ Alipay open gateway
   [A-CERT]   公钥证书模式 https://opendocs.alipay.com/open/291/sign: the SN of a certificate is md5 of the
              issuer DN (RDNs from the last to the first, `k=v` joined by `,`) followed by the decimal
              serial; the root SN joins the SNs of the root file's RSA-signed certificates with `_`
+  [A-CERTDL] alipay.open.app.alipaycert.download (opendocs.alipay.com/open/03j7vb, 应用支付宝公钥证书下载):
+             biz_content {"alipay_cert_sn"}; answers alipay_cert_content = base64 of the certificate
+             file; "支付宝公钥证书到期前会自动更新…响应报文中的 alipay_cert_sn 与本地不一致时，通过此接口
+             下载新证书，验证其由支付宝根证书签发后使用" (the certificate-mode SDKs do exactly this)
 
 Usage: provider.py --dir DIR --mode public-key|certificate --merchant-public-key PEM
                    --app-public-key PEM [--port 0]
@@ -258,6 +262,9 @@ class Provider:
                                      self.alipay_key.public_key(), root_name, root_key)
             self.app_cert = issue(name(self.alipay_app_id, "Alipay", "fitorder"), self.app_public, root_name, root_key)
             self.alipay_cert_sn = alipay_cert_sn(self.alipay_cert)
+            self.alipay_root_key, self.alipay_root_name = root_key, root_name
+            # Every Alipay certificate ever used, by SN: [A-CERTDL] hands out any of them.
+            self.alipay_certs = {self.alipay_cert_sn: self.alipay_cert}
             self.app_cert_sn = alipay_cert_sn(self.app_cert)
             self.alipay_root_cert_sn = alipay_root_sn([self.alipay_root, self.alipay_ec_root])
 
@@ -765,6 +772,13 @@ def alipay_method(p: Provider, method, params):
                 o.update(out_request_no=req_no, total_amount=yuan(t["total"]),
                          refund_amount=yuan(t["refunds"][req_no]), refund_status="REFUND_SUCCESS")
             return o
+        if method == "alipay.open.app.alipaycert.download":
+            if not p.cert_mode:
+                raise AlipayError("40002", "Invalid Arguments", "isv.invalid-method", "不存在的方法名")
+            cert = p.alipay_certs.get(biz.get("alipay_cert_sn") or "")
+            if cert is None:
+                raise biz_fail("ALIPAY_CERT_NOT_EXIST", "支付宝公钥证书不存在")
+            return dict(ok, alipay_cert_content=base64.b64encode(cert_pem(cert)).decode())
         if method == "alipay.data.dataservice.bill.downloadurl.query":
             bill_date = biz.get("bill_date") or ""
             if biz.get("bill_type") != "trade" or not re.fullmatch(r"\d{4}-\d{2}-\d{2}", bill_date):
@@ -992,6 +1006,25 @@ def control(p: Provider, method, path, query, body: bytes):
             p.write_material()
             return 200, {"old_serial": old, "new_serial": p.platform[-1]["serial"],
                          "serials": [x["serial"] for x in p.platform]}
+    if path == "/_standin/renew_alipay_cert" and method == "POST":
+        # [A-CERTDL]: Alipay renews its certificate; answers are signed by the new key under the
+        # new SN from now on. `trusted: false` issues it from a CA of the same name that is not
+        # the root of the root file (what a forged renewal would look like).
+        if not p.cert_mode:
+            return 400, {"error": "certificate mode only"}
+        with p.lock:
+            key = new_rsa_key()
+            if req.get("trusted", True):
+                issuer_name, issuer_key = p.alipay_root_name, p.alipay_root_key
+            else:
+                issuer_name, issuer_key = p.alipay_root_name, new_rsa_key()
+            cert = issue(name("支付宝(中国)网络技术有限公司-" + p.alipay_app_id, "Alipay", "Alipay"),
+                         key.public_key(), issuer_name, issuer_key)
+            old = p.alipay_cert_sn
+            p.alipay_key, p.alipay_cert = key, cert
+            p.alipay_cert_sn = alipay_cert_sn(cert)
+            p.alipay_certs[p.alipay_cert_sn] = cert
+            return 200, {"old_sn": old, "new_sn": p.alipay_cert_sn}
     if path == "/_standin/trade" and method in ("POST", "GET"):
         provider = req.get("provider") or query.get("provider", [None])[0]
         no = req.get("out_trade_no") or query.get("out_trade_no", [None])[0]

@@ -2,11 +2,16 @@
 //! the amount and the deadline, and a Pay button (`#pay`) that POSTs to `…/pay`; the page then
 //! shows `#paid` once fitorder acknowledged the notification, or `#error`. Plain HTML, no
 //! external assets, a strict CSP (the one inline script and style carry a per-page nonce).
+//!
+//! The Pay POST is the page's own: it carries the page's token (`X-Cashier-Token`, from the
+//! button's `data-token`, which another site cannot read) and, when the browser names one, an
+//! `Origin` of this sandbox. A cross-site form or fetch (`Origin: http://evil.example`) is
+//! refused with 403 and pays nothing.
 
 use std::sync::Arc;
 
 use axum::extract::{Path, State};
-use axum::http::{header, StatusCode};
+use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -30,9 +35,47 @@ button[disabled]{opacity:.5;cursor:default}.wechat button{background:#07c160}.al
 const SCRIPT: &str = "const b=document.getElementById('pay');const out=document.getElementById('result');\
 function show(id,text){out.replaceChildren();const p=document.createElement('p');p.id=id;p.textContent=text;out.append(p);}\
 b&&b.addEventListener('click',async()=>{b.disabled=true;show('paying','Paying…');\
-try{const r=await fetch(b.dataset.action,{method:'POST'});const v=await r.json();\
+try{const r=await fetch(b.dataset.action,{method:'POST',headers:{'X-Cashier-Token':b.dataset.token}});const v=await r.json();\
 if(v.ok){show('paid','Paid');b.textContent='Paid';}else{show('error',v.message);b.disabled=false;}}\
 catch(e){show('error',String(e));b.disabled=false;}});";
+
+/// The header the Pay button sends its page's token in.
+pub const TOKEN_HEADER: &str = "x-cashier-token";
+
+/// The token of the cashier page of trade `no` at `provider` (`wechat` or `alipay`): a keyed
+/// digest under a secret made at start, so only a page this sandbox served has it.
+pub fn page_token(provider: &str, no: &str) -> String {
+    use sha2::{Digest, Sha256};
+    static SECRET: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    let secret = SECRET.get_or_init(|| alnum(32));
+    let mut h = Sha256::new();
+    for part in [secret.as_str(), provider, no] {
+        h.update(part.len().to_le_bytes());
+        h.update(part.as_bytes());
+    }
+    hex::encode(h.finalize())
+}
+
+/// Whether a Pay POST comes from the cashier page itself: the page's token, and an `Origin`
+/// (sent by browsers with every POST) naming this host, if there is one.
+fn from_the_page(headers: &HeaderMap, provider: &str, no: &str) -> Result<(), &'static str> {
+    let text = |name: header::HeaderName| headers.get(name).and_then(|v| v.to_str().ok());
+    if let Some(origin) = text(header::ORIGIN) {
+        let host = text(header::HOST).unwrap_or_default();
+        let same = origin
+            .strip_prefix("http://")
+            .or_else(|| origin.strip_prefix("https://"))
+            .is_some_and(|o| !host.is_empty() && o.eq_ignore_ascii_case(host));
+        if !same {
+            return Err("a payment is made on the cashier page itself, not from another site");
+        }
+    }
+    let token = headers.get(TOKEN_HEADER).and_then(|v| v.to_str().ok());
+    if token != Some(page_token(provider, no).as_str()) {
+        return Err("the cashier page's token is missing or wrong: open the cashier page and press Pay");
+    }
+    Ok(())
+}
 
 fn html(status: StatusCode, title: &str, class: &str, main: &str) -> Response {
     let nonce = alnum(24);
@@ -86,8 +129,9 @@ pub(super) fn page(inner: &Inner, t: &SandboxTrade) -> Response {
             format!("Pay {amount}")
         };
         format!(
-            "<button id=\"pay\" type=\"button\" data-action=\"{}\">{}</button>",
+            "<button id=\"pay\" type=\"button\" data-action=\"{}\" data-token=\"{}\">{}</button>",
             html_escape(&action),
+            page_token(class, &t.out_trade_no),
             html_escape(&label)
         )
     } else if expired && !paid {
@@ -156,7 +200,11 @@ async fn show(State(inner): State<Arc<Inner>>, Path((provider, no)): Path<(Strin
     }
 }
 
-async fn pay(State(inner): State<Arc<Inner>>, Path((provider, no)): Path<(String, String)>) -> Response {
+async fn pay(
+    State(inner): State<Arc<Inner>>,
+    Path((provider, no)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> Response {
     let Some(p) = provider_name(&provider) else {
         return (
             StatusCode::NOT_FOUND,
@@ -164,6 +212,10 @@ async fn pay(State(inner): State<Arc<Inner>>, Path((provider, no)): Path<(String
         )
             .into_response();
     };
+    let class = if p == ALIPAY { "alipay" } else { "wechat" };
+    if let Err(why) = from_the_page(&headers, class, &no) {
+        return (StatusCode::FORBIDDEN, Json(json!({"ok": false, "message": why}))).into_response();
+    }
     match pay_trade(&inner, p, &no).await {
         Ok(sent) if sent.acknowledged => {
             Json(json!({"ok": true, "message": "Paid", "status": sent.status})).into_response()

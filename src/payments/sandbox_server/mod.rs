@@ -31,6 +31,7 @@
 mod alipay;
 mod bills;
 mod cashier;
+pub mod miniprogram;
 mod wechat;
 
 use std::collections::HashMap;
@@ -65,6 +66,9 @@ pub struct SandboxKeys {
     pub wechat_platform_key: RsaPrivateKey,
     /// `PUB_KEY_ID_…`, sent as `Wechatpay-Serial`.
     pub wechat_public_key_id: String,
+    /// The mobile app's appid: `WECHAT_APP` trades are made under it, the others under
+    /// `wechat_app_id` (WeChat Pay refuses another with `APPID_MCHID_NOT_MATCH`).
+    pub wechat_mobile_app_id: String,
     /// Verifies fitorder's `Authorization`.
     pub merchant_public_key: RsaPublicKey,
     /// The `serial_no` fitorder's `Authorization` must name.
@@ -104,6 +108,8 @@ pub struct SandboxTrade {
     pub paid_at: Option<DateTime<Utc>>,
     pub prepay_id: Option<String>,
     pub payer_openid: Option<String>,
+    /// WECHAT_H5: the `scene_info.payer_client_ip` the prepay carried.
+    pub payer_client_ip: Option<String>,
     pub refunds: Vec<SandboxRefund>,
     /// The cashier page of this trade.
     pub cashier_url: String,
@@ -220,6 +226,12 @@ struct State {
     published: HashMap<(&'static str, chrono::NaiveDate), bills::Published>,
     /// Trades whose payment the bill books on the day after it was paid.
     booked_next_day: std::collections::HashSet<(&'static str, String)>,
+    /// WeChat's switch between platform certificate and 微信支付公钥 ([`SandboxProvider::set_wechat_key_switch`]).
+    key_switch: bool,
+    /// Error answers without a signature ([`SandboxProvider::answer_errors_unsigned`]).
+    unsigned_errors: bool,
+    /// The `Wechatpay-Serial` each WeChat Pay request carried (None: none), in order.
+    request_serials: Vec<Option<String>>,
 }
 
 pub(crate) struct Inner {
@@ -234,6 +246,9 @@ pub(crate) struct Inner {
     wrong_key: tokio::sync::OnceCell<RsaPrivateKey>,
     /// The platform certificate (serial, PEM) `/v3/certificates` lists.
     platform_cert: tokio::sync::OnceCell<(String, String)>,
+    /// During a key switch: the platform certificate of another key than the 微信支付公钥's
+    /// (key, serial, PEM), listed by `/v3/certificates` beside the other.
+    switch_cert: tokio::sync::OnceCell<(RsaPrivateKey, String, String)>,
 }
 
 struct Shutdown(Option<tokio::sync::oneshot::Sender<()>>);
@@ -280,6 +295,7 @@ impl SandboxProvider {
             lose_notifications: AtomicBool::new(false),
             wrong_key: tokio::sync::OnceCell::new(),
             platform_cert: tokio::sync::OnceCell::new(),
+            switch_cert: tokio::sync::OnceCell::new(),
         });
         let app = router(inner.clone());
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
@@ -375,6 +391,37 @@ impl SandboxProvider {
     /// Which `Wechatpay-Serial` answers and notifications name from now on.
     pub fn set_wechat_serial_mode(&self, mode: WechatSerialMode) {
         self.inner.lock().serial_mode = mode;
+    }
+
+    /// WeChat's switch between platform certificates and the 微信支付公钥, as WeChat Pay runs
+    /// it for a merchant: two different keys sign — the 微信支付公钥 (`PUB_KEY_ID_…`) and a
+    /// platform certificate of another key ([`SandboxProvider::wechat_switch_cert_serial`]),
+    /// which `/v3/certificates` lists. An answer follows the `Wechatpay-Serial` the request
+    /// named (either of the two); otherwise answers and notifications alternate between them.
+    pub async fn set_wechat_key_switch(&self, on: bool) -> Result<()> {
+        if on {
+            self.inner.switch_cert().await.map_err(|e| anyhow!(e))?;
+        }
+        self.inner.lock().key_switch = on;
+        Ok(())
+    }
+
+    /// The serial of the certificate that signs beside the 微信支付公钥 during a key switch.
+    pub async fn wechat_switch_cert_serial(&self) -> Result<String> {
+        Ok(self.inner.switch_cert().await.map_err(|e| anyhow!(e))?.1)
+    }
+
+    /// Every call is refused with an error answer without a signature, as a provider refuses
+    /// requests it cannot authenticate (a wrong merchant key or serial in the configuration):
+    /// WeChat Pay `401 SIGN_ERROR` with no `Wechatpay-*` headers, Alipay `<method>_response`
+    /// `40002 isv.invalid-signature` with no `sign`.
+    pub fn answer_errors_unsigned(&self, on: bool) {
+        self.inner.lock().unsigned_errors = on;
+    }
+
+    /// The `Wechatpay-Serial` every WeChat Pay API request carried so far (None: none).
+    pub fn wechat_request_serials(&self) -> Vec<Option<String>> {
+        self.inner.lock().request_serials.clone()
     }
 
     /// The serial of the sandbox's WeChat Pay platform certificate (40 hex digits, derived from
@@ -509,6 +556,7 @@ fn router(inner: Arc<Inner>) -> Router {
         .nest("/wechatpay", wechat::router())
         .nest("/alipay", alipay::router())
         .nest("/cashier", cashier::router())
+        .nest_service("/wechat-mp", miniprogram::router())
         .with_state(inner)
 }
 
@@ -580,6 +628,84 @@ impl Inner {
         }
     }
 
+    /// What signs the next WeChat answer or notification: the key and the serial naming it.
+    /// `requested`: the `Wechatpay-Serial` of the request answered (during a switch the answer
+    /// follows it).
+    async fn wechat_signer(&self, answer: bool, requested: Option<&str>) -> (RsaPrivateKey, String) {
+        let switching = self.lock().key_switch;
+        let wrong = if answer {
+            self.wrong_answer_key.load(Ordering::SeqCst)
+        } else {
+            self.wrong_notification_key.load(Ordering::SeqCst)
+        };
+        if !switching || wrong {
+            let key = if answer {
+                self.answer_key(WECHAT_PAY).await
+            } else {
+                self.notification_key(WECHAT_PAY).await
+            };
+            return (key, self.wechat_serial());
+        }
+        let Ok((cert_key, cert_serial, _)) = self.switch_cert().await else {
+            return (self.own_key(WECHAT_PAY), self.wechat_serial());
+        };
+        let public = (
+            self.keys.wechat_platform_key.clone(),
+            self.keys.wechat_public_key_id.clone(),
+        );
+        let cert = (cert_key, cert_serial.clone());
+        match requested.map(str::trim) {
+            Some(r) if r == self.keys.wechat_public_key_id => public,
+            Some(r) if r.eq_ignore_ascii_case(&cert_serial) => cert,
+            _ => {
+                let n = {
+                    let mut s = self.lock();
+                    s.serials_named += 1;
+                    s.serials_named
+                };
+                if n.is_multiple_of(2) {
+                    cert
+                } else {
+                    public
+                }
+            }
+        }
+    }
+
+    /// The key-switch certificate: a second platform key and its self-signed certificate.
+    async fn switch_cert(&self) -> Result<(RsaPrivateKey, String, String), String> {
+        self.switch_cert
+            .get_or_try_init(|| async {
+                tokio::task::spawn_blocking(move || {
+                    let key = RsaPrivateKey::new(&mut rand_core::OsRng, 2048).map_err(|e| e.to_string())?;
+                    let serial = cert_serial(&key);
+                    let pem = super::certs::self_signed_platform_cert(
+                        &key,
+                        &serial,
+                        "fitorder sandbox WeChat Pay platform (switch)",
+                        1825,
+                    )
+                    .map_err(|e| e.to_string())?;
+                    Ok::<_, String>((key, serial, pem))
+                })
+                .await
+                .map_err(|e| e.to_string())?
+            })
+            .await
+            .cloned()
+    }
+
+    /// The certificates `/v3/certificates` lists: the platform key's, and during a key switch
+    /// the other key's.
+    async fn listed_certs(&self) -> Result<Vec<(String, String)>, String> {
+        let mut certs = vec![self.platform_cert().await?];
+        if self.lock().key_switch {
+            let (_, serial, pem) = self.switch_cert().await?;
+            certs.push((serial, pem));
+        }
+        Ok(certs)
+    }
+
     /// The self-signed platform certificate of the platform key: (serial, PEM).
     async fn platform_cert(&self) -> Result<(String, String), String> {
         self.platform_cert
@@ -614,11 +740,13 @@ impl Inner {
         event_type: &str,
         resource: &Value,
     ) -> SandboxNotification {
+        let (platform_key, serial) = self.wechat_signer(false, None).await;
         let signer = WechatSandbox {
-            platform_key: self.notification_key(WECHAT_PAY).await,
+            platform_key,
             apiv3_key: self.keys.apiv3_key,
             mch_id: self.keys.mch_id.clone(),
-            serial: self.wechat_serial(),
+            serial,
+            app_id: self.keys.wechat_app_id.clone(),
         };
         let n = signer.notification(event_type, resource, Utc::now().timestamp());
         if self.lose_notifications.load(Ordering::SeqCst) {

@@ -101,6 +101,10 @@ impl WechatPay {
             .header("Accept", "application/json")
             .header("User-Agent", concat!("fitorder/", env!("CARGO_PKG_VERSION")))
             .header("X-Trace-Id", trace);
+        // The platform key we verify with: during WeChat's switch its answers follow it.
+        if let Some(serial) = self.keys.request_serial() {
+            req = req.header("Wechatpay-Serial", serial);
+        }
         if method != Method::GET {
             req = req.header("Content-Type", "application/json").body(payload);
         }
@@ -137,13 +141,15 @@ impl WechatPay {
         if self.keys.platform.key_for(serial).is_none() && !serial.is_empty() {
             self.unknown_serial(trace).await;
         }
-        self.verify_answer(
+        if let Err(e) = self.verify_answer(
             raw.timestamp.as_deref(),
             raw.nonce.as_deref(),
             raw.signature.as_deref(),
             raw.serial.as_deref(),
             &raw.body,
-        )?;
+        ) {
+            return Err(unsigned_error_answer(&raw).unwrap_or(e));
+        }
         let status = raw.status;
         let body = if raw.body.is_empty() {
             Value::Null
@@ -153,14 +159,28 @@ impl WechatPay {
         Ok(Answer { status, body })
     }
 
-    /// A serial we do not know: fetch the certificates at once, at most once a minute across
-    /// all instances (the others reload what the winner stored).
+    /// A serial we do not know, in either mode (during WeChat's switch from platform
+    /// certificates to the 微信支付公钥, or back, both sign): fetch the certificates at once, at
+    /// most once a minute across all instances; the others reload what the winner stored, at
+    /// most every few seconds. Decided in memory first: a flood of made-up serials costs no
+    /// database work beyond those gates.
     pub async fn unknown_serial(&self, trace: &str) {
-        if !self.keys.downloads_certificates() {
-            return;
-        }
-        if let Err(e) = self.refresh_certificates(true, trace).await {
-            tracing::warn!(error = %e, "refreshing the WeChat Pay platform certificates failed");
+        use crate::payments::platform_keys::UnknownSerialStep;
+        match self.keys.platform.unknown_serial_step(chrono::Utc::now()) {
+            UnknownSerialStep::Nothing => {}
+            UnknownSerialStep::Reload => {
+                let Some(pool) = &self.pool else { return };
+                if let Ok(mut conn) = pool.get().await {
+                    if let Err(e) = self.keys.platform.reload(&mut conn).await {
+                        tracing::warn!(error = %format!("{e:#}"), "reloading the WeChat Pay platform certificates failed");
+                    }
+                }
+            }
+            UnknownSerialStep::Fetch => {
+                if let Err(e) = self.refresh_certificates(true, trace).await {
+                    tracing::warn!(error = %e, "refreshing the WeChat Pay platform certificates failed");
+                }
+            }
         }
     }
 
@@ -259,7 +279,7 @@ impl WechatPay {
             other => return Err(ProviderError::Unsupported(format!("WeChat Pay has no channel {other}"))),
         };
         let mut body = json!({
-            "appid": self.keys.app_id,
+            "appid": self.keys.app_id_for(t.channel),
             "mchid": self.keys.mch_id,
             "description": truncate_bytes(t.description, 127),
             "out_trade_no": t.out_trade_no,
@@ -275,8 +295,11 @@ impl WechatPay {
                 body["payer"] = json!({ "openid": openid });
             }
             PayChannel::WechatH5 => {
+                let ip = t
+                    .client_ip
+                    .ok_or_else(|| ProviderError::Unsupported("H5 needs the payer's IP address".into()))?;
                 body["scene_info"] = json!({
-                    "payer_client_ip": t.client_ip.unwrap_or("127.0.0.1"),
+                    "payer_client_ip": ip,
                     "h5_info": {"type": "Wap"},
                 });
             }
@@ -320,7 +343,7 @@ impl WechatPay {
             PayChannel::WechatApp => Instruction {
                 wechat_app: Some(signing::app_params(
                     &k.merchant_key,
-                    &k.app_id,
+                    k.app_id_for(PayChannel::WechatApp),
                     &k.mch_id,
                     &field("prepay_id")?,
                     now,
@@ -465,12 +488,15 @@ impl WechatPay {
             );
             let answer = self.call(Method::GET, &path, None, trace).await?;
             if answer.status != 200 {
+                let said = format!(
+                    "{} {}",
+                    answer.code(),
+                    answer.body["message"].as_str().unwrap_or_default()
+                );
                 return match answer.code() {
-                    "NO_STATEMENT_EXIST" | "STATEMENT_CREATING" => Ok(BillDownload::NotReady(format!(
-                        "{} {}",
-                        answer.code(),
-                        answer.body["message"].as_str().unwrap_or_default()
-                    ))),
+                    // A day without any trade has no bill; one being made is not ready.
+                    "NO_STATEMENT_EXIST" => Ok(BillDownload::NoBill(said)),
+                    "STATEMENT_CREATING" => Ok(BillDownload::NotReady(said)),
                     _ => Err(answer.refused()),
                 };
             }
@@ -525,6 +551,20 @@ impl WechatPay {
     }
 }
 
+/// An error answer (4xx/5xx with WeChat's `{"code","message"}`) that does not verify: still no
+/// answer, but reported with its code and message (`401 SIGN_ERROR` is a merchant key or
+/// serial mistake, not an attack).
+fn unsigned_error_answer(raw: &Raw) -> Option<ProviderError> {
+    if raw.status < 400 {
+        return None;
+    }
+    let body: Value = serde_json::from_slice(&raw.body).ok()?;
+    let code = body["code"].as_str().filter(|c| !c.is_empty())?;
+    let e = unsigned_error(raw.status, code, body["message"].as_str().unwrap_or_default());
+    tracing::warn!(error = %e, "WeChat Pay answered an error without a valid signature");
+    Some(e)
+}
+
 /// At most `max` bytes of `s`, cut at a character boundary (WeChat counts bytes).
 fn truncate_bytes(s: &str, max: usize) -> &str {
     if s.len() <= max {
@@ -564,7 +604,7 @@ impl WechatPay {
             .and_then(|_| wechat::parse_envelope(body))
             .and_then(|env| {
                 let plain = wechat::decrypt(&self.keys.apiv3_key, &env.resource)?;
-                let notice = wechat::notice(&self.keys.mch_id, &env.event_type, &plain);
+                let notice = wechat::notice(&self.keys.mch_id, &self.keys.app_ids(), &env.event_type, &plain);
                 Ok((env, plain, notice))
             });
         match checked {

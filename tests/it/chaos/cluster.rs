@@ -13,7 +13,7 @@ use crate::harness::wait_ready;
 use crate::providers;
 
 /// The JWT secret the processes share with the test's tokens.
-pub const SECRET: &str = "chaos-secret";
+pub const SECRET: &str = "chaos-secret-5d7f9b1c3e5a7c9e1f3b";
 
 /// A PostgreSQL of our own, to restart mid-run.
 pub struct Database {
@@ -102,6 +102,11 @@ impl Cluster {
             ("DATABASE_URL".into(), db.to_string()),
             ("FITORDER_JWT_SECRET".into(), SECRET.into()),
             ("FITORDER_ORDER_TIMEOUT".into(), "3s".into()),
+            // Members' OFFLINE orders expire like online ones; the script's volume is not held
+            // back by the per-member cap and rate (business_limits.rs tests those).
+            ("FITORDER_OFFLINE_ORDER_TIMEOUT".into(), "3s".into()),
+            ("FITORDER_MAX_OPEN_ORDERS".into(), "100000".into()),
+            ("FITORDER_PLACE_RATE".into(), "100000".into()),
             ("FITORDER_SCAN_INTERVAL".into(), "2s".into()),
             ("FITORDER_RETRY_BASE".into(), "200ms".into()),
             ("FITORDER_MAX_ATTEMPTS".into(), "4".into()),

@@ -297,6 +297,7 @@ async fn before_canceling_the_provider_is_asked_and_a_late_payment_applied() {
         providers::configure_refunds(c, &base, &gateway);
         c.order_timeout = Duration::from_millis(200);
         c.downstream_timeout = Duration::from_millis(500);
+        c.provider_timeout = Duration::from_millis(500);
     })
     .await;
     let s = app.studio(0, None, 3).await;

@@ -95,6 +95,9 @@ impl Downstream {
             .api
             .http()
             .post(url)
+            // The shared client's limit is the providers' (FITORDER_PROVIDER_TIMEOUT); a
+            // downstream call has its own.
+            .timeout(self.config.downstream_timeout)
             .header("X-Trace-Id", &e.trace_id)
             .json(&body)
             .send()

@@ -57,8 +57,16 @@ impl Worker {
     }
 
     /// How long a claim holds: longer than any call can take.
+    /// A provider refund is up to three provider calls (a retry's refund query, the refund,
+    /// Alipay's refund query after `fund_change` N), each bounded by the provider timeout.
     fn lease(&self) -> Duration {
-        self.state.config.downstream_timeout * 2 + Duration::from_secs(5)
+        let c = &self.state.config;
+        let refund = if self.served.is_empty() {
+            Duration::ZERO
+        } else {
+            c.provider_timeout * 3
+        };
+        (c.downstream_timeout * 2).max(refund) + Duration::from_secs(5)
     }
 
     /// Runs until `shutdown` flips, waking on outbox notifications and when the next retry is due.

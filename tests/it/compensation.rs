@@ -19,6 +19,8 @@ async fn app_with(fake: &FakeDownstream, max_attempts: i32, timeout_ms: u64) -> 
         c.retry_base = Duration::from_millis(100);
         c.max_attempts = max_attempts;
         c.downstream_timeout = Duration::from_millis(timeout_ms);
+        // The worker's lease covers a refund's provider calls too.
+        c.provider_timeout = Duration::from_millis(timeout_ms);
     })
     .await
 }

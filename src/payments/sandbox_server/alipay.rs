@@ -690,10 +690,8 @@ fn refund_query(inner: &Inner, biz: &Value) -> Answered {
 /// Sends the refund notification: `TRADE_SUCCESS` with the cumulative `refund_fee` for a
 /// partial refund, `TRADE_CLOSED` with `gmt_close` once all is refunded.
 async fn notify_refund(inner: &Inner, key: &str) -> Option<super::SandboxNotification> {
-    let Some((out_trade_no, out_request_no)) = key.split_once('\n') else {
-        return None;
-    };
-    let Some((t, r)) = ({
+    let (out_trade_no, out_request_no) = key.split_once('\n')?;
+    let (t, r) = {
         let s = inner.lock();
         s.trades.get(&(ALIPAY, out_trade_no.to_string())).and_then(|t| {
             t.refunds
@@ -701,9 +699,7 @@ async fn notify_refund(inner: &Inner, key: &str) -> Option<super::SandboxNotific
                 .find(|r| r.out_refund_no == out_request_no)
                 .map(|r| (t.clone(), r.clone()))
         })
-    }) else {
-        return None;
-    };
+    }?;
     // The cumulative refund up to and including this one.
     let upto: i64 = t
         .refunds

@@ -111,6 +111,8 @@ impl Cluster {
             ("FITORDER_RETRY_BASE".into(), "200ms".into()),
             ("FITORDER_MAX_ATTEMPTS".into(), "4".into()),
             ("FITORDER_DOWNSTREAM_TIMEOUT".into(), "1s".into()),
+            // A killed worker's claims last 3 provider calls (a refund's queries) + 5 s.
+            ("FITORDER_PROVIDER_TIMEOUT".into(), "2s".into()),
             ("FITORDER_DOOR_ACCESS_URL".into(), downstream.url.clone()),
             ("FITORDER_AI_ACCESS_URL".into(), downstream.url.clone()),
             ("FITORDER_DB_POOL_SIZE".into(), "8".into()),

@@ -323,7 +323,9 @@ async fn the_invariant_checker_catches_broken_books() {
         paid: false,
         ..collected.clone()
     };
-    let found = check_invariants(&mut conn, &clean, &[unpaid.clone()]).await.join("\n");
+    let found = check_invariants(&mut conn, &clean, std::slice::from_ref(&unpaid))
+        .await
+        .join("\n");
     assert!(found.contains("has not finished it"), "{found}");
     let finished = ProviderTrade {
         refunds: vec![("RF-not-finished".into(), "SUCCESS".into())],

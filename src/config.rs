@@ -934,6 +934,7 @@ mod redaction_tests {
         c.listen_database_url = Some("postgresql://app:pgPASSWORD2@db.internal/fitorder?sslmode=require".into());
         c.door_access_url = Some("https://svc:doorPASSWORD@door.internal/grant".into());
         c.wechatpay.apiv3_key = Some("APIV3keyVALUE0123456789abcdefghij".into());
+        c.sign_in.secret = Some("MINIPROGRAMsecretVALUE".into());
         c.alert_channels = alert_channels::parse_list(
             "dingtalk:https://oapi.dingtalk.com/robot/send?access_token=ROBOTtoken#SECsigning",
         )
@@ -945,6 +946,7 @@ mod redaction_tests {
             "pgPASSWORD2",
             "doorPASSWORD",
             "APIV3keyVALUE",
+            "MINIPROGRAMsecretVALUE",
             "ROBOTtoken",
             "SECsigning",
         ] {

@@ -108,8 +108,8 @@ impl EventHub {
             "LISTEN {EVENTS_CHANNEL}; LISTEN {OUTBOX_CHANNEL}; LISTEN {EXPIRY_CHANNEL}; LISTEN {SESSIONS_CHANNEL}"
         ))
         .await?;
-        // Sessions that ended while we were not listening.
-        self.ended_sessions.reload(pool).await?;
+        // Sessions may have ended while we were not listening: the next check reloads them.
+        self.ended_sessions.mark_stale();
         // Anything committed while we were not listening is still due: let workers look.
         self.outbox.notify_waiters();
         self.expiry.notify_waiters();
@@ -247,6 +247,10 @@ pub struct EndedSessions {
     overflowed: std::sync::atomic::AtomicBool,
     capacity: usize,
     tx: broadcast::Sender<Arc<str>>,
+    /// Set whenever the LISTEN connection (re)connects: ends may have been missed, so the next
+    /// check loads them from the database first (an instance nobody asks never does).
+    stale: std::sync::atomic::AtomicBool,
+    reloading: tokio::sync::Mutex<()>,
 }
 
 #[derive(Default)]
@@ -264,6 +268,8 @@ impl EndedSessions {
             overflowed: Default::default(),
             capacity: capacity.max(1),
             tx,
+            stale: std::sync::atomic::AtomicBool::new(true),
+            reloading: tokio::sync::Mutex::new(()),
         }
     }
 
@@ -321,8 +327,28 @@ impl EndedSessions {
         }
     }
 
-    /// Whether `sid` has ended: the cache, and the database only when the cache overflowed.
+    /// Ends may have been missed (the LISTEN connection (re)connected): the next check reloads,
+    /// and open WebSockets are told to check again (an empty id).
+    pub fn mark_stale(&self) {
+        self.stale.store(true, std::sync::atomic::Ordering::SeqCst);
+        let _ = self.tx.send(Arc::from(""));
+    }
+
+    /// Whether `sid` has ended: the cache (loaded from the database first when stale), and the
+    /// database only when the cache overflowed.
     pub async fn has_ended(&self, pool: &DbPool, sid: &str) -> bool {
+        if std::sync::atomic::AtomicBool::load(&self.stale, std::sync::atomic::Ordering::SeqCst) {
+            let _one = self.reloading.lock().await;
+            if std::sync::atomic::AtomicBool::load(&self.stale, std::sync::atomic::Ordering::SeqCst) {
+                self.stale.store(false, std::sync::atomic::Ordering::SeqCst);
+                if let Err(e) = self.reload(pool).await {
+                    self.stale.store(true, std::sync::atomic::Ordering::SeqCst);
+                    // A database that cannot answer cannot vouch for the session either.
+                    tracing::warn!(error = %e, "ended sessions not loaded");
+                    return true;
+                }
+            }
+        }
         if let Some(known) = self.cached(sid) {
             return known;
         }
@@ -370,10 +396,7 @@ impl EndedSessions {
         .await?;
         let full = rows.len() > self.capacity;
         for r in rows.into_iter().take(self.capacity).rev() {
-            let sid: Arc<str> = Arc::from(r.id.as_str());
-            self.remember(sid.clone(), r.at);
-            // A socket opened while the connection was down hears of it now.
-            let _ = self.tx.send(sid);
+            self.remember(Arc::from(r.id.as_str()), r.at);
         }
         self.overflowed.store(full, std::sync::atomic::Ordering::Relaxed);
         Ok(())
@@ -393,6 +416,7 @@ mod ended_sessions_tests {
     #[test]
     fn bounded_and_a_miss_after_overflow_is_no_answer() {
         let e = EndedSessions::new(3);
+        e.stale.store(false, std::sync::atomic::Ordering::SeqCst);
         for sid in ["a", "b", "c"] {
             e.insert(sid);
         }

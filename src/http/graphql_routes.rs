@@ -632,6 +632,8 @@ async fn serve_ws(s: HttpState, socket: WebSocket, trace: TraceId) {
                 let mine = session.lock().expect("ws session").clone();
                 let Some(mine) = mine else { continue };
                 let ended = match end {
+                    // Ends may have been missed: ask.
+                    Ok(sid) if sid.is_empty() => s.app.events.ended_sessions.has_ended(&s.app.pool, &mine).await,
                     Ok(sid) => *sid == *mine,
                     // Missed some: ask.
                     Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {

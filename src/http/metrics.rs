@@ -148,6 +148,7 @@ pub const FAMILIES: &[(&str, &str, &[&str])] = &[
     ("fitorder_provider_failures_total", "counter", &["provider", "call"]),
     ("fitorder_ready", "gauge", &[]),
     ("fitorder_reconciliation_findings_total", "counter", &["provider"]),
+    ("fitorder_refresh_token_reuse_total", "counter", &[]),
     ("fitorder_subscriber_lagged_total", "counter", &[]),
     ("fitorder_subscribers", "gauge", &[]),
     ("fitorder_subscribers_hub", "gauge", &[]),
@@ -156,6 +157,7 @@ pub const FAMILIES: &[(&str, &str, &[&str])] = &[
     ("fitorder_tickets_opened_total", "counter", &["kind"]),
     ("fitorder_trades_started_total", "counter", &["channel"]),
     ("fitorder_transitions_total", "counter", &["from", "to"]),
+    ("fitorder_wechat_access_token_fetches_total", "counter", &[]),
 ];
 /// How often a scrape may query the outbox backlog.
 pub const BACKLOG_EVERY: std::time::Duration = std::time::Duration::from_secs(15);

@@ -336,3 +336,18 @@ pub async fn sign_out(state: &AppState, addr: Option<IpAddr>, presented: &str) -
     }
     Ok(!ended.is_empty())
 }
+
+#[derive(diesel::QueryableByName)]
+struct Pruned {
+    #[diesel(sql_type = BigInt)]
+    n: i64,
+}
+
+/// Refresh tokens expired for a day, and the sessions left without one (`data:cleanup`).
+pub async fn prune(conn: &mut diesel_async::AsyncPgConnection) -> AppResult<i64> {
+    let r: Pruned = StaticQuery::new(include_str!("prune.sql"))
+        .bind::<BigInt, _>(10_000_i64) // $1
+        .get_result(conn)
+        .await?;
+    Ok(r.n)
+}

@@ -116,6 +116,7 @@ pub async fn data_cleanup(state: AppState) -> AppResult<i64> {
         .bind::<BigInt, _>(TASK_RUN_RETENTION_DAYS) // $7
         .get_result(&mut conn)
         .await?;
-    tracing::info!(pruned = r.n, "data cleanup");
-    Ok(r.n)
+    let sessions = crate::sessions::prune(&mut conn).await?;
+    tracing::info!(pruned = r.n + sessions, "data cleanup");
+    Ok(r.n + sessions)
 }

@@ -806,3 +806,36 @@ async fn in_development_mode_the_sandbox_plays_wechat_so_a_demo_member_can_sign_
     let access = r["data"]["signInWithWechat"]["accessToken"].as_str().unwrap();
     assert_eq!(me(&app, access).await.unwrap(), seeded.member_ids[0].to_string());
 }
+
+#[tokio::test]
+async fn data_cleanup_prunes_expired_refresh_tokens_and_their_sessions_only() {
+    let app = TestApp::new().await;
+    let s = app.studio(0, None, 1).await;
+    let mut c = app.conn().await;
+    diesel_async::SimpleAsyncConnection::batch_execute(
+        &mut *c,
+        &format!(
+            "INSERT INTO member_sessions (id, member_id) VALUES (repeat('a', 32), {m}), (repeat('b', 32), {m});
+             INSERT INTO refresh_tokens (hash, session_id, expires_at, spent_at) VALUES
+               (sha256('old-1'), repeat('a', 32), now() - interval '3 days', now() - interval '33 days'),
+               (sha256('old-2'), repeat('a', 32), now() - interval '2 days', NULL),
+               (sha256('old-3'), repeat('b', 32), now() - interval '2 days', now() - interval '3 days'),
+               (sha256('live'), repeat('b', 32), now() + interval '20 days', NULL);",
+            m = s.member
+        ),
+    )
+    .await
+    .unwrap();
+    drop(c);
+    fitorder::tasks::housekeeping::data_cleanup(app.state.clone())
+        .await
+        .unwrap();
+    assert_eq!(app.sql_i64("SELECT count(*) AS v FROM refresh_tokens").await, 1);
+    assert_eq!(
+        app.sql_i64("SELECT count(*) AS v FROM member_sessions WHERE id = repeat('b', 32)")
+            .await,
+        1,
+        "a session with a live refresh token stays"
+    );
+    assert_eq!(app.sql_i64("SELECT count(*) AS v FROM member_sessions").await, 1);
+}

@@ -63,7 +63,12 @@ fn main() {
         Some(dir) => {
             for (name, rel) in ASSETS {
                 let path = dir.join(rel);
-                println!("cargo:rerun-if-changed={}", path.display());
+                // Files this script installed itself (under OUT_DIR) are newer than its own start:
+                // naming them would make every next build run it, and rebuild the crate, again.
+                // Those follow the lock file, which is watched above.
+                if !path.starts_with(&out) {
+                    println!("cargo:rerun-if-changed={}", path.display());
+                }
                 code.push_str(&format!(
                     "    ({name:?}, include_bytes!({:?})),\n",
                     path.display().to_string()

@@ -31,6 +31,28 @@ pub struct AppState {
     /// Unverified callbacks kept per source address and minute, and in all
     /// (`payments::sampling`).
     pub unverified: Arc<crate::payments::sampling::UnverifiedSampler>,
+    /// WeChat's mini-program API, for members signing in (None: not configured).
+    pub miniprogram: Option<Arc<crate::miniprogram::MiniProgram>>,
+    /// The sign-in mutations' rate limits.
+    pub sign_in_limits: Arc<SignInLimits>,
+    /// Staff tokens of the OpenID Connect issuer, its keys cached (`None`: not configured).
+    pub oidc: Option<Arc<crate::auth::oidc::OidcVerifier>>,
+}
+
+/// Sign-in calls per client address, sign-ins per WeChat account (a minute each).
+pub struct SignInLimits {
+    pub per_address: crate::ratelimit::RateLimiter,
+    pub per_openid: crate::ratelimit::RateLimiter,
+}
+
+impl SignInLimits {
+    pub fn new(config: &crate::config::SignInConfig) -> SignInLimits {
+        let minute = std::time::Duration::from_secs(60);
+        SignInLimits {
+            per_address: crate::ratelimit::RateLimiter::new(config.rate_per_address, minute, 100_000),
+            per_openid: crate::ratelimit::RateLimiter::new(config.rate_per_openid, minute, 100_000),
+        }
+    }
 }
 
 impl AppState {
@@ -59,12 +81,27 @@ impl AppState {
             PLACING_KEYS,
         );
         let unverified = crate::payments::sampling::UnverifiedSampler::new(&config);
+        let oidc = config.oidc.clone().map(|c| {
+            Arc::new(crate::auth::oidc::OidcVerifier::new(c).expect("an HTTP client is built without connecting"))
+        });
         let config = Arc::new(config);
         let keys = Arc::new(keys);
+        events.ended_sessions.set_window(config.sign_in.access_token_ttl);
+        let miniprogram = match (&config.sign_in.app_id, &config.sign_in.secret) {
+            (Some(app_id), Some(secret)) => Some(Arc::new(crate::miniprogram::MiniProgram::new(
+                app_id.clone(),
+                secret.clone(),
+                config.sign_in.api_base.clone(),
+                pool.clone(),
+            ))),
+            _ => None,
+        };
         AppState {
             placing: Arc::new(placing),
             unverified: Arc::new(unverified),
-            providers: ProviderApi::with_pool(config.clone(), keys.clone(), Some(pool.clone())),
+            providers: ProviderApi::with_pool(config.clone(), keys.clone(), pool.clone()),
+            miniprogram,
+            sign_in_limits: Arc::new(SignInLimits::new(&config.sign_in)),
             pool,
             config,
             keys,
@@ -72,6 +109,7 @@ impl AppState {
             db_url: Arc::new(db_url),
             evidence,
             processed: Arc::new(crate::payments::seen::Seen::new(crate::payments::seen::KEEP)),
+            oidc,
         }
     }
 }

@@ -6,6 +6,8 @@ use serde::{Deserialize, Serialize};
 use crate::domain::Actor;
 use crate::error::{AppError, AppResult};
 
+pub mod oidc;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Role {
     Member,
@@ -38,6 +40,9 @@ pub struct Claims {
     pub exp: i64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stores: Option<Vec<String>>,
+    /// A signed-in member's session (`sessions`): refused once the session has ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sid: Option<String>,
 }
 
 /// An authenticated caller.
@@ -49,6 +54,9 @@ pub struct Viewer {
     pub member_id: Option<i64>,
     /// For admins limited to some stores.
     pub stores: Option<Vec<i64>>,
+    /// The sign-in session the token belongs to (`sid`); `None` for tokens minted with
+    /// `fitorder token`.
+    pub session: Option<String>,
 }
 
 impl Viewer {
@@ -101,6 +109,7 @@ pub fn issue_token(
         role: role.as_str().to_string(),
         exp: chrono::Utc::now().timestamp() + ttl.as_secs() as i64,
         stores,
+        sid: None,
     };
     jsonwebtoken::encode(
         &Header::new(Algorithm::HS256),
@@ -110,8 +119,40 @@ pub fn issue_token(
     .expect("HS256 encoding cannot fail")
 }
 
-/// Checks a bearer token (with or without the `Bearer ` prefix, whose scheme is
-/// case-insensitive as RFC 7235 says).
+/// A signed-in member's access token: role `member`, `sub` = the member id, `sid` = the session,
+/// expiring at `exp` (seconds since the epoch).
+pub fn issue_session_token(secret: &str, member_id: i64, sid: &str, exp: i64) -> String {
+    let claims = Claims {
+        sub: member_id.to_string(),
+        role: Role::Member.as_str().to_string(),
+        exp,
+        stores: None,
+        sid: Some(sid.to_string()),
+    };
+    jsonwebtoken::encode(
+        &Header::new(Algorithm::HS256),
+        &claims,
+        &EncodingKey::from_secret(secret.as_bytes()),
+    )
+    .expect("HS256 encoding cannot fail")
+}
+
+/// The session check, apart from the signature and claim checks: a token naming a session
+/// that has ended (signed out, or its refresh token reused) is refused on its next use.
+/// `ended` answers for a session id (the cache of ended sessions, `events::EndedSessions`).
+pub fn refuse_ended_session(viewer: &Viewer, ended: impl FnOnce(&str) -> bool) -> AppResult<()> {
+    match viewer.session.as_deref() {
+        Some(sid) if ended(sid) => Err(AppError::Unauthenticated("the session has ended: sign in again".into())),
+        _ => Ok(()),
+    }
+}
+
+/// A session id as `sessions` makes them: 32 lowercase hex digits.
+fn session_id(s: &str) -> Option<String> {
+    (s.len() == 32 && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))).then(|| s.to_string())
+}
+
+/// Checks a bearer token (`Bearer <JWT>`, the scheme case-insensitive as RFC 7235 says).
 pub fn verify(secret: &str, header_value: &str) -> AppResult<Viewer> {
     verify_with_expiry(secret, header_value).map(|(v, _)| v)
 }
@@ -119,12 +160,7 @@ pub fn verify(secret: &str, header_value: &str) -> AppResult<Viewer> {
 /// [`verify`], also answering the token's `exp` (seconds since the epoch): a WebSocket
 /// session ends then.
 pub fn verify_with_expiry(secret: &str, header_value: &str) -> AppResult<(Viewer, i64)> {
-    let value = header_value.trim();
-    let token = match value.split_once(' ') {
-        Some((scheme, rest)) if scheme.eq_ignore_ascii_case("bearer") => rest,
-        _ => value,
-    }
-    .trim();
+    let token = bearer_token(header_value)?;
     let mut validation = Validation::new(Algorithm::HS256);
     validation.set_required_spec_claims(&["exp", "sub"]);
     validation.validate_nbf = true;
@@ -145,6 +181,7 @@ pub fn verify_with_expiry(secret: &str, header_value: &str) -> AppResult<(Viewer
                 .into(),
             )
         })?;
+    check_claim_bounds(token, chrono::Utc::now().timestamp())?;
     let claims = data.claims;
     let role = Role::parse(&claims.role)
         .ok_or_else(|| AppError::Unauthenticated("the token's role is not member, admin or ops".into()))?;
@@ -167,19 +204,103 @@ pub fn verify_with_expiry(secret: &str, header_value: &str) -> AppResult<(Viewer
                 .ok_or_else(|| AppError::Unauthenticated("stores must be store ids".into()))?,
         ),
     };
+    let session = match claims.sid {
+        None => None,
+        Some(sid) if role == Role::Member => Some(
+            session_id(&sid).ok_or_else(|| AppError::Unauthenticated("the token's sid is not a session id".into()))?,
+        ),
+        Some(_) => return Err(AppError::Unauthenticated("only member tokens name a session".into())),
+    };
     Ok((
         Viewer {
             role,
             subject: claims.sub,
             member_id,
             stores,
+            session,
         },
         claims.exp,
     ))
 }
 
+/// The token of an `Authorization` value: `Bearer <token>` and nothing else (a bare token is
+/// refused: the contract's one form, and what every client sends).
+fn bearer_token(header_value: &str) -> AppResult<&str> {
+    match header_value.trim().split_once(' ') {
+        Some((scheme, rest)) if scheme.eq_ignore_ascii_case("bearer") && !rest.trim().is_empty() => Ok(rest.trim()),
+        _ => Err(AppError::Unauthenticated(
+            "the token must be sent as \"Authorization: Bearer <token>\"".into(),
+        )),
+    }
+}
+
+/// The longest a fitorder token may live: an `exp` further ahead is no token we issue.
+pub const MAX_TOKEN_LIFETIME_SECS: i64 = 366 * 24 * 3600;
+/// How far ahead of this clock another instance's `iat` may be.
+const IAT_LEEWAY_SECS: i64 = 60;
+
+/// What the signature check leaves open, on the claims of a token whose signature is good:
+/// an `exp` more than [`MAX_TOKEN_LIFETIME_SECS`] ahead (10^18 was accepted), an `iat` that is
+/// not a number or lies in the future, and `stores: null` (a malformed claim, not "every
+/// store": an admin is chain-wide only without a `stores` claim at all).
+fn check_claim_bounds(token: &str, now: i64) -> AppResult<()> {
+    use base64::Engine;
+    let refuse = |why: &str| AppError::Unauthenticated(format!("the token's {why}"));
+    let payload = token
+        .split('.')
+        .nth(1)
+        .and_then(|p| {
+            base64::engine::general_purpose::URL_SAFE_NO_PAD
+                .decode(p.trim_end_matches('='))
+                .ok()
+        })
+        .and_then(|b| serde_json::from_slice::<serde_json::Map<String, serde_json::Value>>(&b).ok())
+        .ok_or_else(|| refuse("claims are not a JSON object"))?;
+    match payload.get("exp").and_then(|v| v.as_i64()) {
+        Some(exp) if exp <= now.saturating_add(MAX_TOKEN_LIFETIME_SECS) => {}
+        Some(_) => return Err(refuse("exp lies more than a year ahead")),
+        None => return Err(refuse("exp is not a number of seconds")),
+    }
+    match payload.get("iat") {
+        None => {}
+        Some(v) => match v.as_i64() {
+            Some(iat) if iat <= now.saturating_add(IAT_LEEWAY_SECS) => {}
+            Some(_) => return Err(refuse("iat lies in the future")),
+            None => return Err(refuse("iat is not a number of seconds")),
+        },
+    }
+    match payload.get("stores") {
+        None | Some(serde_json::Value::Array(_)) => {}
+        Some(_) => return Err(refuse("stores claim must be a list of store ids")),
+    }
+    Ok(())
+}
+
+/// Every way in (HTTP and WebSocket): with an OpenID Connect issuer configured, a token whose
+/// header says RS256 or ES256 is the issuer's staff token ([`oidc::OidcVerifier`], which may
+/// fetch its keys); anything else — and everything without an issuer — is fitorder's own HS256
+/// token, checked on the spot as before. `none` and HS* never meet the issuer's public keys.
+pub async fn verify_bearer(
+    secret: &str,
+    issuer: Option<&oidc::OidcVerifier>,
+    header_value: &str,
+) -> AppResult<(Viewer, i64)> {
+    if let Some(issuer) = issuer {
+        let token = bearer_token(header_value)?;
+        // fitorder's own header, as `issue_token` writes it, is decided without decoding it.
+        let own = token.strip_prefix(OWN_HEADER).is_some_and(|rest| rest.starts_with('.'));
+        if !own && jsonwebtoken::decode_header(token).is_ok_and(|h| oidc::is_issuer_alg(h.alg)) {
+            return issuer.verify(token).await;
+        }
+    }
+    verify_with_expiry(secret, header_value)
+}
+
+/// `{"typ":"JWT","alg":"HS256"}` in base64url: the header of every token [`issue_token`] makes.
+const OWN_HEADER: &str = "eyJ0eXAiOiJKV1QiLCJhbGciOiJIUzI1NiJ9";
+
 /// An id written the one way ids are written: decimal digits, no sign, no leading zero.
-fn canonical_id(s: &str) -> Option<i64> {
+pub fn canonical_id(s: &str) -> Option<i64> {
     let ok = !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) && !s.starts_with('0');
     ok.then(|| s.parse::<i64>().ok()).flatten()
 }
@@ -187,6 +308,14 @@ fn canonical_id(s: &str) -> Option<i64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn own_header_is_the_one_issue_token_writes() {
+        let t = issue_token("s", Role::Ops, "o", None, std::time::Duration::from_secs(60));
+        assert_eq!(t.split('.').next(), Some(OWN_HEADER));
+        let h = jsonwebtoken::decode_header(&t).unwrap();
+        assert_eq!(h.alg, Algorithm::HS256);
+    }
 
     #[test]
     fn ids_are_canonical() {

@@ -7,6 +7,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 
 pub mod alert_channels;
+pub mod oidc;
 
 /// `Debug` is written out below: it never shows a secret (the JWT secret, the APIv3 key, a
 /// database password, an alert channel's URL or signing secret).
@@ -77,6 +78,16 @@ pub struct Config {
     pub http_body_timeout: Duration,
     /// How much of an unverified callback's body is kept as evidence.
     pub unverified_callback_bytes: usize,
+    /// `FITORDER_PUBLIC_INTROSPECTION=1`: introspection without a token outside development mode.
+    pub public_introspection: bool,
+    /// `FITORDER_METRICS_TOKEN`: outside development mode, `/metrics` on the API port answers
+    /// only `Authorization: Bearer <this>` (unset: not served there; see `metrics_addr`).
+    pub metrics_token: Option<String>,
+    /// Open HTTP connections of this process, in all and from one peer address.
+    pub max_connections: usize,
+    pub max_connections_per_addr: usize,
+    /// Running GraphQL operations of one token over all its WebSockets.
+    pub max_subscriptions_per_token: usize,
     /// Business limits (README "Security", limits of the business): the expiry of an OFFLINE
     /// order a member placed, the WAIT_PAY orders one member may hold, placements per member
     /// and minute.
@@ -88,6 +99,70 @@ pub struct Config {
     /// rows a minute in all.
     pub unverified_callbacks_per_minute: u32,
     pub unverified_callbacks_per_minute_total: u32,
+    /// Provider API calls: connecting (`FITORDER_PROVIDER_CONNECT_TIMEOUT`), and the whole
+    /// call, answer included (`FITORDER_PROVIDER_TIMEOUT`, the Alipay SDK's read timeout).
+    pub provider_connect_timeout: Duration,
+    pub provider_timeout: Duration,
+    /// The load balancers whose `X-Forwarded-For` is believed (`FITORDER_TRUSTED_PROXIES`).
+    pub trusted_proxies: Vec<ipnet::IpNet>,
+    /// Members signing in from the WeChat mini program, and their sessions.
+    pub sign_in: SignInConfig,
+    /// Staff tokens from an OpenID Connect issuer (`FITORDER_OIDC_*`); `None`: only HS256.
+    pub oidc: Option<oidc::OidcConfig>,
+}
+
+/// Members' sign-in (`signInWithWechat`, `refreshSession`, `signOut`).
+#[derive(Clone)]
+pub struct SignInConfig {
+    /// The mini program's appid and AppSecret (`WECHAT_MINIPROGRAM_APP_ID`, `…_SECRET`).
+    pub app_id: Option<String>,
+    pub secret: Option<String>,
+    /// WeChat's mini-program API (`WECHAT_API_BASE`).
+    pub api_base: String,
+    pub access_token_ttl: Duration,
+    pub refresh_token_ttl: Duration,
+    /// Sign-in mutations per client address, and sign-ins per openid, per minute.
+    pub rate_per_address: u32,
+    pub rate_per_openid: u32,
+}
+
+pub const WECHAT_API_BASE: &str = "https://api.weixin.qq.com";
+
+impl Default for SignInConfig {
+    fn default() -> Self {
+        SignInConfig {
+            app_id: None,
+            secret: None,
+            api_base: WECHAT_API_BASE.into(),
+            access_token_ttl: Duration::from_secs(2 * 3600),
+            refresh_token_ttl: Duration::from_secs(30 * 24 * 3600),
+            rate_per_address: 30,
+            rate_per_openid: 10,
+        }
+    }
+}
+
+impl std::fmt::Debug for SignInConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let SignInConfig {
+            app_id,
+            secret,
+            api_base,
+            access_token_ttl,
+            refresh_token_ttl,
+            rate_per_address,
+            rate_per_openid,
+        } = self;
+        f.debug_struct("SignInConfig")
+            .field("app_id", app_id)
+            .field("secret", &secret.as_ref().map(|_| REDACTED))
+            .field("api_base", api_base)
+            .field("access_token_ttl", access_token_ttl)
+            .field("refresh_token_ttl", refresh_token_ttl)
+            .field("rate_per_address", rate_per_address)
+            .field("rate_per_openid", rate_per_openid)
+            .finish()
+    }
 }
 
 /// Beyond the per-address limit, one unverified callback in this many is kept as a sample.
@@ -96,8 +171,10 @@ pub const UNVERIFIED_SAMPLE_EVERY: u64 = 100;
 #[derive(Clone)]
 pub struct WechatPayConfig {
     pub mch_id: Option<String>,
-    /// The appid trades are made under (mini program, official account or app).
+    /// The appid JSAPI, Native and H5 trades are made under (mini program or official account).
     pub app_id: Option<String>,
+    /// The mobile app's appid, for `WECHAT_APP` trades (`WECHATPAY_MOBILE_APP_ID`); None: `app_id`.
+    pub mobile_app_id: Option<String>,
     pub apiv3_key: Option<String>,
     /// The merchant's API private key (PEM) and its certificate serial: sign every call.
     pub merchant_private_key: Option<PathBuf>,
@@ -116,6 +193,7 @@ impl Default for WechatPayConfig {
         WechatPayConfig {
             mch_id: None,
             app_id: None,
+            mobile_app_id: None,
             apiv3_key: None,
             merchant_private_key: None,
             merchant_serial: None,
@@ -204,12 +282,29 @@ Environment:
   FITORDER_HTTP_HEADER_TIMEOUT   wait for request headers / idle keep-alive (default 10s)
   FITORDER_HTTP_BODY_TIMEOUT     wait for a request body (default 30s)
   FITORDER_UNVERIFIED_CALLBACK_BYTES  body kept of an unverified callback (default 4096)
+  FITORDER_PUBLIC_INTROSPECTION  1: introspection without a token outside development mode (default unset)
+  FITORDER_METRICS_TOKEN         bearer token for /metrics on the API port outside development mode (default: not served there)
+  FITORDER_MAX_CONNECTIONS       open HTTP connections per process (default 4096)
+  FITORDER_MAX_CONNECTIONS_PER_ADDR  open HTTP connections from one peer address (default 256)
+  FITORDER_MAX_SUBSCRIPTIONS_PER_TOKEN  running WebSocket operations of one token, all connections (default 200)
   FITORDER_OFFLINE_ORDER_TIMEOUT expiry of an OFFLINE order a member placed (default 24h)
   FITORDER_MAX_OPEN_ORDERS       WAIT_PAY orders one member may hold at once (default 5)
   FITORDER_PLACE_RATE            orders one member may place per minute (default 20)
   FITORDER_UNVERIFIED_CALLBACKS_PER_MINUTE  unverified callbacks kept whole per address and minute (default 20)
   FITORDER_UNVERIFIED_CALLBACKS_TOTAL_PER_MINUTE  unverified callbacks kept per minute in all (default 600)
   ALIPAY_SELLER_ID               Alipay: our seller id (2088…); notifications naming another are refused
+  FITORDER_PROVIDER_CONNECT_TIMEOUT  connecting to a provider API (default 3s)
+  FITORDER_PROVIDER_TIMEOUT      a whole provider call (default 15s)
+  FITORDER_TRUSTED_PROXIES       load balancers (IPs or CIDRs, comma-separated) whose X-Forwarded-For is believed
+  WECHATPAY_MOBILE_APP_ID        the mobile app's appid for WECHAT_APP (default WECHATPAY_APP_ID)
+  Member sign-in from the WeChat mini program:
+    WECHAT_MINIPROGRAM_APP_ID, WECHAT_MINIPROGRAM_SECRET (both or neither),
+    WECHAT_API_BASE (default https://api.weixin.qq.com),
+    FITORDER_ACCESS_TOKEN_TTL (default 2h), FITORDER_REFRESH_TOKEN_TTL (default 30d),
+    FITORDER_SIGNIN_RATE (sign-in calls per minute per client address, default 30),
+    FITORDER_SIGNIN_RATE_PER_OPENID (sign-ins per minute per WeChat account, default 10)
+  FITORDER_OIDC_ISSUER, FITORDER_OIDC_AUDIENCE  staff tokens (RS256/ES256) from this OpenID Connect issuer, for this audience
+  FITORDER_OIDC_ROLE_CLAIM, FITORDER_OIDC_STORES_CLAIM  their claims naming role and stores (default role, stores)
 ";
 
 fn var(name: &str) -> Option<String> {
@@ -274,6 +369,7 @@ impl Config {
             wechatpay: WechatPayConfig {
                 mch_id: var("WECHATPAY_MCH_ID"),
                 app_id: var("WECHATPAY_APP_ID"),
+                mobile_app_id: var("WECHATPAY_MOBILE_APP_ID"),
                 apiv3_key: var("WECHATPAY_APIV3_KEY"),
                 merchant_private_key: var("WECHATPAY_MCH_PRIVATE_KEY").map(PathBuf::from),
                 merchant_serial: var("WECHATPAY_MCH_SERIAL"),
@@ -311,6 +407,15 @@ impl Config {
             http_header_timeout: duration("FITORDER_HTTP_HEADER_TIMEOUT", "10s")?,
             http_body_timeout: duration("FITORDER_HTTP_BODY_TIMEOUT", "30s")?,
             unverified_callback_bytes: number("FITORDER_UNVERIFIED_CALLBACK_BYTES", 4_096)?,
+            public_introspection: var("FITORDER_PUBLIC_INTROSPECTION").is_some_and(|v| v.trim() == "1"),
+            metrics_token: var("FITORDER_METRICS_TOKEN"),
+            max_connections: number::<usize>("FITORDER_MAX_CONNECTIONS", DEFAULT_MAX_CONNECTIONS)?.max(1),
+            max_connections_per_addr: number::<usize>(
+                "FITORDER_MAX_CONNECTIONS_PER_ADDR",
+                DEFAULT_MAX_CONNECTIONS_PER_ADDR,
+            )?
+            .max(1),
+            max_subscriptions_per_token: number::<usize>("FITORDER_MAX_SUBSCRIPTIONS_PER_TOKEN", 200)?.max(1),
             offline_order_timeout: duration("FITORDER_OFFLINE_ORDER_TIMEOUT", "24h")?,
             max_open_orders: number::<i64>("FITORDER_MAX_OPEN_ORDERS", 5)?.max(1),
             place_rate_per_minute: number::<u32>("FITORDER_PLACE_RATE", 20)?.max(1),
@@ -319,6 +424,12 @@ impl Config {
                 "FITORDER_UNVERIFIED_CALLBACKS_TOTAL_PER_MINUTE",
                 600,
             )?,
+            provider_connect_timeout: duration("FITORDER_PROVIDER_CONNECT_TIMEOUT", "3s")?,
+            provider_timeout: duration("FITORDER_PROVIDER_TIMEOUT", "15s")?,
+            trusted_proxies: parse_trusted_proxies(&var("FITORDER_TRUSTED_PROXIES").unwrap_or_default())
+                .map_err(|e| anyhow::anyhow!("FITORDER_TRUSTED_PROXIES: {e}"))?,
+            sign_in: sign_in_from_env()?,
+            oidc: oidc::OidcConfig::from_env(var)?,
         })
     }
 
@@ -331,7 +442,7 @@ impl Config {
             reconcile_at: chrono::NaiveTime::from_hms_opt(10, 30, 0).expect("a valid time"),
             dev_mode: false,
             sandbox_addr: "127.0.0.1:0".into(),
-            jwt_secret: "test-secret".into(),
+            jwt_secret: "test-secret-not-for-production-0123456789".into(),
             jwt_secret_generated: false,
             order_timeout: Duration::from_secs(15 * 60),
             scan_interval: Duration::from_secs(60),
@@ -365,12 +476,22 @@ impl Config {
             http_header_timeout: Duration::from_secs(10),
             http_body_timeout: Duration::from_secs(30),
             unverified_callback_bytes: 4_096,
+            public_introspection: false,
+            metrics_token: None,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            max_connections_per_addr: DEFAULT_MAX_CONNECTIONS_PER_ADDR,
+            max_subscriptions_per_token: 200,
             // Tests place hundreds of orders for one member: the tests of these limits set them.
             offline_order_timeout: Duration::from_secs(24 * 3600),
             max_open_orders: 100_000,
             place_rate_per_minute: 100_000,
             unverified_callbacks_per_minute: 20,
             unverified_callbacks_per_minute_total: 600,
+            provider_connect_timeout: Duration::from_secs(3),
+            provider_timeout: Duration::from_secs(15),
+            trusted_proxies: vec![],
+            sign_in: SignInConfig::default(),
+            oidc: None,
         }
     }
 
@@ -378,6 +499,35 @@ impl Config {
     pub fn ops_url(&self) -> String {
         format!("{}/ops", self.public_url.trim_end_matches('/'))
     }
+}
+
+fn sign_in_from_env() -> Result<SignInConfig> {
+    let app_id = var("WECHAT_MINIPROGRAM_APP_ID");
+    let secret = var("WECHAT_MINIPROGRAM_SECRET");
+    anyhow::ensure!(
+        app_id.is_some() == secret.is_some(),
+        "WECHAT_MINIPROGRAM_APP_ID and WECHAT_MINIPROGRAM_SECRET are set together or not at all (missing: {})",
+        if app_id.is_none() {
+            "WECHAT_MINIPROGRAM_APP_ID"
+        } else {
+            "WECHAT_MINIPROGRAM_SECRET"
+        }
+    );
+    let access_token_ttl = duration("FITORDER_ACCESS_TOKEN_TTL", "2h")?;
+    let refresh_token_ttl = duration("FITORDER_REFRESH_TOKEN_TTL", "30d")?;
+    anyhow::ensure!(
+        access_token_ttl >= Duration::from_secs(60) && refresh_token_ttl > access_token_ttl,
+        "FITORDER_ACCESS_TOKEN_TTL must be at least 1m and FITORDER_REFRESH_TOKEN_TTL longer than it"
+    );
+    Ok(SignInConfig {
+        app_id,
+        secret,
+        api_base: var("WECHAT_API_BASE").unwrap_or_else(|| WECHAT_API_BASE.into()),
+        access_token_ttl,
+        refresh_token_ttl,
+        rate_per_address: number::<u32>("FITORDER_SIGNIN_RATE", 30)?.max(1),
+        rate_per_openid: number::<u32>("FITORDER_SIGNIN_RATE_PER_OPENID", 10)?.max(1),
+    })
 }
 
 /// Without FITORDER_JWT_SECRET a random secret is made once and kept in
@@ -422,6 +572,87 @@ impl Config {
                 let _ = f.write_all(self.jwt_secret.as_bytes());
             }
         }
+    }
+}
+
+/// `FITORDER_MAX_CONNECTIONS` and `FITORDER_MAX_CONNECTIONS_PER_ADDR` when unset.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 4_096;
+pub const DEFAULT_MAX_CONNECTIONS_PER_ADDR: usize = 256;
+
+/// The shortest `FITORDER_JWT_SECRET` accepted outside development mode, in bytes.
+pub const MIN_JWT_SECRET_BYTES: usize = 32;
+/// The fewest different bytes it must contain (`aaaa…` or `0101…` is no secret).
+pub const MIN_JWT_SECRET_DISTINCT: usize = 8;
+
+/// Outside development mode a token signed with a guessable secret is as good as any: a secret
+/// shorter than [`MIN_JWT_SECRET_BYTES`] or with fewer than [`MIN_JWT_SECRET_DISTINCT`]
+/// different bytes stops the start, naming the setting (never showing the secret).
+pub fn check_jwt_secret(secret: &str) -> Result<()> {
+    let bytes = secret.as_bytes();
+    anyhow::ensure!(
+        bytes.len() >= MIN_JWT_SECRET_BYTES,
+        "FITORDER_JWT_SECRET is too short: {} bytes, at least {MIN_JWT_SECRET_BYTES} are needed outside \
+         development mode (e.g. `openssl rand -hex 32`)",
+        bytes.len()
+    );
+    anyhow::ensure!(
+        !secret.trim().to_ascii_lowercase().starts_with("change-me"),
+        "FITORDER_JWT_SECRET is still the example's placeholder: set a random one (e.g. `openssl rand -hex 32`)"
+    );
+    let distinct = bytes.iter().collect::<std::collections::HashSet<_>>().len();
+    anyhow::ensure!(
+        distinct >= MIN_JWT_SECRET_DISTINCT,
+        "FITORDER_JWT_SECRET is too simple: {distinct} different characters, at least \
+         {MIN_JWT_SECRET_DISTINCT} are needed outside development mode (e.g. `openssl rand -hex 32`)"
+    );
+    Ok(())
+}
+
+/// Reads `FITORDER_TRUSTED_PROXIES`: comma-separated IPs or CIDRs (`10.0.0.0/8, 192.168.1.7`).
+pub fn parse_trusted_proxies(text: &str) -> Result<Vec<ipnet::IpNet>, String> {
+    text.split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|s| {
+            s.parse::<ipnet::IpNet>()
+                .or_else(|_| s.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
+                .map_err(|_| format!("{s:?} is neither an IP address nor a CIDR"))
+        })
+        .collect()
+}
+
+impl Config {
+    /// Outside development mode the providers must reach `FITORDER_PUBLIC_URL` over `https://`
+    /// (their `notify_url`); a loopback address is let through, for tests on one machine.
+    pub fn check_public_url(&self) -> Result<()> {
+        if self.dev_mode {
+            return Ok(());
+        }
+        let url = self.public_url.to_ascii_lowercase();
+        if url.starts_with("https://") {
+            return Ok(());
+        }
+        let host = url
+            .strip_prefix("http://")
+            .map(|rest| {
+                let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+                let authority = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+                if let Some(v6) = authority.strip_prefix('[') {
+                    v6.split(']').next().unwrap_or_default().to_string()
+                } else {
+                    authority.split(':').next().unwrap_or_default().to_string()
+                }
+            })
+            .unwrap_or_default();
+        let loopback = host == "localhost" || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback());
+        anyhow::ensure!(
+            loopback,
+            "FITORDER_PUBLIC_URL={:?} is not https://: the payment providers send notifications to it (their \
+             notify_url) and refuse or expose plain HTTP; set FITORDER_PUBLIC_URL to this service's https:// \
+             address (plain http:// is allowed only for a loopback address, or in development mode)",
+            self.public_url
+        );
+        Ok(())
     }
 }
 
@@ -511,11 +742,21 @@ impl std::fmt::Debug for Config {
             http_header_timeout,
             http_body_timeout,
             unverified_callback_bytes,
+            public_introspection,
+            metrics_token,
+            max_connections,
+            max_connections_per_addr,
+            max_subscriptions_per_token,
             offline_order_timeout,
             max_open_orders,
             place_rate_per_minute,
             unverified_callbacks_per_minute,
             unverified_callbacks_per_minute_total,
+            provider_connect_timeout,
+            provider_timeout,
+            trusted_proxies,
+            sign_in,
+            oidc,
         } = self;
         let url = |u: &Option<String>| u.as_deref().map(redact_url);
         f.debug_struct("Config")
@@ -559,6 +800,11 @@ impl std::fmt::Debug for Config {
             .field("http_header_timeout", http_header_timeout)
             .field("http_body_timeout", http_body_timeout)
             .field("unverified_callback_bytes", unverified_callback_bytes)
+            .field("public_introspection", public_introspection)
+            .field("metrics_token", &metrics_token.as_ref().map(|_| REDACTED))
+            .field("max_connections", max_connections)
+            .field("max_connections_per_addr", max_connections_per_addr)
+            .field("max_subscriptions_per_token", max_subscriptions_per_token)
             .field("offline_order_timeout", offline_order_timeout)
             .field("max_open_orders", max_open_orders)
             .field("place_rate_per_minute", place_rate_per_minute)
@@ -567,6 +813,11 @@ impl std::fmt::Debug for Config {
                 "unverified_callbacks_per_minute_total",
                 unverified_callbacks_per_minute_total,
             )
+            .field("provider_connect_timeout", provider_connect_timeout)
+            .field("provider_timeout", provider_timeout)
+            .field("trusted_proxies", trusted_proxies)
+            .field("sign_in", sign_in)
+            .field("oidc", oidc)
             .finish()
     }
 }
@@ -576,6 +827,7 @@ impl std::fmt::Debug for WechatPayConfig {
         let WechatPayConfig {
             mch_id,
             app_id,
+            mobile_app_id,
             apiv3_key,
             merchant_private_key,
             merchant_serial,
@@ -586,6 +838,7 @@ impl std::fmt::Debug for WechatPayConfig {
         f.debug_struct("WechatPayConfig")
             .field("mch_id", mch_id)
             .field("app_id", app_id)
+            .field("mobile_app_id", mobile_app_id)
             .field("apiv3_key", &apiv3_key.as_ref().map(|_| REDACTED))
             // A path to the key, never its text.
             .field("merchant_private_key", merchant_private_key)
@@ -644,5 +897,82 @@ mod redaction_tests {
             redact_url("postgres://postgres@127.0.0.1:5432/postgres"),
             "postgres://postgres@127.0.0.1:5432/postgres"
         );
+    }
+}
+
+#[cfg(test)]
+mod jwt_secret_tests {
+    use super::*;
+
+    #[test]
+    fn weak_secrets_are_refused_by_name() {
+        for (weak, why) in [
+            ("a", "too short"),
+            ("change-me", "too short"),
+            (&"x".repeat(64) as &str, "too simple"),
+            ("0101010101010101010101010101010101", "too simple"),
+        ] {
+            let e = check_jwt_secret(weak).unwrap_err().to_string();
+            assert!(e.contains("FITORDER_JWT_SECRET") && e.contains(why), "{weak}: {e}");
+            assert!(!e.contains(weak) || weak.len() == 1, "the secret is not shown: {e}");
+        }
+        assert!(check_jwt_secret("change-me-to-64-random-hex-characters")
+            .unwrap_err()
+            .to_string()
+            .contains("placeholder"));
+        check_jwt_secret("3f9a1c7e5b2d4f6a8c0e1b3d5f7a9c2e").unwrap();
+    }
+}
+
+#[cfg(test)]
+mod provider_edge_tests {
+    use super::*;
+
+    #[test]
+    fn trusted_proxies_parse_as_ips_or_cidrs_and_junk_is_named() {
+        assert!(parse_trusted_proxies("").unwrap().is_empty());
+        let nets = parse_trusted_proxies(" 10.0.0.0/8 ,192.168.1.7,::1, fd00::/8").unwrap();
+        assert_eq!(nets.len(), 4);
+        assert!(nets[1].contains(&"192.168.1.7".parse::<std::net::IpAddr>().unwrap()));
+        assert!(!nets[1].contains(&"192.168.1.8".parse::<std::net::IpAddr>().unwrap()));
+        let e = parse_trusted_proxies("10.0.0.0/8, lb.internal").unwrap_err();
+        assert!(e.contains("lb.internal"), "{e}");
+        assert!(parse_trusted_proxies("10.0.0.0/33").is_err());
+    }
+
+    #[test]
+    fn outside_development_mode_the_public_url_must_be_https_or_loopback() {
+        let mut c = Config::for_tests("postgres://x".into());
+        for ok in [
+            "https://pay.studio.example",
+            "HTTPS://pay.studio.example:8443/base",
+            "http://127.0.0.1:8080",
+            "http://localhost:8080",
+            "http://[::1]:8080",
+        ] {
+            c.public_url = ok.into();
+            assert!(c.check_public_url().is_ok(), "{ok}");
+        }
+        for bad in [
+            "http://pay.studio.example",
+            "http://10.0.0.5:8080",
+            "http://127.0.0.1.evil.example",
+            "http://localhost@evil.example",
+            "ftp://x",
+        ] {
+            c.public_url = bad.into();
+            let e = format!("{:#}", c.check_public_url().unwrap_err());
+            assert!(e.contains("FITORDER_PUBLIC_URL"), "{bad}: {e}");
+        }
+        c.dev_mode = true;
+        c.public_url = "http://192.168.1.20:8080".into();
+        assert!(c.check_public_url().is_ok());
+    }
+
+    #[test]
+    fn provider_timeouts_default_to_3s_to_connect_and_15s_a_call() {
+        let c = Config::for_tests("postgres://x".into());
+        assert_eq!(c.provider_connect_timeout, Duration::from_secs(3));
+        assert_eq!(c.provider_timeout, Duration::from_secs(15));
     }
 }

@@ -28,6 +28,14 @@ pub enum AppError {
     /// Bad input with a machine-readable `extensions.reason` (`TOO_MANY_OPEN_ORDERS`,
     /// `RATE_LIMITED`): BAD_USER_INPUT, the reason telling the client what to do about it.
     BadInputReason { reason: &'static str, message: String },
+    /// Input refused for a reason the client acts on (`extensions.reason`: `PHONE_REQUIRED`,
+    /// `STORE_REQUIRED`, `RATE_LIMITED`, ...); `BAD_USER_INPUT`. A rate limit also says when to
+    /// come back (`extensions.retryAfter`, seconds, and the `Retry-After` header).
+    Refused {
+        reason: &'static str,
+        message: String,
+        retry_after_secs: Option<u64>,
+    },
     /// The state machine refused: the order is not in a status from which this step exists.
     IllegalTransition { from: String, to: String },
     /// The wallet cannot cover the amount.
@@ -57,6 +65,7 @@ impl AppError {
             AppError::Forbidden(_) => "FORBIDDEN",
             AppError::NotFound(_) => "NOT_FOUND",
             AppError::BadInput(_) | AppError::BadInputReason { .. } => "BAD_USER_INPUT",
+            AppError::Refused { .. } => "BAD_USER_INPUT",
             AppError::IllegalTransition { .. } => "ILLEGAL_TRANSITION",
             AppError::InsufficientFunds(_) => "INSUFFICIENT_FUNDS",
             AppError::SoldOut(_) => "SOLD_OUT",
@@ -76,6 +85,26 @@ impl AppError {
 
     pub fn bad(msg: impl Into<String>) -> AppError {
         AppError::BadInput(msg.into())
+    }
+
+    /// `BAD_USER_INPUT` with `extensions.reason`.
+    pub fn refused(reason: &'static str, msg: impl Into<String>) -> AppError {
+        AppError::Refused {
+            reason,
+            message: msg.into(),
+            retry_after_secs: None,
+        }
+    }
+
+    /// `BAD_USER_INPUT`, reason `RATE_LIMITED`, to be tried again after `wait` (whole seconds,
+    /// rounded up).
+    pub fn rate_limited(what: &str, wait: std::time::Duration) -> AppError {
+        let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+        AppError::Refused {
+            reason: "RATE_LIMITED",
+            message: format!("too many {what}: try again in {secs} s"),
+            retry_after_secs: Some(secs.max(1)),
+        }
     }
 
     pub fn internal(msg: impl std::fmt::Display) -> AppError {
@@ -115,6 +144,7 @@ impl AppError {
             | AppError::ProviderUnavailable(m)
             | AppError::Unavailable(m) => m.clone(),
             AppError::BadInputReason { message, .. } => message.clone(),
+            AppError::Refused { message, .. } => message.clone(),
             AppError::NotFound(what) => format!("{what} not found"),
             AppError::IllegalTransition { from, to } => {
                 format!("illegal transition {from} -> {to}")
@@ -297,6 +327,17 @@ impl ErrorExtensions for AppError {
             }
             if let AppError::BadInputReason { reason, .. } = self {
                 ext.set("reason", *reason);
+            }
+            if let AppError::Refused {
+                reason,
+                retry_after_secs,
+                ..
+            } = self
+            {
+                ext.set("reason", *reason);
+                if let Some(secs) = retry_after_secs {
+                    ext.set("retryAfter", *secs);
+                }
             }
         })
     }

@@ -17,12 +17,14 @@ use crate::db::DbPool;
 use crate::domain::OrderStatus;
 
 /// Channel of row changes subscribers see (`order:<transition id>`, `comp:<event id>`,
-/// `ticket:<ticket id>`).
+/// `ticket:<ticket id>` when a ticket opens, `ticketchange:<ticket id>` when it is taken or closed).
 pub const EVENTS_CHANNEL: &str = "fitorder_events";
 /// Channel that wakes outbox workers when a new event is due.
 pub const OUTBOX_CHANNEL: &str = "fitorder_outbox";
 /// Channel that wakes the expiry timers when an order with a deadline is placed.
 pub const EXPIRY_CHANNEL: &str = "fitorder_expiry";
+/// Channel naming a member session that has ended (payload: the session id).
+pub const SESSIONS_CHANNEL: &str = "fitorder_sessions";
 
 #[derive(Debug, Clone)]
 pub struct StatusChange {
@@ -41,6 +43,8 @@ pub enum Event {
     Order(Arc<StatusChange>),
     Compensation(Arc<CompensationEvent>, Arc<String>, i64),
     Ticket(Arc<ExceptionTicket>),
+    /// A ticket taken or closed (its row after the change).
+    TicketChanged(Arc<ExceptionTicket>),
 }
 
 #[derive(Clone)]
@@ -50,6 +54,8 @@ pub struct EventHub {
     pub outbox: Arc<Notify>,
     /// Woken when an order with a deadline is placed anywhere in the cluster.
     pub expiry: Arc<Notify>,
+    /// Member sessions that ended anywhere in the cluster (signed out, refresh token reused).
+    pub ended_sessions: Arc<EndedSessions>,
 }
 
 impl EventHub {
@@ -60,6 +66,7 @@ impl EventHub {
             tx,
             outbox: Arc::new(Notify::new()),
             expiry: Arc::new(Notify::new()),
+            ended_sessions: Arc::new(EndedSessions::new(ENDED_SESSIONS_KEPT)),
         }
     }
 
@@ -98,9 +105,11 @@ impl EventHub {
         let mut conn = AsyncPgConnection::establish(url).await?;
         // Once per connection, in one round trip (simple protocol: nothing to prepare).
         conn.batch_execute(&format!(
-            "LISTEN {EVENTS_CHANNEL}; LISTEN {OUTBOX_CHANNEL}; LISTEN {EXPIRY_CHANNEL}"
+            "LISTEN {EVENTS_CHANNEL}; LISTEN {OUTBOX_CHANNEL}; LISTEN {EXPIRY_CHANNEL}; LISTEN {SESSIONS_CHANNEL}"
         ))
         .await?;
+        // Sessions that ended while we were not listening.
+        self.ended_sessions.reload(pool).await?;
         // Anything committed while we were not listening is still due: let workers look.
         self.outbox.notify_waiters();
         self.expiry.notify_waiters();
@@ -113,6 +122,10 @@ impl EventHub {
             }
             if n.channel == EXPIRY_CHANNEL {
                 self.expiry.notify_waiters();
+                continue;
+            }
+            if n.channel == SESSIONS_CHANNEL {
+                self.ended_sessions.insert(&n.payload);
                 continue;
             }
             if self.tx.receiver_count() == 0 {
@@ -193,13 +206,16 @@ async fn load(pool: &DbPool, payload: &str) -> anyhow::Result<Option<Event>> {
                 .optional()?;
             row.map(|(e, no, store)| Event::Compensation(Arc::new(e), Arc::new(no), store))
         }
-        "ticket" => exception_tickets::table
+        "ticket" | "ticketchange" => exception_tickets::table
             .find(id)
             .select(ExceptionTicket::as_select())
             .get_result(&mut conn)
             .await
             .optional()?
-            .map(|t| Event::Ticket(Arc::new(t))),
+            .map(|t| match kind {
+                "ticket" => Event::Ticket(Arc::new(t)),
+                _ => Event::TicketChanged(Arc::new(t)),
+            }),
         _ => None,
     })
 }
@@ -212,4 +228,188 @@ pub fn notify_sql(payload: &str) -> diesel::dsl::select<pg_notify<&'static str, 
 /// A statement waking the expiry timers of every instance when the transaction commits.
 pub fn wake_expiry() -> diesel::dsl::select<pg_notify<&'static str, &'static str>> {
     diesel::select(pg_notify(EXPIRY_CHANNEL, ""))
+}
+
+/// How many ended sessions an instance remembers (a session's access tokens outlive its end by
+/// at most the access token's lifetime; past this many ends within that time, a session the
+/// cache does not hold is asked of the database).
+pub const ENDED_SESSIONS_KEPT: usize = 100_000;
+
+/// The ended member sessions whose access tokens may still be unexpired: a bounded cache fed by
+/// the NOTIFY of every instance (and by this instance at once when it ends one), reloaded from
+/// the database on every (re)connection of the LISTEN connection. Open WebSockets of a session
+/// hear of its end through [`EndedSessions::watch`].
+pub struct EndedSessions {
+    inner: std::sync::Mutex<EndedInner>,
+    /// How long an ended session matters: the access token lifetime (plus the leeway).
+    window_secs: std::sync::atomic::AtomicI64,
+    /// More ends within the window than `capacity`: a miss is not an answer.
+    overflowed: std::sync::atomic::AtomicBool,
+    capacity: usize,
+    tx: broadcast::Sender<Arc<str>>,
+}
+
+#[derive(Default)]
+struct EndedInner {
+    ids: std::collections::HashMap<Arc<str>, i64>,
+    order: std::collections::VecDeque<(i64, Arc<str>)>,
+}
+
+impl EndedSessions {
+    pub fn new(capacity: usize) -> EndedSessions {
+        let (tx, _) = broadcast::channel(256);
+        EndedSessions {
+            inner: Default::default(),
+            window_secs: std::sync::atomic::AtomicI64::new(2 * 3600 + 60),
+            overflowed: Default::default(),
+            capacity: capacity.max(1),
+            tx,
+        }
+    }
+
+    /// How long after its end a session's access tokens may still be presented.
+    pub fn set_window(&self, access_token_ttl: Duration) {
+        let secs = i64::try_from(access_token_ttl.as_secs()).unwrap_or(i64::MAX / 2) + 60;
+        self.window_secs.store(secs, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    fn window(&self) -> i64 {
+        std::sync::atomic::AtomicI64::load(&self.window_secs, std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Notes that `sid` ended (now) and tells the open WebSockets of it.
+    pub fn insert(&self, sid: &str) {
+        if sid.is_empty() || sid.len() > 64 {
+            return;
+        }
+        let now = chrono::Utc::now().timestamp();
+        let sid: Arc<str> = Arc::from(sid);
+        self.remember(sid.clone(), now);
+        let _ = self.tx.send(sid);
+    }
+
+    fn remember(&self, sid: Arc<str>, ended_at: i64) {
+        let mut g = self.inner.lock().expect("ended sessions lock");
+        if g.ids.contains_key(&sid) {
+            return;
+        }
+        let horizon = chrono::Utc::now().timestamp() - self.window();
+        while let Some((at, _)) = g.order.front() {
+            if *at >= horizon && g.ids.len() < self.capacity {
+                break;
+            }
+            let (at, old) = g.order.pop_front().expect("front exists");
+            g.ids.remove(&old);
+            if at >= horizon {
+                // Dropped while its tokens may still be live: misses must ask the database.
+                self.overflowed.store(true, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
+        g.ids.insert(sid.clone(), ended_at);
+        g.order.push_back((ended_at, sid));
+    }
+
+    /// Whether the cache says `sid` has ended; `None` when it cannot tell (it overflowed).
+    pub fn cached(&self, sid: &str) -> Option<bool> {
+        let hit = self.inner.lock().expect("ended sessions lock").ids.contains_key(sid);
+        if hit {
+            Some(true)
+        } else if std::sync::atomic::AtomicBool::load(&self.overflowed, std::sync::atomic::Ordering::Relaxed) {
+            None
+        } else {
+            Some(false)
+        }
+    }
+
+    /// Whether `sid` has ended: the cache, and the database only when the cache overflowed.
+    pub async fn has_ended(&self, pool: &DbPool, sid: &str) -> bool {
+        if let Some(known) = self.cached(sid) {
+            return known;
+        }
+        let asked: anyhow::Result<bool> = async {
+            let mut conn = pool.get().await?;
+            let n: i64 = crate::db::sql::StaticQuery::new(
+                "SELECT count(*) AS n FROM member_sessions WHERE id = $1 AND ended_at IS NOT NULL",
+            )
+            .bind::<diesel::sql_types::Text, _>(sid)
+            .get_result::<Count>(&mut conn)
+            .await?
+            .n;
+            Ok(n > 0)
+        }
+        .await;
+        // A database that cannot answer cannot vouch for the session either.
+        asked.unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "ended session check failed");
+            true
+        })
+    }
+
+    /// Ends announced from now on (a receiver that lags must ask [`EndedSessions::has_ended`]).
+    pub fn watch(&self) -> broadcast::Receiver<Arc<str>> {
+        self.tx.subscribe()
+    }
+
+    /// Loads the sessions that ended within the window (on every LISTEN (re)connection).
+    async fn reload(&self, pool: &DbPool) -> anyhow::Result<()> {
+        #[derive(diesel::QueryableByName)]
+        struct Ended {
+            #[diesel(sql_type = diesel::sql_types::Text)]
+            id: String,
+            #[diesel(sql_type = diesel::sql_types::BigInt)]
+            at: i64,
+        }
+        let mut conn = pool.get().await?;
+        let rows: Vec<Ended> = crate::db::sql::StaticQuery::new(
+            "SELECT id, extract(epoch FROM ended_at)::bigint AS at FROM member_sessions \
+             WHERE ended_at > now() - make_interval(secs => $1) ORDER BY ended_at DESC LIMIT $2",
+        )
+        .bind::<diesel::sql_types::Double, _>(self.window() as f64)
+        .bind::<diesel::sql_types::BigInt, _>(self.capacity as i64 + 1)
+        .load(&mut conn)
+        .await?;
+        let full = rows.len() > self.capacity;
+        for r in rows.into_iter().take(self.capacity).rev() {
+            let sid: Arc<str> = Arc::from(r.id.as_str());
+            self.remember(sid.clone(), r.at);
+            // A socket opened while the connection was down hears of it now.
+            let _ = self.tx.send(sid);
+        }
+        self.overflowed.store(full, std::sync::atomic::Ordering::Relaxed);
+        Ok(())
+    }
+}
+
+#[derive(diesel::QueryableByName)]
+struct Count {
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    n: i64,
+}
+
+#[cfg(test)]
+mod ended_sessions_tests {
+    use super::*;
+
+    #[test]
+    fn bounded_and_a_miss_after_overflow_is_no_answer() {
+        let e = EndedSessions::new(3);
+        for sid in ["a", "b", "c"] {
+            e.insert(sid);
+        }
+        assert_eq!(e.cached("a"), Some(true));
+        assert_eq!(e.cached("zz"), Some(false));
+        e.insert("d");
+        assert_eq!(e.inner.lock().unwrap().ids.len(), 3);
+        // "a" was dropped while its tokens may live: the cache no longer vouches for misses.
+        assert_eq!(e.cached("a"), None);
+        assert_eq!(e.cached("d"), Some(true));
+    }
+
+    #[test]
+    fn an_end_reaches_the_watchers() {
+        let e = EndedSessions::new(10);
+        let mut rx = e.watch();
+        e.insert("s1");
+        assert_eq!(&*rx.try_recv().unwrap(), "s1");
+    }
 }

@@ -15,15 +15,15 @@ use chrono::Utc;
 use diesel::prelude::*;
 use diesel::sql_types::{Array, BigInt, Text};
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
-use serde_json::json;
 
 use crate::app::AppState;
 use crate::db::schema::{expiry_claims, orders};
 use crate::db::sql::StaticQuery;
 use crate::domain::{order_status, ActorKind, OrderStatus, Provider};
 use crate::error::AppResult;
+use crate::payments;
 use crate::payments::api::{ProviderApi, TradeState};
-use crate::payments::{self, Notice, Received};
+use crate::payments::closing::{self, Closing};
 use crate::trace::TraceId;
 
 /// Orders canceled per statement.
@@ -100,7 +100,8 @@ async fn claim_due(
 /// Orders whose provider is configured are claimed in small batches (one instance asks about
 /// a trade at a time), asked with bounded concurrency while no connection is held, and the
 /// unpaid ones canceled; the others are canceled set-based at once.
-pub async fn expire_due(state: &AppState, api: &ProviderApi) -> AppResult<i64> {
+pub async fn expire_due(state: &AppState) -> AppResult<i64> {
+    let api = &state.providers;
     let trace = TraceId::new();
     let who = format!("{}:{}", std::process::id(), trace.as_str());
     let asked: Vec<Provider> = Provider::ALL.into_iter().filter(|p| api.configured(*p)).collect();
@@ -209,9 +210,11 @@ enum Settle {
 }
 
 /// Asks the provider about one expiring order. Only a signed answer counts: an order the
-/// provider says is unpaid is closed there and canceled; with no (or no trustworthy) answer it
-/// is canceled without closing — the trade carries the same deadline, so the provider refuses
-/// payment after it, and a payment that still arrives is handled as paid-after-cancel.
+/// provider says is unpaid is closed there and canceled — unless the close finds that the
+/// member paid meanwhile, when the payment is applied instead (`payments::closing`); with no
+/// (or no trustworthy) answer it is canceled without closing — the trade carries the same
+/// deadline, so the provider refuses payment after it, and a payment that still arrives is
+/// handled as paid-after-cancel.
 async fn settle_with_provider(
     state: &AppState,
     api: &ProviderApi,
@@ -221,36 +224,8 @@ async fn settle_with_provider(
 ) -> Settle {
     match api.query(provider, order_no, trace.as_str()).await {
         Ok(TradeState::Paid { txn_id, amount_cents }) => {
-            let body = json!({"source": "trade query at expiry", "out_trade_no": order_no,
-                              "transaction_id": txn_id, "amount": amount_cents})
-            .to_string();
-            let recorded = async {
-                let mut conn = state.pool.get().await?;
-                payments::record(
-                    &mut conn,
-                    Received {
-                        provider,
-                        verified: true,
-                        event_type: Some("TRADE_QUERY"),
-                        body: &body,
-                        headers: json!({}),
-                        error: None,
-                    },
-                    payments::Outcome::Received,
-                    trace,
-                )
-                .await
-            }
-            .await;
-            let Ok(callback_id) = recorded else {
-                return Settle::Cancel;
-            };
-            let notice = Notice::Paid {
-                out_trade_no: order_no.to_string(),
-                txn_id,
-                amount_cents,
-            };
-            match payments::apply(state, provider, callback_id, notice, trace).await {
+            let source = "trade query at expiry";
+            match closing::apply_found_payment(state, provider, order_no, &txn_id, amount_cents, source, trace).await {
                 Ok(payments::Outcome::Applied) => {
                     tracing::info!(order_no, "expiring order was paid: late payment applied");
                     Settle::Paid
@@ -269,12 +244,23 @@ async fn settle_with_provider(
                 }
             }
         }
-        Ok(TradeState::NotPaid) => {
-            if let Err(e) = api.close(provider, order_no, trace.as_str()).await {
-                tracing::warn!(order_no, error = %e, "closing the trade failed; canceling anyway");
+        Ok(TradeState::NotPaid) => match closing::close_trade(state, provider, order_no, trace).await {
+            Closing::Closed => Settle::Cancel,
+            Closing::Paid => Settle::Paid,
+            Closing::Paying => Settle::Wait,
+            Closing::NotApplied(outcome) => {
+                tracing::warn!(
+                    order_no,
+                    outcome = outcome.as_str(),
+                    "expiring order: paid during the close, payment not applied"
+                );
+                Settle::Cancel
             }
-            Settle::Cancel
-        }
+            Closing::NoAnswer(e) => {
+                tracing::warn!(order_no, error = %e, "closing the trade failed; canceling anyway");
+                Settle::Cancel
+            }
+        },
         Ok(TradeState::Paying) => Settle::Wait,
         Err(e) => {
             tracing::warn!(order_no, error = %e, "no trustworthy answer to the trade query; canceling anyway");
@@ -285,7 +271,6 @@ async fn settle_with_provider(
 
 /// The precise trigger: sleeps until the earliest deadline, wakes when orders are placed.
 pub async fn run_timer(state: AppState, mut shutdown: tokio::sync::watch::Receiver<bool>) {
-    let api = ProviderApi::new(state.config.clone(), state.keys.clone());
     let wake = state.events.expiry.clone();
     loop {
         if *shutdown.borrow() {
@@ -294,7 +279,7 @@ pub async fn run_timer(state: AppState, mut shutdown: tokio::sync::watch::Receiv
         let notified = wake.notified();
         let wait = match next_deadline(&state).await {
             Ok(Some(t)) if t <= Utc::now() => {
-                match expire_due(&state, &api).await {
+                match expire_due(&state).await {
                     Err(e) => {
                         tracing::warn!(error = %e.message(), "expiry failed; retrying shortly");
                         Duration::from_secs(1)

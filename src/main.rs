@@ -95,7 +95,14 @@ fn run(args: Vec<String>) -> Result<()> {
             let sub = flag(rest, "--sub").context("--sub is required")?;
             let stores = flag(rest, "--stores").map(|s| s.split(',').map(|x| x.trim().to_string()).collect());
             let ttl = match flag(rest, "--ttl") {
-                Some(t) => humantime::parse_duration(&t).with_context(|| format!("--ttl {t:?}"))?,
+                Some(t) => {
+                    let ttl = humantime::parse_duration(&t).with_context(|| format!("--ttl {t:?}"))?;
+                    anyhow::ensure!(
+                        ttl.as_secs() <= fitorder::auth::MAX_TOKEN_LIFETIME_SECS as u64,
+                        "--ttl {t:?} is longer than a year: such a token would be refused"
+                    );
+                    ttl
+                }
                 None => std::time::Duration::from_secs(3600),
             };
             println!("{}", issue_token(&config.jwt_secret, role, &sub, stores, ttl));

@@ -1,11 +1,9 @@
-//! A per-key rate limiter: at most `limit` events per key in a fixed window, in bounded memory.
-//!
-//! Each key has a counter for the current window; a key seen in an older window starts again.
-//! When `max_keys` keys are held, the ones whose window is over are dropped first; if every
-//! held key is still in its window, the new key is refused (a flood of new keys cannot grow the
-//! table nor push out the keys it is limiting).
+//! A per-key rate limiter: at most `limit` hits per key in a fixed window that starts at the
+//! key's first hit, with memory bounded by `max_keys`. When every slot is taken by a key whose
+//! window is still open, the key whose window started first is forgotten (its window is the
+//! next to end anyway): a flood of new keys can shorten an old key's window, never grow the map.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -13,60 +11,86 @@ pub struct RateLimiter {
     limit: u32,
     window: Duration,
     max_keys: usize,
-    slots: Mutex<HashMap<String, Slot>>,
+    inner: Mutex<Windows>,
 }
 
-#[derive(Clone, Copy)]
-struct Slot {
-    started: Instant,
-    count: u32,
+#[derive(Default)]
+struct Windows {
+    /// Key -> (window start, hits in it).
+    hits: HashMap<String, (Instant, u32)>,
+    /// Keys in the order their windows started (an entry whose start no longer matches the
+    /// map's is stale and skipped).
+    order: VecDeque<(Instant, String)>,
 }
 
 impl RateLimiter {
     pub fn new(limit: u32, window: std::time::Duration, max_keys: usize) -> Self {
         RateLimiter {
-            limit,
-            window,
+            limit: limit.max(1),
+            window: window.max(Duration::from_millis(1)),
             max_keys: max_keys.max(1),
-            slots: Mutex::new(HashMap::new()),
+            inner: Mutex::new(Windows::default()),
         }
     }
 
-    /// Counts one event for `key`: `Ok` while the key is within its limit, otherwise how long
-    /// until its window ends.
-    pub fn check(&self, key: &str) -> Result<(), std::time::Duration /* retry after */> {
-        let now = Instant::now();
-        let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(slot) = slots.get_mut(key) {
-            let elapsed = now.duration_since(slot.started);
-            if elapsed >= self.window {
-                *slot = Slot { started: now, count: 1 };
-                return if self.limit == 0 { Err(self.window) } else { Ok(()) };
-            }
-            if slot.count >= self.limit {
-                return Err(self.window - elapsed);
-            }
-            slot.count += 1;
-            return Ok(());
-        }
-        if slots.len() >= self.max_keys {
-            let window = self.window;
-            slots.retain(|_, s| now.duration_since(s.started) < window);
-            if slots.len() >= self.max_keys {
-                // Every held key is in its window: the soonest to end tells when to come back.
-                let soonest = slots
-                    .values()
-                    .map(|s| window.saturating_sub(now.duration_since(s.started)))
-                    .min()
-                    .unwrap_or(window);
-                return Err(soonest.max(Duration::from_millis(1)));
+    /// Counts a hit of `key`: `Ok` while the key is within its limit, otherwise how long until
+    /// its window ends (what a `Retry-After` says).
+    pub fn check(&self, key: &str) -> Result<(), std::time::Duration> {
+        self.check_at(key, Instant::now())
+    }
+
+    fn check_at(&self, key: &str, now: Instant) -> Result<(), Duration> {
+        let mut w = self.inner.lock().expect("rate limiter lock");
+        w.forget_ended(now, self.window);
+        if let Some((start, n)) = w.hits.get_mut(key) {
+            if now.duration_since(*start) < self.window {
+                if *n >= self.limit {
+                    return Err(self.window - now.duration_since(*start));
+                }
+                *n += 1;
+                return Ok(());
             }
         }
-        if self.limit == 0 {
-            return Err(self.window);
+        // A new window for this key.
+        while w.hits.len() >= self.max_keys && !w.hits.contains_key(key) {
+            let Some((start, oldest)) = w.order.pop_front() else {
+                break;
+            };
+            if w.hits.get(&oldest).is_some_and(|(s, _)| *s == start) {
+                w.hits.remove(&oldest);
+            }
         }
-        slots.insert(key.to_string(), Slot { started: now, count: 1 });
+        w.hits.insert(key.to_string(), (now, 1));
+        w.order.push_back((now, key.to_string()));
+        // Stale order entries (keys whose window restarted) are bounded by the map's size.
+        if w.order.len() > 2 * self.max_keys {
+            let Windows { hits, order } = &mut *w;
+            order.retain(|(s, k)| hits.get(k).is_some_and(|(start, _)| start == s));
+        }
         Ok(())
+    }
+
+    /// Keys held now (for tests and metrics).
+    pub fn len(&self) -> usize {
+        self.inner.lock().expect("rate limiter lock").hits.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl Windows {
+    fn forget_ended(&mut self, now: Instant, window: Duration) {
+        while let Some((start, _)) = self.order.front() {
+            if now.duration_since(*start) < window {
+                break;
+            }
+            let (start, key) = self.order.pop_front().expect("front exists");
+            if self.hits.get(&key).is_some_and(|(s, _)| *s == start) {
+                self.hits.remove(&key);
+            }
+        }
     }
 }
 
@@ -75,19 +99,45 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_key_gets_its_limit_per_window_and_keys_are_bounded() {
-        let rl = RateLimiter::new(3, Duration::from_millis(200), 2);
+    fn a_key_gets_its_limit_per_window_then_waits_for_the_rest_of_it() {
+        let l = RateLimiter::new(3, Duration::from_secs(60), 100);
+        let t0 = Instant::now();
         for _ in 0..3 {
-            assert!(rl.check("a").is_ok());
+            l.check_at("a", t0).unwrap();
         }
-        let wait = rl.check("a").unwrap_err();
-        assert!(wait <= Duration::from_millis(200));
-        assert!(rl.check("b").is_ok());
-        // The table is full of keys within their window: a third key waits.
-        assert!(rl.check("c").is_err());
-        std::thread::sleep(Duration::from_millis(220));
-        assert!(rl.check("a").is_ok());
-        assert!(rl.check("c").is_ok());
-        assert!(rl.slots.lock().unwrap().len() <= 2);
+        let wait = l.check_at("a", t0 + Duration::from_secs(20)).unwrap_err();
+        assert_eq!(wait, Duration::from_secs(40));
+        // Another key has its own count.
+        l.check_at("b", t0 + Duration::from_secs(20)).unwrap();
+        // The window ends: counted afresh.
+        l.check_at("a", t0 + Duration::from_secs(60)).unwrap();
+    }
+
+    #[test]
+    fn memory_stays_bounded_by_max_keys() {
+        let l = RateLimiter::new(1, Duration::from_secs(60), 50);
+        let t0 = Instant::now();
+        for i in 0..10_000 {
+            l.check_at(&format!("k{i}"), t0 + Duration::from_millis(i)).unwrap();
+            assert!(l.len() <= 50);
+        }
+        let w = l.inner.lock().unwrap();
+        assert!(w.order.len() <= 100, "{}", w.order.len());
+        drop(w);
+        // The newest keys are still counted.
+        assert!(l.check_at("k9999", t0 + Duration::from_secs(1)).is_err());
+        // Ended windows are forgotten.
+        l.check_at("fresh", t0 + Duration::from_secs(3600)).unwrap();
+        assert_eq!(l.len(), 1);
+    }
+
+    #[test]
+    fn a_key_hit_after_its_window_restarts_without_growing_the_order() {
+        let l = RateLimiter::new(1, Duration::from_secs(1), 2);
+        let t0 = Instant::now();
+        for i in 0..1000 {
+            l.check_at("a", t0 + Duration::from_secs(i)).unwrap();
+        }
+        assert!(l.inner.lock().unwrap().order.len() <= 4);
     }
 }

@@ -84,7 +84,11 @@ async fn run_with_database(config: Config, opts: ServeOptions, url: &str, dev_mo
         "FITORDER_JWT_SECRET is not set: outside development mode (DATABASE_URL is set) every instance \
          needs the same secret; set it (or run with --dev on a database of your own)"
     );
+    if !dev_mode {
+        crate::config::check_jwt_secret(&config.jwt_secret)?;
+    }
     config.keep_dev_secret();
+    config.check_public_url()?;
     let no_provider = config.wechatpay.mch_id.is_none() && config.alipay.app_id.is_none();
     let mut sandbox = None;
     if dev_mode && no_provider {
@@ -99,6 +103,13 @@ async fn run_with_database(config: Config, opts: ServeOptions, url: &str, dev_mo
                 .start_sandbox(&mut config, &addr)
                 .await
                 .with_context(|| format!("starting the provider sandbox on {addr}"))?;
+            // Members sign in through the sandbox's stand-in of WeChat's mini-program API.
+            if config.sign_in.app_id.is_none() {
+                use crate::payments::sandbox_server::miniprogram;
+                config.sign_in.app_id = Some(miniprogram::DEV_MINIPROGRAM_APP_ID.into());
+                config.sign_in.secret = Some(miniprogram::DEV_MINIPROGRAM_SECRET.into());
+                config.sign_in.api_base = miniprogram::api_base(&s.base_url);
+            }
             sandbox = Some(s);
         } else {
             let base = format!("http://{addr}");
@@ -155,9 +166,8 @@ async fn run_with_database(config: Config, opts: ServeOptions, url: &str, dev_mo
                     .await
                     .with_context(|| format!("binding {addr}"))?;
                 tracing::info!(addr = %listener.local_addr()?, "worker running (metrics and health only)");
-                axum::serve(listener, crate::http::ops_router(state))
-                    .with_graceful_shutdown(shutdown)
-                    .await?;
+                let limits = crate::http::ServeLimits::from_config(&config);
+                crate::http::serve_with(listener, crate::http::ops_router(state), limits, shutdown).await?;
             }
             None => {
                 tracing::info!("worker running (no HTTP)");
@@ -173,8 +183,32 @@ async fn run_with_database(config: Config, opts: ServeOptions, url: &str, dev_mo
         .await
         .with_context(|| format!("binding {}", config.addr))?;
     tracing::info!(addr = %listener.local_addr()?, "listening");
-    let header_timeout = config.http_header_timeout;
-    crate::http::serve(listener, crate::http::router(state), header_timeout, shutdown).await?;
+    // FITORDER_METRICS_ADDR: `/metrics`, `/healthz` and `/readyz` on a listener of their own
+    // (outside development mode the API port serves `/metrics` only with FITORDER_METRICS_TOKEN).
+    let (ops_stop_tx, mut ops_stop_rx) = tokio::sync::watch::channel(false);
+    let ops = match &config.metrics_addr {
+        Some(addr) => {
+            let ops_listener = tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("binding {addr} (FITORDER_METRICS_ADDR)"))?;
+            tracing::info!(addr = %ops_listener.local_addr()?, "metrics and health listening");
+            let limits = crate::http::ServeLimits::from_config(&config);
+            let router = crate::http::ops_router(state.clone());
+            Some(tokio::spawn(async move {
+                let stopped = async move {
+                    let _ = ops_stop_rx.changed().await;
+                };
+                crate::http::serve_with(ops_listener, router, limits, stopped).await
+            }))
+        }
+        None => None,
+    };
+    let limits = crate::http::ServeLimits::from_config(&config);
+    crate::http::serve_with(listener, crate::http::router(state), limits, shutdown).await?;
+    let _ = ops_stop_tx.send(true);
+    if let Some(ops) = ops {
+        let _ = ops.await;
+    }
     for task in background {
         let _ = task.await;
     }
@@ -214,6 +248,12 @@ fn print_dev_banner(
     );
     println!("  In GraphiQL, set the header {{\"Authorization\": \"Bearer <token>\"}}.");
     if let Some(s) = sandbox {
+        if config.sign_in.api_base == crate::payments::sandbox_server::miniprogram::api_base(&s.base_url) {
+            println!(
+                "  Sign in as a member: {} hands out WeChat codes for SignInWithWechat (no token needed).",
+                crate::payments::sandbox_server::miniprogram::sign_in_page(&s.base_url)
+            );
+        }
         println!("  Provider sandbox (WeChat Pay + Alipay on loopback): {}", s.base_url);
         println!("  Pay an order: run the member's PlaceOrder in GraphiQL (member token), open");
         println!("    payment.qrCode (or payUrl) in a browser: the sandbox cashier. Press Pay; the");

@@ -20,6 +20,10 @@ use crate::tickets;
 /// REFUND refunds the order when the ticket is about its own payment, otherwise sends the stray
 /// money back through a PROVIDER_REFUND event (once per provider transaction);
 /// REPLAY_COMPENSATION replays a DEAD event; NO_ACTION dismisses.
+///
+/// `amount_cents` is REFUND's explicit amount; only a refund of the order's own payment takes
+/// one (without it the refund is the unused share).
+#[allow(clippy::too_many_arguments)]
 pub async fn resolve(
     conn: &mut AsyncPgConnection,
     config: &Config,
@@ -27,6 +31,7 @@ pub async fn resolve(
     id: i64,
     action: TicketAction,
     note: Option<&str>,
+    amount_cents: Option<i64>,
     ctx: &Ctx,
 ) -> AppResult<ExceptionTicket> {
     let note = note
@@ -94,20 +99,23 @@ pub async fn resolve(
                         "no order to refund through: refund at the provider by hand and resolve with NO_ACTION",
                     )
                 })?;
-                let own_payment =
-                    order.status.is_live() && t.provider_txn_id.is_some() && t.provider_txn_id == order.provider_txn_id;
-                if own_payment {
+                if own_payment(&t, &order) {
                     orders::refund_order(
                         conn,
                         config,
                         viewer,
                         &order.order_no,
                         &format!("ticket {}", t.id),
-                        None,
+                        amount_cents,
                         ctx,
                     )
                     .await?;
                 } else {
+                    if amount_cents.is_some() {
+                        return Err(AppError::bad(
+                            "amountCents is for refunding the order's own payment; a stray payment goes back whole",
+                        ));
+                    }
                     let (Some(provider), Some(txn), Some(amount)) =
                         (t.provider, t.provider_txn_id.as_deref(), t.provider_amount_cents)
                     else {
@@ -160,4 +168,92 @@ pub async fn resolve(
         tickets::close(conn, id, action, note.as_deref(), ctx).await
     })
     .await
+}
+
+/// The ticket is about the payment the order itself was paid with (and the order is live), so
+/// REFUND refunds the order; otherwise REFUND sends back a payment that reached no live order.
+fn own_payment(t: &ExceptionTicket, order: &crate::db::models::Order) -> bool {
+    order.status.is_live() && t.provider_txn_id.is_some() && t.provider_txn_id == order.provider_txn_id
+}
+
+/// What [`resolve`] would do for this ticket now, asked by the ticket screen: the actions it
+/// would take from this viewer (none once the ticket is closed), and what REFUND would send
+/// back.
+pub struct Offer {
+    pub actions: Vec<TicketAction>,
+    /// REFUND's amount without `amountCents`: the order's unused share for its own payment,
+    /// the whole stray payment otherwise; `None` when REFUND is not offered.
+    pub refund_cents: Option<i64>,
+    /// REFUND takes an explicit amount (a refund of the order's own payment).
+    pub refund_amount_adjustable: bool,
+}
+
+/// The same checks as [`resolve`], read-only: an action is offered only when `resolve` would
+/// not refuse it as things stand.
+pub async fn offer(conn: &mut AsyncPgConnection, viewer: &Viewer, t: &ExceptionTicket) -> AppResult<Offer> {
+    use crate::db::schema::{compensation_events as ce, memberships};
+    let mut out = Offer {
+        actions: vec![],
+        refund_cents: None,
+        refund_amount_adjustable: false,
+    };
+    if t.status.is_closed() {
+        return Ok(out);
+    }
+    let order = match t.order_id {
+        Some(order_id) => Some(orders::load_order_by_id(conn, order_id).await?),
+        None => None,
+    };
+    for action in TicketAction::ALL {
+        if !crate::domain::order_status::may_resolve_ticket(action, viewer.actor().kind) {
+            continue;
+        }
+        let ok = match action {
+            TicketAction::NoAction => true,
+            TicketAction::ReplayCompensation => {
+                match t.detail["eventId"].as_str().and_then(|s| s.parse::<i64>().ok()) {
+                    Some(event_id) if t.kind == TicketKind::CompensationDead => {
+                        let status: Option<String> = ce::table
+                            .find(event_id)
+                            .select(ce::status)
+                            .get_result(conn)
+                            .await
+                            .optional()?;
+                        status.as_deref() == Some(crate::domain::CompensationStatus::Dead.as_str())
+                    }
+                    _ => false,
+                }
+            }
+            TicketAction::MarkPaid => order.as_ref().is_some_and(|o| o.status == OrderStatus::WaitPay),
+            // Paying the order credits its sessions: offered for orders that carry some.
+            TicketAction::CreditSessions => order
+                .as_ref()
+                .is_some_and(|o| o.status == OrderStatus::WaitPay && o.sessions_total > 0),
+            TicketAction::Refund => match &order {
+                None => false,
+                Some(o) if own_payment(t, o) => {
+                    let membership: Option<crate::db::models::Membership> = memberships::table
+                        .filter(memberships::order_id.eq(o.id))
+                        .select(crate::db::models::Membership::as_select())
+                        .get_result(conn)
+                        .await
+                        .optional()?;
+                    out.refund_cents = Some(orders::unused_share(o, membership.as_ref()));
+                    out.refund_amount_adjustable = true;
+                    true
+                }
+                Some(_) => match (t.provider, &t.provider_txn_id, t.provider_amount_cents) {
+                    (Some(_), Some(_), Some(amount)) => {
+                        out.refund_cents = Some(amount);
+                        true
+                    }
+                    _ => false,
+                },
+            },
+        };
+        if ok {
+            out.actions.push(action);
+        }
+    }
+    Ok(out)
 }

@@ -105,15 +105,18 @@ pub async fn start(conn: &mut AsyncPgConnection, id: i64, viewer: &Viewer, ctx: 
         let t = lock(conn, id, viewer).await?;
         match t.status {
             TicketStatus::InProgress => Ok(t),
-            TicketStatus::Open => Ok(diesel::update(et::table.find(id))
-                .set((
-                    et::status.eq(TicketStatus::InProgress),
-                    et::resolved_by.eq(ctx.actor.to_string()),
-                    et::updated_at.eq(diesel::dsl::now),
-                ))
-                .returning(ExceptionTicket::as_returning())
-                .get_result(conn)
-                .await?),
+            TicketStatus::Open => Ok({
+                announce_change(conn, id).await?;
+                diesel::update(et::table.find(id))
+                    .set((
+                        et::status.eq(TicketStatus::InProgress),
+                        et::resolved_by.eq(ctx.actor.to_string()),
+                        et::updated_at.eq(diesel::dsl::now),
+                    ))
+                    .returning(ExceptionTicket::as_returning())
+                    .get_result(conn)
+                    .await?
+            }),
             TicketStatus::Resolved | TicketStatus::Dismissed => Err(locked_ticket_error(&t)),
         }
     })
@@ -138,6 +141,7 @@ pub async fn close(
     note: Option<&str>,
     ctx: &Ctx,
 ) -> AppResult<ExceptionTicket> {
+    announce_change(conn, id).await?;
     Ok(diesel::update(et::table.find(id))
         .set((
             et::status.eq(action.closes_as()),
@@ -150,4 +154,12 @@ pub async fn close(
         .returning(ExceptionTicket::as_returning())
         .get_result(conn)
         .await?)
+}
+
+/// Tells subscribers (`ticketChanged`) about the change when the transaction commits.
+async fn announce_change(conn: &mut AsyncPgConnection, id: i64) -> AppResult<()> {
+    crate::events::notify_sql(&format!("ticketchange:{id}"))
+        .execute(conn)
+        .await?;
+    Ok(())
 }

@@ -75,7 +75,13 @@ async fn subscriber(
 
 /// The server's gauge of live hub subscribers, from /metrics.
 async fn hub_subscribers(http: &reqwest::Client, base: &str) -> Result<f64> {
-    let text = http.get(format!("{base}/metrics")).send().await?.text().await?;
+    let text = http
+        .get(format!("{base}/metrics"))
+        .bearer_auth(crate::env::METRICS_TOKEN)
+        .send()
+        .await?
+        .text()
+        .await?;
     Ok(text
         .lines()
         .find_map(|l| l.strip_prefix("fitorder_subscribers_hub "))

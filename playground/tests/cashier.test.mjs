@@ -6,48 +6,20 @@
 
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { createInterface } from 'node:readline';
-import { BIN, launchChromium, startServer, freePort, eventually } from './support.mjs';
+import { launchChromium, startServer, startSandbox, eventually } from './support.mjs';
 
 let sandbox;
-let sandboxLog = '';
 let keysDir;
 let server;
 let browser;
 
-/** Starts `fitorder sandbox-provider` and returns the settings it prints. */
-async function startSandbox() {
-  keysDir = mkdtempSync(join(tmpdir(), 'fitorder-sandbox-keys-'));
-  const port = await freePort();
-  sandbox = spawn(BIN, ['sandbox-provider', '--addr', `127.0.0.1:${port}`, '--keys', keysDir], {
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  sandbox.stderr.on('data', (c) => (sandboxLog += c));
-  const env = {};
-  const lines = createInterface({ input: sandbox.stdout });
-  const ready = new Promise((resolve, reject) => {
-    const t = setTimeout(() => reject(new Error(`sandbox-provider not ready after 30s:\n${sandboxLog}`)), 30000);
-    sandbox.once('exit', (code) => reject(new Error(`sandbox-provider exited with ${code}:\n${sandboxLog}`)));
-    lines.on('line', (line) => {
-      if (line.startsWith('# ready')) {
-        clearTimeout(t);
-        resolve();
-      } else if (line.includes('=')) {
-        const i = line.indexOf('=');
-        env[line.slice(0, i)] = line.slice(i + 1);
-      }
-    });
-  });
-  await ready;
-  return env;
-}
-
 before(async () => {
-  const env = await startSandbox();
+  keysDir = mkdtempSync(join(tmpdir(), 'fitorder-sandbox-keys-'));
+  sandbox = await startSandbox(keysDir);
+  const env = sandbox.env;
   assert.match(env.WECHATPAY_API_BASE, /^http:\/\/127\.0\.0\.1:\d+\/wechatpay$/);
   server = await startServer(env);
   browser = await launchChromium();
@@ -56,11 +28,7 @@ before(async () => {
 after(async () => {
   await browser?.close().catch(() => {});
   await server?.stop();
-  if (sandbox && sandbox.exitCode === null) {
-    const exited = new Promise((r) => sandbox.once('exit', r));
-    sandbox.kill('SIGTERM');
-    await exited;
-  }
+  await sandbox?.stop();
   if (keysDir) rmSync(keysDir, { recursive: true, force: true });
 });
 

@@ -4,48 +4,28 @@
 
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { createServer } from 'node:http';
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
-import { launchChromium, startServer, placeWalletOrder, OPS_DOC } from './support.mjs';
+import { launchChromium, startServer, placeWalletOrder, downstreamService, OPS_DOC } from './support.mjs';
 
 const PAGE_FILE = new URL('../ops/index.html', import.meta.url);
 const SCREENSHOT = fileURLToPath(new URL('./ops-page.png', import.meta.url));
 
 // The door and AI endpoints: 503 while `failing`, 200 after.
-let failing = true;
-const hits = [];
-const downstream = createServer((req, res) => {
-  let body = '';
-  req.on('data', (c) => (body += c));
-  req.on('end', () => {
-    hits.push({ path: req.url, body: JSON.parse(body || 'null'), failing });
-    res.writeHead(failing ? 503 : 200, { 'content-type': 'application/json' });
-    res.end(failing ? '{"error":"down for the test"}' : '{"ok":true}');
-  });
-});
+const downstream = downstreamService({ failing: true });
 
 let server;
 let browser;
 
 before(async () => {
-  await new Promise((r) => downstream.listen(0, '127.0.0.1', r));
-  const d = `http://127.0.0.1:${downstream.address().port}`;
-  server = await startServer({
-    FITORDER_DOOR_ACCESS_URL: `${d}/door`,
-    FITORDER_AI_ACCESS_URL: `${d}/ai`,
-    FITORDER_RETRY_BASE: '200ms',
-    FITORDER_MAX_ATTEMPTS: '2',
-    FITORDER_DOWNSTREAM_TIMEOUT: '2s',
-  });
+  server = await startServer(await downstream.start());
   browser = await launchChromium();
 });
 
 after(async () => {
   await browser?.close().catch(() => {});
   await server?.stop();
-  downstream.closeAllConnections();
-  await new Promise((r) => downstream.close(r));
+  await downstream.stop();
 });
 
 const sel = (testid, attrs = {}) =>
@@ -122,7 +102,7 @@ test('the page watches compensation die live and replays it', { timeout: 60000 }
     t.diagnostic(`screenshot: ${SCREENSHOT}`);
 
     // Healthy again: replay one from the page; it is delivered and leaves the DEAD list.
-    failing = false;
+    downstream.failing = false;
     const row = rows.first();
     const id = await row.getAttribute('data-event-id');
     const kind = await row.getAttribute('data-kind');
@@ -137,7 +117,7 @@ test('the page watches compensation die live and replays it', { timeout: 60000 }
     assert.equal(status[id], 'SUCCEEDED');
     const path = kind === 'DOOR_ACCESS_GRANT' ? '/door' : '/ai';
     assert.ok(
-      hits.some((h) => h.path === path && !h.failing && h.body.eventId === id),
+      downstream.hits.some((h) => h.path === path && !h.failing && h.body.eventId === id),
       `the downstream got event ${id} at ${path}`,
     );
 

@@ -6,14 +6,17 @@
 
 import { spawn, execFileSync } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
+import { createServer as createHttpServer } from 'node:http';
 import { createServer } from 'node:net';
+import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { setTimeout as sleep } from 'node:timers/promises';
 
 export const BIN = process.env.FITORDER_BIN || fileURLToPath(new URL('../../target/debug/fitorder', import.meta.url));
 export const ADMIN_URL = process.env.TEST_DATABASE_URL || 'postgres://postgres@127.0.0.1:5432/postgres';
 export const OPS_DOC = readFileSync(new URL('../operations/ops.graphql', import.meta.url), 'utf8');
-const SECRET = 'playground-test-secret';
+const SECRET = 'playground-test-secret-3b5d7f9a1c3e5';
+const METRICS_TOKEN = 'playground-metrics-token';
 
 /** A port nobody listens on right now. */
 export function freePort() {
@@ -59,6 +62,8 @@ export async function startServer(env = {}) {
   const baseEnv = cleanEnv({
     DATABASE_URL: dbUrl.href,
     FITORDER_JWT_SECRET: SECRET,
+    // Outside development mode /metrics on the API port needs this bearer token.
+    FITORDER_METRICS_TOKEN: METRICS_TOKEN,
     FITORDER_ADDR: `127.0.0.1:${port}`,
     RUST_LOG: process.env.RUST_LOG || 'info',
     ...env,
@@ -126,12 +131,12 @@ export async function startServer(env = {}) {
     /** Waits until the server runs at least `n` subscription streams (its fitorder_subscribers gauge). */
     const subscribers = (n) =>
       eventually(async () => {
-        const text = await (await fetch(url + '/metrics')).text();
+        const text = await (await fetch(url + '/metrics', { headers: { authorization: `Bearer ${METRICS_TOKEN}` } })).text();
         const m = text.match(/^fitorder_subscribers (\S+)$/m);
         return m && Number(m[1]) >= n;
       }, `${n} live subscription(s) (fitorder_subscribers on /metrics)`);
 
-    return { url, wsUrl: `ws://127.0.0.1:${port}/graphql/ws`, db, token, gql, subscribers, stop, log: () => output };
+    return { url, wsUrl: `ws://127.0.0.1:${port}/graphql/ws`, db, env: baseEnv, token, gql, subscribers, stop, log: () => output };
   } catch (e) {
     await stop();
     throw e;
@@ -186,4 +191,78 @@ export async function launchChromium(extraArgs = []) {
       ...extraArgs,
     ],
   });
+}
+
+/**
+ * The door and AI-device services on loopback: each call is recorded in `hits` (with whether it
+ * was answered while `failing`); 503 while `failing`, 200 otherwise.
+ */
+export function downstreamService({ failing = false } = {}) {
+  const d = { failing, hits: [] };
+  d.server = createHttpServer((req, res) => {
+    let body = '';
+    req.on('data', (c) => (body += c));
+    req.on('end', () => {
+      d.hits.push({ path: req.url, body: JSON.parse(body || 'null'), failing: d.failing });
+      res.writeHead(d.failing ? 503 : 200, { 'content-type': 'application/json' });
+      res.end(d.failing ? '{"error":"down for the test"}' : '{"ok":true}');
+    });
+  });
+  /** Listens; answers the server settings that point fitorder here, retrying fast and giving up after 2 attempts. */
+  d.start = async () => {
+    await new Promise((r) => d.server.listen(0, '127.0.0.1', r));
+    const url = `http://127.0.0.1:${d.server.address().port}`;
+    return {
+      FITORDER_DOOR_ACCESS_URL: `${url}/door`,
+      FITORDER_AI_ACCESS_URL: `${url}/ai`,
+      FITORDER_RETRY_BASE: '200ms',
+      FITORDER_MAX_ATTEMPTS: '2',
+      FITORDER_DOWNSTREAM_TIMEOUT: '2s',
+    };
+  };
+  d.stop = async () => {
+    d.server.closeAllConnections();
+    await new Promise((r) => d.server.close(r));
+  };
+  return d;
+}
+
+/**
+ * Starts `fitorder sandbox-provider` (WeChat Pay and Alipay on loopback) with its keys in
+ * `keysDir`; returns { env: the settings it prints, stop() }.
+ */
+export async function startSandbox(keysDir) {
+  const port = await freePort();
+  const child = spawn(BIN, ['sandbox-provider', '--addr', `127.0.0.1:${port}`, '--keys', keysDir], { stdio: ['ignore', 'pipe', 'pipe'] });
+  live.add(child);
+  let log = '';
+  child.stderr.on('data', (c) => (log += c));
+  const env = {};
+  const lines = createInterface({ input: child.stdout });
+  const stop = async () => {
+    if (child.exitCode === null && child.signalCode === null) {
+      const exited = new Promise((r) => child.once('exit', r));
+      child.kill('SIGTERM');
+      await exited;
+    }
+    live.delete(child);
+  };
+  try {
+    await new Promise((resolve, reject) => {
+      const t = setTimeout(() => reject(new Error(`sandbox-provider not ready after 30s:\n${log}`)), 30000);
+      child.once('exit', (code) => reject(new Error(`sandbox-provider exited with ${code}:\n${log}`)));
+      lines.on('line', (line) => {
+        if (line.startsWith('# ready')) {
+          clearTimeout(t);
+          resolve();
+        } else if (line.includes('=')) {
+          env[line.slice(0, line.indexOf('='))] = line.slice(line.indexOf('=') + 1);
+        }
+      });
+    });
+  } catch (e) {
+    await stop();
+    throw e;
+  }
+  return { env, stop };
 }

@@ -3,6 +3,7 @@
 //! delivered by the built-in simulator.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde_json::json;
 
@@ -10,8 +11,7 @@ use crate::config::Config;
 use crate::db::models::CompensationEvent;
 use crate::domain::effect::{AccessPayload, RefundPayload};
 use crate::domain::Effect;
-use crate::payments::api::{self, ProviderApi, RefundRequest};
-use crate::payments::keys::ProviderKeys;
+use crate::payments::api::{self, ProviderApi, RefundRequest, RefundState};
 
 /// How an attempt ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -22,6 +22,32 @@ pub enum Delivered {
     Simulated,
 }
 
+/// Why an attempt did not deliver, for the attempt log, and when to try again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NotDelivered {
+    pub error: String,
+    pub retry: Retry,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Retry {
+    /// The event's backoff (`FITORDER_RETRY_BASE × 2^(n−1)`), DEAD at the last attempt.
+    Backoff,
+    /// Not before this long (a refund the provider is still processing), DEAD at the last attempt.
+    After(Duration),
+    /// Never: DEAD now, with its ticket (a refund the provider ended without paying back).
+    Never,
+}
+
+impl From<String> for NotDelivered {
+    fn from(error: String) -> NotDelivered {
+        NotDelivered {
+            error,
+            retry: Retry::Backoff,
+        }
+    }
+}
+
 #[derive(Clone)]
 pub struct Downstream {
     api: ProviderApi,
@@ -29,15 +55,13 @@ pub struct Downstream {
 }
 
 impl Downstream {
-    pub fn new(config: Arc<Config>, keys: Arc<ProviderKeys>) -> Downstream {
-        Downstream {
-            api: ProviderApi::new(config.clone(), keys),
-            config,
-        }
+    /// `api`: the process's one provider client (`AppState::providers`).
+    pub fn new(api: ProviderApi, config: Arc<Config>) -> Downstream {
+        Downstream { api, config }
     }
 
-    /// One attempt. `Err` carries what went wrong, for the attempt log.
-    pub async fn deliver(&self, e: &CompensationEvent) -> Result<Delivered, String> {
+    /// One attempt. `Err` carries what went wrong, for the attempt log, and when to retry.
+    pub async fn deliver(&self, e: &CompensationEvent) -> Result<Delivered, NotDelivered> {
         let effect = Effect::decode(&e.kind, &e.payload).map_err(|err| err.to_string())?;
         match effect {
             Effect::DoorAccessGrant(p) | Effect::DoorAccessRevoke(p) => {
@@ -50,7 +74,12 @@ impl Downstream {
         }
     }
 
-    async fn access(&self, url: Option<&str>, e: &CompensationEvent, p: &AccessPayload) -> Result<Delivered, String> {
+    async fn access(
+        &self,
+        url: Option<&str>,
+        e: &CompensationEvent,
+        p: &AccessPayload,
+    ) -> Result<Delivered, NotDelivered> {
         let Some(url) = url else {
             return Ok(Delivered::Simulated);
         };
@@ -71,11 +100,13 @@ impl Downstream {
             .send()
             .await
             .map_err(|err| api::describe(&err, self.config.downstream_timeout))?;
-        api::check(resp).await.map(|_| Delivered::Ok)
+        Ok(api::check(resp).await.map(|_| Delivered::Ok)?)
     }
 
-    /// Done only on the provider's signed acceptance; nothing is simulated.
-    async fn refund(&self, e: &CompensationEvent, p: &RefundPayload) -> Result<Delivered, String> {
+    /// Done only when the provider says, in a signed answer, that the money went back. A retry
+    /// first asks what became of the earlier request (a refund the provider is processing is
+    /// not requested twice); a refund the provider does not know is requested.
+    async fn refund(&self, e: &CompensationEvent, p: &RefundPayload) -> Result<Delivered, NotDelivered> {
         let req = RefundRequest {
             out_trade_no: &p.order.order_no,
             refund_no: &p.refund_no,
@@ -85,10 +116,49 @@ impl Downstream {
             reason: &p.reason,
             trace_id: &e.trace_id,
         };
-        self.api
-            .refund(p.provider, &req)
-            .await
-            .map(|_| Delivered::Ok)
-            .map_err(|e| e.to_string())
+        let failed = |err: api::ProviderError| NotDelivered::from(err.to_string());
+        if e.attempts > 0 {
+            match self.api.refund_status(p.provider, &req).await.map_err(failed)? {
+                RefundState::Unknown => {}
+                known => return refund_outcome(p, known),
+            }
+        }
+        let state = self.api.refund(p.provider, &req).await.map_err(failed)?;
+        refund_outcome(p, state)
+    }
+}
+
+fn refund_outcome(p: &RefundPayload, state: RefundState) -> Result<Delivered, NotDelivered> {
+    match state {
+        RefundState::Done { .. } => Ok(Delivered::Ok),
+        RefundState::Pending {
+            status,
+            provider_refund_id,
+            recheck_in,
+        } => Err(NotDelivered {
+            error: format!(
+                "{} refund {} ({}) is {status}: the money has not moved yet; done when the provider confirms it",
+                p.provider,
+                p.refund_no,
+                provider_refund_id.as_deref().unwrap_or("no refund id")
+            ),
+            retry: recheck_in.map_or(Retry::Backoff, Retry::After),
+        }),
+        RefundState::Failed {
+            status,
+            provider_refund_id,
+        } => Err(NotDelivered {
+            error: format!(
+                "{} ended refund {} ({}) {status}: the money did not go back; it must be refunded by hand",
+                p.provider,
+                p.refund_no,
+                provider_refund_id.as_deref().unwrap_or("no refund id")
+            ),
+            retry: Retry::Never,
+        }),
+        RefundState::Unknown => Err(NotDelivered::from(format!(
+            "{} knows no refund {}",
+            p.provider, p.refund_no
+        ))),
     }
 }

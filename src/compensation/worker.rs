@@ -13,7 +13,7 @@ use diesel::sql_types::{BigInt, Double, Text};
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
 use serde_json::json;
 
-use super::downstream::{Delivered, Downstream};
+use super::downstream::{Delivered, Downstream, NotDelivered, Retry};
 use crate::app::AppState;
 use crate::db::models::{CompensationEvent, Order};
 use crate::db::schema::{compensation_attempts, compensation_events, orders};
@@ -39,7 +39,7 @@ pub struct Worker {
 
 impl Worker {
     pub fn new(state: AppState) -> Worker {
-        let downstream = Downstream::new(state.config.clone(), state.keys.clone());
+        let downstream = Downstream::new(state.providers.clone(), state.config.clone());
         let id = format!("{}-{}", hostname(), &TraceId::new().0[..8]);
         let alerts = crate::alerts::Deliverer::new(state.config.clone(), id.clone());
         let served = served_providers(&state)
@@ -230,7 +230,7 @@ impl Worker {
     /// its own transaction).
     async fn complete_delivered(
         &self,
-        done: &[(CompensationEvent, Result<Delivered, String>, Duration)],
+        done: &[(CompensationEvent, Result<Delivered, NotDelivered>, Duration)],
     ) -> AppResult<()> {
         if done.is_empty() {
             return Ok(());
@@ -273,7 +273,7 @@ impl Worker {
     async fn complete(
         &self,
         e: &CompensationEvent,
-        result: Result<Delivered, String>,
+        result: Result<Delivered, NotDelivered>,
         took: Duration,
     ) -> AppResult<()> {
         let mut conn = self.state.pool.get().await?;
@@ -289,17 +289,22 @@ impl Worker {
             // limit. Either way only the worker still holding the claim may write.
             let (status, error, next) = match &result {
                 Ok(_) => (CompensationStatus::Succeeded, None, None),
-                Err(err) if attempt >= e.max_attempts => (CompensationStatus::Dead, Some(err.as_str()), None),
+                Err(err) if attempt >= e.max_attempts || err.retry == Retry::Never => {
+                    (CompensationStatus::Dead, Some(err.error.as_str()), None)
+                }
                 Err(err) => {
                     let jitter: f64 = {
                         use rand::Rng;
                         rand::rng().random_range(-1.0..=1.0)
                     };
-                    let delay =
-                        chrono::Duration::from_std(backoff(config.retry_base, attempt, jitter)).unwrap_or_default();
+                    let mut delay = backoff(config.retry_base, attempt, jitter);
+                    if let Retry::After(at_least) = err.retry {
+                        delay = delay.max(at_least);
+                    }
+                    let delay = chrono::Duration::from_std(delay).unwrap_or_default();
                     (
                         CompensationStatus::Retrying,
-                        Some(err.as_str()),
+                        Some(err.error.as_str()),
                         Some(Utc::now() + delay),
                     )
                 }
@@ -332,7 +337,7 @@ impl Worker {
                 .values((
                     compensation_attempts::event_id.eq(e.id),
                     compensation_attempts::ok.eq(result.is_ok()),
-                    compensation_attempts::error.eq(result.as_ref().err()),
+                    compensation_attempts::error.eq(result.as_ref().err().map(|e| e.error.as_str())),
                     compensation_attempts::duration_ms.eq(took.as_millis().min(i32::MAX as u128) as i32),
                     compensation_attempts::worker.eq(&worker),
                 ))

@@ -24,6 +24,8 @@ pub struct DocumentLimits {
     pub max_spreads: u64,
     /// Fragment definitions in one document.
     pub max_fragments: usize,
+    /// What introspection may cost (None: not checked here).
+    pub introspection: Option<super::introspection::IntrospectionBudget>,
 }
 
 impl DocumentLimits {
@@ -33,6 +35,7 @@ impl DocumentLimits {
             max_selections: config.max_selections,
             max_spreads: config.max_fragment_spreads,
             max_fragments: 200,
+            introspection: None,
         }
     }
 }
@@ -87,6 +90,15 @@ pub fn check_document(doc: &ExecutableDocument, limits: &DocumentLimits) -> Serv
             limits.max_fragments
         )));
     }
+    // Introspection's weight is counted once cycles are known to be absent.
+    check_expansion(doc, limits)?;
+    if let Some(budget) = &limits.introspection {
+        budget.check(doc)?;
+    }
+    Ok(())
+}
+
+fn check_expansion(doc: &ExecutableDocument, limits: &DocumentLimits) -> ServerResult<()> {
     let mut seen: HashMap<&str, Seen> = HashMap::new();
     let mut total = Cost::default();
     for (_, op) in doc.operations.iter() {
@@ -195,8 +207,10 @@ impl Extension for BoundDocumentsExtension {
     ) -> ServerResult<Request> {
         check_text(&request.query, &self.0)?;
         // Parsed once here; async-graphql reuses the parsed document.
-        let doc = request.parsed_query()?;
-        check_document(doc, &self.0)?;
+        let doc = async_graphql::parser::parse_query(&request.query).map_err(|e| syntax_refusal(&e))?;
+        check_document(&doc, &self.0)?;
+        check_no_nul(&doc, &request.variables)?;
+        request.set_parsed_query(doc);
         next.run(ctx, request).await
     }
 
@@ -217,6 +231,96 @@ impl Extension for BoundDocumentsExtension {
     }
 }
 
+/// A document that does not parse, said without quoting it: the parser's own message repeats
+/// the offending line (a one-line document of 60 KB came back whole). Here: where, and what
+/// was expected there.
+pub fn syntax_refusal(e: &async_graphql::parser::Error) -> ServerError {
+    use async_graphql::parser::Error;
+    let message = match e {
+        Error::Syntax { message, start, .. } => {
+            // pest's last line says what it wanted ("  = expected selection_set"); the lines
+            // before it quote the document.
+            let wanted = message
+                .lines()
+                .rev()
+                .find_map(|l| l.trim_start().strip_prefix("= "))
+                .map(|w| w.chars().take(200).collect::<String>())
+                .unwrap_or_else(|| "a GraphQL document".into());
+            format!("syntax error at line {}, column {}: {wanted}", start.line, start.column)
+        }
+        Error::RecursionLimitExceeded => "the document is nested too deep".to_string(),
+        // The other kinds name only an operation or a fragment (names are at most a line).
+        other => {
+            let text = other.to_string();
+            text.chars().take(200).collect()
+        }
+    };
+    let mut err = refusal(message);
+    err.locations = e.positions().collect();
+    err
+}
+
+/// A NUL can be no text the database keeps (PostgreSQL refuses it in `text`): a string with one,
+/// in a variable or written in the document, is the caller's mistake, not an INTERNAL error.
+pub fn check_no_nul(doc: &ExecutableDocument, variables: &async_graphql::Variables) -> ServerResult<()> {
+    use async_graphql::parser::types::DocumentOperations;
+    fn const_has_nul(v: &async_graphql::Value) -> bool {
+        use async_graphql::Value as V;
+        match v {
+            V::String(s) => s.contains('\0'),
+            V::List(l) => l.iter().any(const_has_nul),
+            V::Object(o) => o.iter().any(|(k, v)| k.contains('\0') || const_has_nul(v)),
+            _ => false,
+        }
+    }
+    // A literal argument, its variables taken as null (theirs are checked apart).
+    macro_rules! has_nul {
+        ($v:expr) => {
+            $v.clone()
+                .into_const_with(|_| Ok::<_, std::convert::Infallible>(async_graphql::Value::Null))
+                .is_ok_and(|c| const_has_nul(&c))
+        };
+    }
+    fn set_has_nul(set: &SelectionSet) -> bool {
+        set.items.iter().any(|item| {
+            let directives = item.node.directives();
+            let in_directives = directives
+                .iter()
+                .any(|d| d.node.arguments.iter().any(|(_, v)| has_nul!(v.node)));
+            in_directives
+                || match &item.node {
+                    Selection::Field(f) => {
+                        f.node.arguments.iter().any(|(_, v)| has_nul!(v.node))
+                            || set_has_nul(&f.node.selection_set.node)
+                    }
+                    Selection::InlineFragment(f) => set_has_nul(&f.node.selection_set.node),
+                    Selection::FragmentSpread(_) => false,
+                }
+        })
+    }
+    let refused = || refusal("a string may not contain the NUL character (U+0000)");
+    if variables.iter().any(|(_, v)| const_has_nul(v)) {
+        return Err(refused());
+    }
+    let operations: Vec<&async_graphql::parser::types::OperationDefinition> = match &doc.operations {
+        DocumentOperations::Single(op) => vec![&op.node],
+        DocumentOperations::Multiple(ops) => ops.values().map(|op| &op.node).collect(),
+    };
+    for op in operations {
+        let defaults = op
+            .variable_definitions
+            .iter()
+            .any(|d| d.node.default_value.as_ref().is_some_and(|v| const_has_nul(&v.node)));
+        if defaults || set_has_nul(&op.selection_set.node) {
+            return Err(refused());
+        }
+    }
+    if doc.fragments.values().any(|f| set_has_nul(&f.node.selection_set.node)) {
+        return Err(refused());
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -226,6 +330,7 @@ mod tests {
         max_selections: 2_000,
         max_spreads: 500,
         max_fragments: 100,
+        introspection: None,
     };
 
     fn doubling(levels: usize) -> String {

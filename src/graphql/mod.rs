@@ -2,6 +2,7 @@
 //! screen's subscriptions. The schema lives here, apart from the HTTP transport.
 
 mod connection;
+pub mod introspection;
 pub mod limits;
 mod loaders;
 mod mutation;
@@ -13,6 +14,7 @@ mod types;
 use async_graphql::{Context, Schema};
 
 pub use connection::{decode_cursor, encode_cursor};
+pub use introspection::Introspection;
 pub use loaders::DbLoader;
 pub use types::TimelineEntry;
 
@@ -30,9 +32,14 @@ pub type AppSchema = Schema<query::Query, mutation::Mutation, subscription::Subs
 pub struct RequestContext {
     pub viewer: Option<Viewer>,
     pub trace: TraceId,
-    /// The caller's address as the load balancer reports it (`X-Forwarded-For`, `X-Real-IP`):
-    /// WeChat H5 payments need the payer's IP.
+    /// The caller's address (`http::client_addr`: the peer, or what a trusted proxy reports).
     pub client_ip: Option<String>,
+    /// The caller's address as a proxy in `FITORDER_TRUSTED_PROXIES` reported it; None when the
+    /// request did not come through one. WeChat H5 payments take the payer's IP from here only.
+    pub payer_ip: Option<String>,
+    /// The caller's address as `http::client_addr` believes it (`FITORDER_TRUSTED_PROXIES`):
+    /// what the sign-in rate limits count by.
+    pub client_addr: Option<std::net::IpAddr>,
 }
 
 pub fn build_schema(state: AppState) -> AppSchema {
@@ -74,9 +81,51 @@ pub fn is_introspection_only(query: &str, limits: &limits::DocumentLimits) -> bo
     any
 }
 
+/// The mutations a caller without a token may run: signing in.
+pub const ANONYMOUS_MUTATIONS: [&str; 3] = ["signInWithWechat", "refreshSession", "signOut"];
+
+/// Whether the operation `query` runs (the one `operation_name` names, or its only one) is a
+/// mutation selecting only the sign-in mutations (and `__typename`): the one thing besides
+/// introspection that runs without a token. Parsed under the document bounds; false when it
+/// does not parse, is out of bounds, or names no single operation.
+pub fn is_sign_in_only(query: &str, operation_name: Option<&str>, limits: &limits::DocumentLimits) -> bool {
+    use async_graphql::parser::types::{DocumentOperations, OperationType, Selection};
+    if limits::check_text(query, limits).is_err() {
+        return false;
+    }
+    let Ok(doc) = async_graphql::parser::parse_query(query) else {
+        return false;
+    };
+    if limits::check_document(&doc, limits).is_err() {
+        return false;
+    }
+    let op = match (&doc.operations, operation_name) {
+        (DocumentOperations::Single(op), None) => op,
+        (DocumentOperations::Single(_), Some(_)) => return false,
+        (DocumentOperations::Multiple(ops), Some(name)) => match ops.get(name) {
+            Some(op) => op,
+            None => return false,
+        },
+        (DocumentOperations::Multiple(_), None) => return false,
+    };
+    if op.node.ty != OperationType::Mutation {
+        return false;
+    }
+    let mut any = false;
+    for item in &op.node.selection_set.node.items {
+        match &item.node {
+            Selection::Field(f) if ANONYMOUS_MUTATIONS.contains(&f.node.name.node.as_str()) => any = true,
+            Selection::Field(f) if f.node.name.node == "__typename" => {}
+            _ => return false,
+        }
+    }
+    any
+}
+
 fn build_schema_with_depth(state: AppState, max_depth: usize) -> AppSchema {
     let max_complexity = state.config.max_complexity;
-    let state_limits = limits::DocumentLimits::from_config(&state.config);
+    let mut state_limits = limits::DocumentLimits::from_config(&state.config);
+    state_limits.introspection = Some(introspection_budget());
     Schema::build(query::Query, mutation::Mutation, subscription::Subscription)
         .data(state)
         .limit_depth(max_depth)
@@ -142,6 +191,12 @@ impl async_graphql::extensions::Extension for TraceIds {
     }
 }
 
+/// What introspection may cost in one document: measured once on this schema.
+pub fn introspection_budget() -> introspection::IntrospectionBudget {
+    static BUDGET: std::sync::OnceLock<introspection::IntrospectionBudget> = std::sync::OnceLock::new();
+    *BUDGET.get_or_init(|| introspection::IntrospectionBudget::of_sdl(&sdl()))
+}
+
 /// The schema as SDL, as `schema/schema.graphql` holds it.
 pub fn sdl() -> String {
     Schema::build(query::Query, mutation::Mutation, subscription::Subscription)
@@ -176,11 +231,13 @@ pub(crate) async fn conn(ctx: &Context<'_>) -> AppResult<DbConn> {
     Ok(state(ctx).pool.get().await?)
 }
 
+/// An `ID` argument, written the one way ids are written (decimal digits, no sign, no leading
+/// zero, no spaces: `+2`, `02` and `" 2"` are not member 2), as tokens' subjects are.
 pub(crate) fn parse_id(id: &async_graphql::ID, what: &str) -> AppResult<i64> {
-    id.parse::<i64>()
-        .ok()
-        .filter(|v| *v > 0)
-        .ok_or_else(|| AppError::bad(format!("{what} {:?} is not an id", id.as_str())))
+    crate::auth::canonical_id(id.as_str()).ok_or_else(|| {
+        let shown: String = id.as_str().chars().take(40).collect();
+        AppError::bad(format!("{what} {shown:?} is not an id"))
+    })
 }
 
 /// GraphQL Int is 32-bit; amounts are stored as 64-bit cents. An amount that does not fit is

@@ -12,7 +12,7 @@ use crate::db::DbConn;
 use crate::domain;
 use crate::error::{AppError, AppResult};
 use crate::orders::{self, PlaceOrder, PlacedItem};
-use crate::payments::trades;
+use crate::payments::{self, trades};
 
 pub struct Mutation;
 
@@ -138,12 +138,13 @@ impl Mutation {
         let mut c = conn(ctx).await?;
         if let (Some(p), Some(payer)) = (provider, member_id.or(v.member_id)) {
             trades::check_payable(st, &mut c, p, channel.unwrap_or(p.default_channel()), payer, openid).await?;
+            trades::check_payer_ip(channel.unwrap_or(p.default_channel()), request(ctx).payer_ip.as_deref())?;
         }
         let order = orders::place_order(&mut c, &st.config, v, req, &actx).await?;
         drop(c);
         let payment = if order.status == domain::OrderStatus::WaitPay && order.online_cents() > 0 {
             let r = request(ctx);
-            trades::start_payment(st, &order, channel, openid, r.client_ip.as_deref(), &r.trace)
+            trades::start_payment(st, &order, channel, openid, r.payer_ip.as_deref(), &r.trace)
                 .await
                 .and_then(|p| Ok(Some(p.try_into()?)))
         } else {
@@ -179,7 +180,7 @@ impl Mutation {
             &order,
             Some(channel.into()),
             openid,
-            r.client_ip.as_deref(),
+            r.payer_ip.as_deref(),
             &r.trace,
         )
         .await?;
@@ -201,8 +202,9 @@ impl Mutation {
                 domain::TIMEOUT_REASON
             )));
         }
+        // The trade is closed at the provider first; found paid meanwhile, the order is PAID.
+        let r = payments::closing::cancel_order(state(ctx), v, &order_no, &reason, &actx).await;
         let mut c = conn(ctx).await?;
-        let r = orders::cancel_order(&mut c, Some(v), &order_no, &reason, &actx).await;
         noted(ctx, &mut c, &order_no, r).await.map(OrderNode)
     }
 
@@ -397,6 +399,8 @@ impl Mutation {
         id: ID,
         action: TicketAction,
         note: Option<String>,
+        #[graphql(desc = "REFUND of the order's own payment: this amount instead of the unused share")]
+        amount_cents: Option<i32>,
     ) -> AppResult<ExceptionTicketNode> {
         let v = viewer(ctx)?;
         v.require(&[Role::Admin, Role::Ops])?;
@@ -408,9 +412,17 @@ impl Mutation {
         let actx = actor_ctx(ctx)?;
         let id = parse_id(&id, "id")?;
         let mut c = conn(ctx).await?;
-        let t =
-            crate::ticket_resolution::resolve(&mut c, &state(ctx).config, v, id, action.into(), note.as_deref(), &actx)
-                .await?;
+        let t = crate::ticket_resolution::resolve(
+            &mut c,
+            &state(ctx).config,
+            v,
+            id,
+            action.into(),
+            note.as_deref(),
+            amount_cents.map(i64::from),
+            &actx,
+        )
+        .await?;
         Ok(ExceptionTicketNode(t))
     }
 
@@ -422,6 +434,33 @@ impl Mutation {
         let id = parse_id(&id, "id")?;
         let mut c = conn(ctx).await?;
         Ok(ExceptionTicketNode(crate::tickets::start(&mut c, id, v, &actx).await?))
+    }
+
+    /// sign-in (no token needed): a WeChat mini-program wx.login code; a first sign-in also needs phoneCode (getPhoneNumber) and, for a new member, storeId
+    async fn sign_in_with_wechat(
+        &self,
+        ctx: &Context<'_>,
+        code: String,
+        phone_code: Option<String>,
+        store_id: Option<ID>,
+    ) -> AppResult<SessionNode> {
+        let store = store_id.as_ref().map(|s| parse_id(s, "storeId")).transpose()?;
+        let r = request(ctx);
+        crate::sessions::sign_in_with_wechat(state(ctx), r.client_addr, &code, phone_code.as_deref(), store)
+            .await
+            .map(SessionNode)
+    }
+
+    /// a new access token and a new refresh token for a refresh token (no token needed); the old one is spent
+    async fn refresh_session(&self, ctx: &Context<'_>, refresh_token: String) -> AppResult<SessionNode> {
+        crate::sessions::refresh(state(ctx), request(ctx).client_addr, &refresh_token)
+            .await
+            .map(SessionNode)
+    }
+
+    /// ends the session the refresh token belongs to
+    async fn sign_out(&self, ctx: &Context<'_>, refresh_token: String) -> AppResult<bool> {
+        crate::sessions::sign_out(state(ctx), request(ctx).client_addr, &refresh_token).await
     }
 
     /// Reconciles a provider's bill of one business day now (from FITORDER_STATEMENT_DIR).

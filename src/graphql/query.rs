@@ -418,6 +418,9 @@ impl Query {
         ctx: &Context<'_>,
         from: DateTime<Utc>,
         to: DateTime<Utc>,
+        #[graphql(desc = "one store's findings (store-limited staff see only their stores' anyway)")] store_id: Option<
+            ID,
+        >,
     ) -> AppResult<Vec<ReconciliationHealing>> {
         let v = viewer(ctx)?;
         v.require(&[Role::Admin, Role::Ops])?;
@@ -425,8 +428,15 @@ impl Query {
         if to < from {
             return Err(AppError::bad("to must not be before from"));
         }
+        let stores = match store_id.as_ref().map(|s| parse_id(s, "storeId")).transpose()? {
+            Some(s) => {
+                v.require_store(s)?;
+                Some(vec![s])
+            }
+            None => store_scope(v),
+        };
         let mut c = conn(ctx).await?;
-        let rows = crate::reconciliation::healing(&mut c, from, to).await?;
+        let rows = crate::reconciliation::healing(&mut c, from, to, stores).await?;
         Ok(rows
             .into_iter()
             .map(|(category, healed, ticketed)| ReconciliationHealing {
@@ -435,6 +445,19 @@ impl Query {
                 ticketed: super::count(ticketed),
             })
             .collect())
+    }
+
+    /// The stores the caller may see, by id (staff; store-limited admins their own).
+    async fn stores(&self, ctx: &Context<'_>) -> AppResult<Vec<StoreNode>> {
+        let v = viewer(ctx)?;
+        v.require(&[Role::Admin, Role::Ops])?;
+        let mut q = stores::table.order(stores::id).into_boxed();
+        if let Some(list) = store_scope(v) {
+            q = q.filter(stores::id.eq_any(list));
+        }
+        let mut c = conn(ctx).await?;
+        let rows: Vec<models::Store> = q.select(models::Store::as_select()).load(&mut c).await?;
+        Ok(rows.into_iter().map(StoreNode).collect())
     }
 
     /// Counts per anomaly category in `[from, to)`, computed from the recorded rows.

@@ -121,21 +121,43 @@ impl Subscription {
         ctx: &Context<'_>,
         store_id: Option<ID>,
     ) -> async_graphql::Result<BoxStream<'static, ExceptionTicketNode>> {
-        let v = viewer(ctx)?.clone();
-        v.require(&[Role::Admin, Role::Ops])?;
-        let store = store_id.as_ref().map(|s| parse_id(s, "storeId")).transpose()?;
-        Ok(events(ctx)
-            .filter_map(move |e| {
-                let out = match e {
-                    Event::Ticket(t) => {
-                        let visible = crate::tickets::visible_to(&v, t.store_id);
-                        let keep = visible && store.is_none_or(|s| t.store_id == Some(s));
-                        keep.then(|| ExceptionTicketNode((*t).clone()))
-                    }
-                    _ => None,
-                };
-                futures_util::future::ready(out)
-            })
-            .boxed())
+        tickets(ctx, store_id, |e| match e {
+            Event::Ticket(t) => Some(t),
+            _ => None,
+        })
     }
+
+    /// Exception tickets as they are taken or closed, each with its status after the change
+    /// (admin and ops).
+    async fn ticket_changed(
+        &self,
+        ctx: &Context<'_>,
+        store_id: Option<ID>,
+    ) -> async_graphql::Result<BoxStream<'static, ExceptionTicketNode>> {
+        tickets(ctx, store_id, |e| match e {
+            Event::TicketChanged(t) => Some(t),
+            _ => None,
+        })
+    }
+}
+
+/// The tickets `pick` takes from the hub's events that staff `ctx` may see, of one store if asked.
+fn tickets(
+    ctx: &Context<'_>,
+    store_id: Option<ID>,
+    pick: fn(Event) -> Option<std::sync::Arc<crate::db::models::ExceptionTicket>>,
+) -> async_graphql::Result<BoxStream<'static, ExceptionTicketNode>> {
+    let v = viewer(ctx)?.clone();
+    v.require(&[Role::Admin, Role::Ops])?;
+    let store = store_id.as_ref().map(|s| parse_id(s, "storeId")).transpose()?;
+    Ok(events(ctx)
+        .filter_map(move |e| {
+            let out = pick(e).and_then(|t| {
+                let visible = crate::tickets::visible_to(&v, t.store_id);
+                let keep = visible && store.is_none_or(|s| t.store_id == Some(s));
+                keep.then(|| ExceptionTicketNode((*t).clone()))
+            });
+            futures_util::future::ready(out)
+        })
+        .boxed())
 }

@@ -66,6 +66,50 @@ pub async fn render(State(s): State<HttpState>) -> impl IntoResponse {
     rendered(&s, handle)
 }
 
+/// `/metrics` on the API port outside development mode without FITORDER_METRICS_TOKEN: not
+/// served there (Prometheus scrapes the FITORDER_METRICS_ADDR listener).
+pub async fn not_here() -> axum::response::Response {
+    (
+        axum::http::StatusCode::NOT_FOUND,
+        "metrics are served on FITORDER_METRICS_ADDR (or here with FITORDER_METRICS_TOKEN)",
+    )
+        .into_response()
+}
+
+/// Lets the scrape through with `Authorization: Bearer <FITORDER_METRICS_TOKEN>`; 401 otherwise.
+pub async fn require_token(
+    token: &str,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    let presented = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, t)| t.trim());
+    if presented.is_some_and(|p| same_secret(p, token)) {
+        next.run(req).await
+    } else {
+        let mut resp = (
+            axum::http::StatusCode::UNAUTHORIZED,
+            "a metrics bearer token is required",
+        )
+            .into_response();
+        resp.headers_mut()
+            .insert(header::WWW_AUTHENTICATE, axum::http::HeaderValue::from_static("Bearer"));
+        resp
+    }
+}
+
+/// Compares digests, so the time taken says nothing about how much of the token matched.
+fn same_secret(a: &str, b: &str) -> bool {
+    use sha2::{Digest, Sha256};
+    let (x, y) = (Sha256::digest(a.as_bytes()), Sha256::digest(b.as_bytes()));
+    x.iter().zip(y.iter()).fold(0u8, |acc, (p, q)| acc | (p ^ q)) == 0
+}
+
 fn rendered(s: &HttpState, handle: &PrometheusHandle) -> ([(header::HeaderName, &'static str); 1], String) {
     ::metrics::gauge!("fitorder_subscribers_hub").set(s.app.events.subscriber_count() as f64);
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], handle.render())

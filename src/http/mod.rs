@@ -2,14 +2,19 @@
 //! metrics. Every request gets a trace id (taken from `traceparent`/`X-Trace-Id` when sent),
 //! echoed in the `X-Trace-Id` response header.
 
+mod body;
 mod callbacks;
+pub mod client_addr;
 pub mod graphiql;
 mod graphql_routes;
 mod health;
 pub mod metrics;
+mod rejection;
 mod serve;
+pub mod ws_quota;
+mod workbench;
 
-pub use serve::serve;
+pub use serve::{serve, serve_with, ServeLimits};
 
 use std::time::Instant;
 
@@ -28,27 +33,49 @@ use crate::trace::TraceId;
 pub struct HttpState {
     pub app: AppState,
     pub schema: AppSchema,
-    /// The same schema with room for introspection's depth (introspection-only documents).
-    pub introspection: AppSchema,
+    /// Introspection-only documents: the same schema with room for introspection's depth, and
+    /// answers kept (the schema does not change while the process runs).
+    pub introspection: crate::graphql::Introspection,
     pub keys: std::sync::Arc<crate::payments::keys::ProviderKeys>,
     /// When `/metrics` last read the outbox backlog from the database (it does at most every
     /// [`metrics::BACKLOG_EVERY`], however often it is scraped).
     pub backlog_read: std::sync::Arc<tokio::sync::Mutex<Option<Instant>>>,
+    /// Running WebSocket operations per token, over all connections of this process.
+    pub subscriptions: std::sync::Arc<ws_quota::TokenOperations>,
 }
 
 pub fn router(app: AppState) -> Router {
     metrics::install();
     let schema = build_schema(app.clone());
-    let introspection = crate::graphql::build_introspection_schema(app.clone());
+    let introspection = crate::graphql::Introspection::new(crate::graphql::build_introspection_schema(app.clone()));
     let limit = app.config.max_body_bytes;
-    let body_timeout = app.config.http_body_timeout;
+    let bounds = body::BodyBounds {
+        max_bytes: limit,
+        timeout: app.config.http_body_timeout,
+    };
     let keys = app.keys.clone();
+    // Outside development mode `/metrics` is for Prometheus only: behind FITORDER_METRICS_TOKEN
+    // here, or open on the FITORDER_METRICS_ADDR listener (`ops_router`).
+    let metrics_open = app.config.dev_mode;
+    let metrics_token = app.config.metrics_token.clone();
     let state = HttpState {
         app,
         schema,
         introspection,
         keys,
         backlog_read: Default::default(),
+        subscriptions: Default::default(),
+    };
+    let metrics_route = if metrics_open {
+        get(metrics::render)
+    } else {
+        match metrics_token {
+            Some(token) => get(metrics::render).route_layer(middleware::from_fn(move |req: Request, next: Next| {
+                let token = token.clone();
+                async move { metrics::require_token(&token, req, next).await }
+            })),
+            None => get(metrics::not_here),
+        }
     };
     Router::new()
         .route("/graphql", get(graphiql::page).post(graphql_routes::graphql))
@@ -58,12 +85,13 @@ pub fn router(app: AppState) -> Router {
         .route("/pay/alipay/notify", axum::routing::post(callbacks::alipay_notify))
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
-        .route("/metrics", get(metrics::render))
+        .route("/metrics", metrics_route)
         .route("/ops", get(ops_page))
+        .route("/ops/tickets", get(workbench::page))
+        .route("/ops/assets/{name}", get(workbench::asset))
         .with_state(state)
         .layer(axum::extract::DefaultBodyLimit::max(limit))
-        .layer(tower_http::limit::RequestBodyLimitLayer::new(limit))
-        .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(body_timeout))
+        .layer(middleware::from_fn_with_state(bounds, body::bounded))
         .layer(tower_http::set_header::SetResponseHeaderLayer::if_not_present(
             axum::http::header::X_CONTENT_TYPE_OPTIONS,
             HeaderValue::from_static("nosniff"),
@@ -71,12 +99,12 @@ pub fn router(app: AppState) -> Router {
         .layer(middleware::from_fn(trace_requests))
 }
 
-/// What a `fitorder worker` serves (no API): metrics and health, for Prometheus and the
-/// orchestrator.
+/// What the FITORDER_METRICS_ADDR listener serves (of `fitorder worker`, and of `fitorder
+/// serve` beside the API): metrics and health, for Prometheus and the orchestrator.
 pub fn ops_router(app: AppState) -> Router {
     metrics::install();
     let schema = build_schema(app.clone());
-    let introspection = schema.clone();
+    let introspection = crate::graphql::Introspection::new(schema.clone());
     let keys = app.keys.clone();
     let state = HttpState {
         app,
@@ -84,6 +112,7 @@ pub fn ops_router(app: AppState) -> Router {
         introspection,
         keys,
         backlog_read: Default::default(),
+        subscriptions: Default::default(),
     };
     Router::new()
         .route("/healthz", get(health::healthz))
@@ -101,7 +130,7 @@ async fn ops_page() -> Response {
     )));
     graphiql::html_headers(
         &mut resp,
-        "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self' ws: wss:; \
+        "default-src 'none'; script-src 'self' 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self' ws: wss:; \
          img-src data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
     );
     resp
@@ -148,6 +177,8 @@ fn known_route(path: &str) -> &'static str {
         "/readyz" => "/readyz",
         "/metrics" => "/metrics",
         "/ops" => "/ops",
+        "/ops/tickets" => "/ops/tickets",
+        "/ops/assets/{name}" => "/ops/assets",
         "/graphql/assets/{name}" => "/graphql/assets",
         _ => "other",
     }

@@ -7,7 +7,7 @@ mod lifecycle;
 mod place;
 
 pub use check_in::{check_in, CheckInOutcome};
-pub use lifecycle::{apply_payment, cancel_order, confirm_offline_payment, refund_order, PaymentApplied};
+pub use lifecycle::{apply_payment, cancel_order, confirm_offline_payment, refund_order, unused_share, PaymentApplied};
 pub use place::{check_place_rate, place_order, PlaceOrder, PlacedItem};
 
 use diesel::prelude::*;

@@ -6,6 +6,7 @@ use rsa::pkcs1v15::{Signature, VerifyingKey};
 use rsa::signature::Verifier;
 use sha2::Sha256;
 
+pub mod certs;
 pub mod client;
 pub mod gateway;
 
@@ -67,6 +68,16 @@ pub(crate) fn sorted_content(fields: &[(String, String)], excluded: &[&str]) -> 
 }
 
 pub fn verify(keys: &AlipayKeys, fields: &[(String, String)]) -> Result<(), AlipayError> {
+    verify_with(keys, std::slice::from_ref(&keys.public_key), fields)
+}
+
+/// [`verify`] with any of `candidates` (certificate mode after a renewal: the configured key
+/// and the renewed ones; a notification names no certificate).
+pub fn verify_with(
+    keys: &AlipayKeys,
+    candidates: &[rsa::RsaPublicKey],
+    fields: &[(String, String)],
+) -> Result<(), AlipayError> {
     if field(fields, "sign_type").is_some_and(|t| t != "RSA2") {
         return Err(AlipayError::BadSignature);
     }
@@ -75,9 +86,14 @@ pub fn verify(keys: &AlipayKeys, fields: &[(String, String)]) -> Result<(), Alip
         .decode(sig.trim())
         .map_err(|_| AlipayError::BadSignature)?;
     let sig = Signature::try_from(sig.as_slice()).map_err(|_| AlipayError::BadSignature)?;
-    VerifyingKey::<Sha256>::new(keys.public_key.clone())
-        .verify(signed_content(fields).as_bytes(), &sig)
-        .map_err(|_| AlipayError::BadSignature)?;
+    let content = signed_content(fields);
+    if !candidates.iter().any(|key| {
+        VerifyingKey::<Sha256>::new(key.clone())
+            .verify(content.as_bytes(), &sig)
+            .is_ok()
+    }) {
+        return Err(AlipayError::BadSignature);
+    }
     if field(fields, "app_id") != Some(keys.app_id.as_str()) {
         return Err(AlipayError::WrongApp);
     }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use super::alipay::client::Alipay;
 use super::keys::ProviderKeys;
 pub use super::provider::{
-    Gateway, Instruction, ProviderError, RefundAccepted, RefundRequest, TradeRequest, TradeState,
+    Closed, Gateway, Instruction, ProviderError, RefundRequest, RefundState, TradeRequest, TradeState,
 };
 use super::wechat::client::WechatPay;
 use crate::config::Config;
@@ -22,18 +22,17 @@ pub struct ProviderApi {
 }
 
 impl ProviderApi {
-    /// The providers' APIs without a database (no platform certificate refresh).
-    pub fn new(config: Arc<Config>, keys: Arc<ProviderKeys>) -> ProviderApi {
-        ProviderApi::with_pool(config, keys, None)
-    }
-
-    /// `pool`: where WeChat Pay platform certificates are kept and refreshed.
-    pub fn with_pool(config: Arc<Config>, keys: Arc<ProviderKeys>, pool: Option<crate::db::DbPool>) -> ProviderApi {
+    /// `pool`: where WeChat Pay platform certificates are kept and refreshed. There is one in
+    /// `AppState` (`providers`), which every caller uses: a client without the pool could not
+    /// load or refresh platform keys.
+    pub fn with_pool(config: Arc<Config>, keys: Arc<ProviderKeys>, pool: crate::db::DbPool) -> ProviderApi {
         let http = reqwest::Client::builder()
             .use_rustls_tls()
             .https_only(false)
-            .timeout(config.downstream_timeout)
-            .connect_timeout(config.downstream_timeout)
+            // Connecting has its own, short limit; the whole call (the answer included) the
+            // longer one, the Alipay SDK's read timeout.
+            .connect_timeout(config.provider_connect_timeout)
+            .timeout(config.provider_timeout)
             .pool_max_idle_per_host(64)
             .build()
             .expect("the HTTP client builds with its default TLS roots");
@@ -43,8 +42,8 @@ impl ProviderApi {
                 http.clone(),
                 k.clone(),
                 &config.public_url,
-                config.downstream_timeout,
-                pool,
+                config.provider_timeout,
+                Some(pool.clone()),
             ))
         });
         if let Some(w) = &wechat {
@@ -55,7 +54,8 @@ impl ProviderApi {
                 http.clone(),
                 k.clone(),
                 &config.public_url,
-                config.downstream_timeout,
+                config.provider_timeout,
+                Some(pool),
             )));
         }
         ProviderApi {
@@ -97,8 +97,12 @@ impl ProviderApi {
         self.gateway(provider).is_some()
     }
 
-    pub async fn refund(&self, provider: Provider, r: &RefundRequest<'_>) -> Result<RefundAccepted, ProviderError> {
+    pub async fn refund(&self, provider: Provider, r: &RefundRequest<'_>) -> Result<RefundState, ProviderError> {
         self.configured_gateway(provider)?.refund(r).await
+    }
+
+    pub async fn refund_status(&self, provider: Provider, r: &RefundRequest<'_>) -> Result<RefundState, ProviderError> {
+        self.configured_gateway(provider)?.refund_status(r).await
     }
 
     pub async fn query(
@@ -110,7 +114,7 @@ impl ProviderApi {
         self.configured_gateway(provider)?.query(out_trade_no, trace).await
     }
 
-    pub async fn close(&self, provider: Provider, out_trade_no: &str, trace: &str) -> Result<(), ProviderError> {
+    pub async fn close(&self, provider: Provider, out_trade_no: &str, trace: &str) -> Result<Closed, ProviderError> {
         self.configured_gateway(provider)?.close(out_trade_no, trace).await
     }
 }

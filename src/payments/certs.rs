@@ -71,6 +71,9 @@ pub enum CertError {
     /// A sandbox certificate could not be made.
     #[error("cannot build the certificate: {0}")]
     Build(String),
+    /// A certificate that does not chain to the configured root (or is out of its validity).
+    #[error("the certificate is not trusted: {0}")]
+    Untrusted(String),
 }
 
 fn bad(e: impl std::fmt::Display) -> CertError {
@@ -224,6 +227,72 @@ pub fn alipay_public_key_from_cert(pem: &str) -> Result<RsaPublicKey, CertError>
         .next()
         .ok_or(CertError::EmptyBundle)?
         .rsa_public_key()
+}
+
+/// Whether `issuer` signed `child` (sha256/384/512WithRSAEncryption; the other algorithms of
+/// Alipay's root file, SM2 and ECDSA, are not used for the RSA chain) and names it as issuer.
+pub fn is_issued_by(child: &CertInfo, issuer: &CertInfo) -> bool {
+    if child.issuer != issuer.subject {
+        return false;
+    }
+    let Some(key) = &issuer.public_key else { return false };
+    let Ok(cert) = Certificate::from_der(&child.der) else {
+        return false;
+    };
+    let Ok(tbs) = cert.tbs_certificate.to_der() else {
+        return false;
+    };
+    let Some(sig) = cert.signature.as_bytes() else {
+        return false;
+    };
+    let Ok(sig) = Signature::try_from(sig) else {
+        return false;
+    };
+    match cert.signature_algorithm.oid.to_string().as_str() {
+        "1.2.840.113549.1.1.11" => VerifyingKey::<Sha256>::new(key.clone()).verify(&tbs, &sig).is_ok(),
+        "1.2.840.113549.1.1.12" => VerifyingKey::<sha2::Sha384>::new(key.clone())
+            .verify(&tbs, &sig)
+            .is_ok(),
+        "1.2.840.113549.1.1.13" => VerifyingKey::<sha2::Sha512>::new(key.clone())
+            .verify(&tbs, &sig)
+            .is_ok(),
+        _ => false,
+    }
+}
+
+/// Checks an Alipay public-key certificate (`alipay.open.app.alipaycert.download`'s content: the
+/// certificate, maybe followed by its intermediates) against the root file: the first
+/// certificate, valid at `now`, must lead through valid intermediates of the same content to a
+/// certificate of the root file that signed it. Returns the first certificate.
+pub fn check_alipay_chain(content_pem: &str, root_bundle_pem: &str, now: DateTime<Utc>) -> Result<CertInfo, CertError> {
+    let chain = parse_pem_bundle(content_pem)?;
+    let roots = parse_pem_bundle(root_bundle_pem)?;
+    let leaf = chain[0].clone();
+    leaf.rsa_public_key()?;
+    let untrusted = |why: String| CertError::Untrusted(why);
+    let mut current = leaf.clone();
+    for _ in 0..=chain.len() {
+        if !current.is_valid_at(now) {
+            return Err(untrusted(format!(
+                "{} is valid {} to {}",
+                current.subject, current.not_before, current.not_after
+            )));
+        }
+        if roots.iter().any(|root| is_issued_by(&current, root)) {
+            return Ok(leaf);
+        }
+        let Some(next) = chain[1..]
+            .iter()
+            .find(|c| c.der != current.der && is_issued_by(&current, c))
+        else {
+            return Err(untrusted(format!(
+                "{} is not issued by the root certificate (ALIPAY_ROOT_CERT) nor by a certificate it issued",
+                current.issuer
+            )));
+        };
+        current = next.clone();
+    }
+    Err(untrusted("the chain does not end at the root".into()))
 }
 
 /// AES-GCM decryption as WeChat Pay does it: base64(ciphertext‖tag); AES-256 for a 32-byte key,
@@ -585,7 +654,7 @@ pub fn encrypt_certificates_answer(apiv3_key: &[u8], certs: &[(&str, &str)]) -> 
 
 #[cfg(test)]
 mod tests {
-    //! The other side of every test is published material (../shared/provider-samples, see its
+    //! The other side of every test is published material (tests/provider-samples, see its
     //! SOURCES.md) or the openssl CLI, never this module.
 
     use std::path::PathBuf;
@@ -599,7 +668,7 @@ mod tests {
     use crate::payments::keys::AlipayKeys;
 
     fn samples() -> PathBuf {
-        let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/provider-samples");
+        let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/provider-samples");
         assert!(
             p.is_dir(),
             "{} is missing: the provider samples sit beside the checkout",
@@ -1122,6 +1191,8 @@ mod tests {
             public_key: crate::payments::keys::parse_public_key(s(vec, "/alipay_public_key_base64_spki")).unwrap(),
             app_private_key: app_key.clone(),
             cert: None,
+            root_cert_pem: None,
+            renewed: Default::default(),
             api_base: String::new(),
             seller_id: None,
         };

@@ -180,6 +180,7 @@ pub fn dev_sandbox_keys(keys: &DevKeys) -> SandboxKeys {
     SandboxKeys {
         mch_id: DEV_MCH_ID.into(),
         wechat_app_id: DEV_WECHAT_APP_ID.into(),
+        wechat_mobile_app_id: DEV_WECHAT_APP_ID.into(),
         apiv3_key: keys.apiv3_key.as_bytes().try_into().expect("32 bytes"),
         wechat_platform_key: keys.wechat.clone(),
         wechat_public_key_id: DEV_WECHAT_PUBLIC_KEY_ID.into(),

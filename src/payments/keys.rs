@@ -15,8 +15,10 @@ use crate::config::{AlipayConfig, Config, WechatPayConfig};
 /// WeChat Pay API v3, configured whole.
 pub struct WechatKeys {
     pub mch_id: String,
-    /// The appid trades are made under.
+    /// The appid JSAPI, Native and H5 trades are made under (mini program or official account).
     pub app_id: String,
+    /// The appid `WECHAT_APP` trades are made under (`WECHATPAY_MOBILE_APP_ID`, default `app_id`).
+    pub mobile_app_id: String,
     /// Decrypts notification resources and downloaded certificates.
     pub apiv3_key: [u8; 32],
     /// Signs every API call and the client pay parameters.
@@ -52,6 +54,12 @@ pub struct AlipayKeys {
     /// Verifies answers and notifications (in certificate mode, from the Alipay public-key certificate).
     pub public_key: RsaPublicKey,
     pub cert: Option<AlipayCertSns>,
+    /// Certificate mode: the root file's text (`ALIPAY_ROOT_CERT`), which a renewed Alipay
+    /// certificate must chain to.
+    pub root_cert_pem: Option<String>,
+    /// Certificate mode: the renewed Alipay certificates known so far (from the database or
+    /// downloaded), by `alipay_cert_sn`.
+    pub renewed: super::alipay::certs::RenewedCerts,
     pub api_base: String,
     /// Our seller id (`ALIPAY_SELLER_ID`); notifications naming another are refused.
     pub seller_id: Option<String>,
@@ -119,9 +127,33 @@ fn whole(provider: &str, settings: &[(&str, bool)]) -> Result<bool> {
 }
 
 impl WechatKeys {
-    /// Whether platform certificates are downloaded (no 微信支付公钥 configured).
+    /// Whether platform certificates are fetched on the 12-hour schedule: without a 微信支付公钥,
+    /// or while certificates are in use beside it (a switch in progress: some answer or
+    /// notification named one). An unknown serial fetches them in every mode.
     pub fn downloads_certificates(&self) -> bool {
-        self.platform.snapshot().public_key().is_none()
+        let ring = self.platform.snapshot();
+        ring.public_key().is_none() || !ring.cert_serials().is_empty()
+    }
+
+    /// The appid a trade on `channel` is made under.
+    pub fn app_id_for(&self, channel: crate::domain::payment::PayChannel) -> &str {
+        if channel == crate::domain::payment::PayChannel::WechatApp {
+            &self.mobile_app_id
+        } else {
+            &self.app_id
+        }
+    }
+
+    /// The `Wechatpay-Serial` a request carries: the platform key fitorder verifies with — the
+    /// 微信支付公钥's ID when one is configured, else the newest platform certificate's serial;
+    /// None before any key is known (the first `/v3/certificates`). During WeChat's switch the
+    /// answers follow the serial the request named.
+    pub fn request_serial(&self) -> Option<String> {
+        let ring = self.platform.snapshot();
+        if let Some((id, _)) = ring.public_key() {
+            return Some(id.to_string());
+        }
+        ring.newest_cert().map(|c| c.serial_no.to_ascii_uppercase())
     }
 
     pub fn load(w: &WechatPayConfig) -> Result<Option<WechatKeys>> {
@@ -168,6 +200,7 @@ impl WechatKeys {
         Ok(Some(WechatKeys {
             mch_id: mch_id.clone(),
             app_id: app_id.clone(),
+            mobile_app_id: w.mobile_app_id.clone().unwrap_or_else(|| app_id.clone()),
             apiv3_key,
             merchant_key: read_private(key_path, "WECHATPAY_MCH_PRIVATE_KEY")?,
             merchant_serial: serial.clone(),
@@ -207,14 +240,17 @@ impl AlipayKeys {
         let (Some(app_id), Some(key_path)) = (&a.app_id, &a.app_private_key) else {
             unreachable!("checked whole above")
         };
-        let (public_key, cert) = match (&a.public_key, &a.app_cert, &a.public_cert, &a.root_cert) {
-            (Some(path), ..) => (read_public(path, "ALIPAY_PUBLIC_KEY")?, None),
-            (None, Some(app), Some(public), Some(root)) => super::alipay::cert_mode(
-                &read_text(app, "ALIPAY_APP_CERT")?,
-                &read_text(public, "ALIPAY_PUBLIC_CERT")?,
-                &read_text(root, "ALIPAY_ROOT_CERT")?,
-            )
-            .map(|(key, sns)| (key, Some(sns)))?,
+        let (public_key, cert, root_cert_pem) = match (&a.public_key, &a.app_cert, &a.public_cert, &a.root_cert) {
+            (Some(path), ..) => (read_public(path, "ALIPAY_PUBLIC_KEY")?, None, None),
+            (None, Some(app), Some(public), Some(root)) => {
+                let root = read_text(root, "ALIPAY_ROOT_CERT")?;
+                let (key, sns) = super::alipay::cert_mode(
+                    &read_text(app, "ALIPAY_APP_CERT")?,
+                    &read_text(public, "ALIPAY_PUBLIC_CERT")?,
+                    &root,
+                )?;
+                (key, Some(sns), Some(root))
+            }
             _ => unreachable!("checked whole above"),
         };
         check_base("ALIPAY_API_BASE", &a.api_base)?;
@@ -223,6 +259,8 @@ impl AlipayKeys {
             app_private_key: read_private(key_path, "ALIPAY_APP_PRIVATE_KEY")?,
             public_key,
             cert,
+            root_cert_pem,
+            renewed: Default::default(),
             api_base: a.api_base.clone(),
             seller_id: a.seller_id.clone(),
         }))

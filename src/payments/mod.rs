@@ -11,6 +11,7 @@
 pub mod alipay;
 pub mod api;
 pub mod certs;
+pub mod closing;
 pub mod crypto;
 pub mod devkeys;
 pub mod keys;
@@ -178,7 +179,15 @@ pub async fn apply(
                     let outcome = if !claim_key(conn, &key, callback_id).await? {
                         Outcome::Duplicate
                     } else if *ok {
-                        Outcome::RefundRecorded
+                        let confirmed = ConfirmedRefund {
+                            provider,
+                            out_trade_no,
+                            refund_no,
+                            trade_no: refund_id,
+                            refunded_total_cents: *amount_cents,
+                            trade_status: status,
+                        };
+                        confirmed.check_one(conn, order.as_ref(), &ctx).await?
                     } else {
                         crate::alerts::open_ticket(
                             conn,
@@ -481,25 +490,76 @@ struct ConfirmedRefund<'a> {
     trade_status: &'a str,
 }
 
+/// Marks the PROVIDER_REFUND event of a refund the provider confirmed as done
+/// (`refund_confirmed.sql`), in the caller's transaction.
+async fn refund_done(
+    conn: &mut AsyncPgConnection,
+    provider: Provider,
+    out_trade_no: &str,
+    refund_no: &str,
+) -> AppResult<()> {
+    #[derive(diesel::QueryableByName)]
+    struct N {
+        #[diesel(sql_type = diesel::sql_types::BigInt)]
+        #[allow(dead_code)]
+        n: i64,
+    }
+    use diesel::sql_types::Text;
+    let _: N = StaticQuery::new(include_str!("refund_confirmed.sql"))
+        .bind::<Text, _>(provider) // $1
+        .bind::<Text, _>(out_trade_no) // $2
+        .bind::<Text, _>(refund_no) // $3
+        .bind::<Text, _>(format!("{provider} notification")) // $4
+        .get_result(conn)
+        .await?;
+    Ok(())
+}
+
+#[derive(diesel::QueryableByName)]
+struct Asked {
+    #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::BigInt>)]
+    this_cents: Option<i64>,
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    all_cents: i64,
+}
+
 impl ConfirmedRefund<'_> {
+    async fn asked(&self, conn: &mut AsyncPgConnection) -> AppResult<Asked> {
+        Ok(StaticQuery::new(include_str!("refunds_asked.sql"))
+            .bind::<diesel::sql_types::Text, _>(self.provider) // $1
+            .bind::<diesel::sql_types::Text, _>(self.out_trade_no) // $2
+            .bind::<diesel::sql_types::Text, _>(self.refund_no) // $3
+            .get_result(conn)
+            .await?)
+    }
+
+    /// A WeChat Pay `REFUND.SUCCESS`: `refunded_total_cents` is this refund's own amount. It
+    /// must name a refund fitorder asked for, of that amount; then that refund is done.
+    /// Otherwise a `REFUND_MISMATCH` ticket, once.
+    async fn check_one(&self, conn: &mut AsyncPgConnection, order: Option<&Order>, ctx: &Ctx) -> AppResult<Outcome> {
+        let asked = self.asked(conn).await?;
+        let why = match asked.this_cents {
+            None => "the provider confirms a refund fitorder never asked for".to_string(),
+            Some(this) if this != self.refunded_total_cents => format!(
+                "the provider reports refund {} of {}; fitorder asked for {}",
+                self.refund_no,
+                format_yuan(self.refunded_total_cents),
+                format_yuan(this)
+            ),
+            Some(_) => {
+                refund_done(conn, self.provider, self.out_trade_no, self.refund_no).await?;
+                return Ok(Outcome::RefundRecorded);
+            }
+        };
+        self.mismatch(conn, order, &asked, why, ctx).await
+    }
+
     /// Matches the confirmation against the refunds fitorder asked this provider for on the
     /// order (its `PROVIDER_REFUND` events): it must name one of them, and the trade's refunded
     /// total must cover that refund and not exceed all of them together. Otherwise the money
     /// moved in a way the books do not explain: a `REFUND_MISMATCH` ticket, once.
     async fn check(&self, conn: &mut AsyncPgConnection, order: Option<&Order>, ctx: &Ctx) -> AppResult<Outcome> {
-        #[derive(diesel::QueryableByName)]
-        struct Asked {
-            #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::BigInt>)]
-            this_cents: Option<i64>,
-            #[diesel(sql_type = diesel::sql_types::BigInt)]
-            all_cents: i64,
-        }
-        let asked: Asked = StaticQuery::new(include_str!("refunds_asked.sql"))
-            .bind::<diesel::sql_types::Text, _>(self.provider) // $1
-            .bind::<diesel::sql_types::Text, _>(self.out_trade_no) // $2
-            .bind::<diesel::sql_types::Text, _>(self.refund_no) // $3
-            .get_result(conn)
-            .await?;
+        let asked = self.asked(conn).await?;
         let why = match asked.this_cents {
             None => "the provider confirms a refund fitorder never asked for".to_string(),
             Some(this) if self.refunded_total_cents < this || self.refunded_total_cents > asked.all_cents => format!(
@@ -508,8 +568,23 @@ impl ConfirmedRefund<'_> {
                 format_yuan(this),
                 format_yuan(asked.all_cents)
             ),
-            Some(_) => return Ok(Outcome::RefundRecorded),
+            Some(_) => {
+                // The money moved: the refund is done, whatever its delivery was waiting for.
+                refund_done(conn, self.provider, self.out_trade_no, self.refund_no).await?;
+                return Ok(Outcome::RefundRecorded);
+            }
         };
+        self.mismatch(conn, order, &asked, why, ctx).await
+    }
+
+    async fn mismatch(
+        &self,
+        conn: &mut AsyncPgConnection,
+        order: Option<&Order>,
+        asked: &Asked,
+        why: String,
+        ctx: &Ctx,
+    ) -> AppResult<Outcome> {
         crate::alerts::open_ticket(
             conn,
             NewTicket {

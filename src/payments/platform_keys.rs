@@ -4,10 +4,13 @@
 //! [`SharedKeyring::refresh_from_answer`].
 //!
 //! Refresh policy: at least every [`REFRESH_EVERY_SECS`] (WeChat: "间隔应小于12小时"), and at
-//! once when a notification or answer names an unknown `Wechatpay-Serial`, at most once per
+//! once when a notification or answer names an unknown `Wechatpay-Serial` — in both modes: with
+//! a 微信支付公钥 configured, certificates still come during WeChat's switch — at most once per
 //! [`FORCE_MIN_INTERVAL_SECS`] per process and across instances ([`SharedKeyring::may_force_refresh`]).
-//! An instance that is refused the forced fetch should [`SharedKeyring::reload`] a little later:
-//! the instance that won stores what it fetched.
+//! An instance that is refused the forced fetch reloads a little later (the instance that won
+//! stores what it fetched), at most every [`UNKNOWN_RELOAD_MIN_INTERVAL_SECS`]: what an unknown
+//! serial may cost is decided in memory first ([`SharedKeyring::unknown_serial_step`]), so forged
+//! notifications naming made-up serials cost no database work beyond that.
 
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
@@ -25,6 +28,9 @@ use crate::db::schema::{wechat_platform_cert_refreshes as refreshes, wechat_plat
 pub const REFRESH_EVERY_SECS: i64 = 12 * 3600;
 /// The shortest time between two forced fetches, per process and across instances (60 s).
 pub const FORCE_MIN_INTERVAL_SECS: i64 = 60;
+/// The shortest time between two reloads from the database for an unknown serial, per process
+/// (5 s): a flood of forged notifications naming made-up serials costs at most this.
+pub const UNKNOWN_RELOAD_MIN_INTERVAL_SECS: i64 = 5;
 /// The `wechat_platform_cert_refreshes` row this store uses.
 pub const REFRESH_SCOPE: &str = "wechat";
 
@@ -112,6 +118,24 @@ struct Inner {
     ring: Keyring,
     last_success: Option<DateTime<Utc>>,
     last_forced: Option<DateTime<Utc>>,
+    last_unknown_reload: Option<DateTime<Utc>>,
+}
+
+/// What an unknown `Wechatpay-Serial` may cost now ([`SharedKeyring::unknown_serial_step`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UnknownSerialStep {
+    /// Claim a forced fetch of `/v3/certificates` (nobody in this process tried within
+    /// [`FORCE_MIN_INTERVAL_SECS`]).
+    Fetch,
+    /// Reload what another instance may have stored (at most every
+    /// [`UNKNOWN_RELOAD_MIN_INTERVAL_SECS`]).
+    Reload,
+    /// Nothing: the database was asked a moment ago.
+    Nothing,
+}
+
+fn within(last: Option<DateTime<Utc>>, now: DateTime<Utc>, secs: i64) -> bool {
+    last.is_some_and(|t| now >= t && now - t < TimeDelta::seconds(secs))
 }
 
 /// The process's WeChat Pay keyring (public key + platform certificates), shared by handlers
@@ -119,6 +143,9 @@ struct Inner {
 #[derive(Clone)]
 pub struct SharedKeyring {
     inner: Arc<RwLock<Inner>>,
+    /// How often an unknown serial made this process go to the database (fetch claims and
+    /// reloads): bounded by the gates of [`SharedKeyring::unknown_serial_step`].
+    unknown_db_visits: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl SharedKeyring {
@@ -131,7 +158,9 @@ impl SharedKeyring {
                 ring,
                 last_success: None,
                 last_forced: None,
+                last_unknown_reload: None,
             })),
+            unknown_db_visits: Arc::new(std::sync::atomic::AtomicU64::new(0)),
         }
     }
 
@@ -197,16 +226,43 @@ impl SharedKeyring {
             .is_none_or(|t| now - t >= TimeDelta::seconds(REFRESH_EVERY_SECS))
     }
 
+    /// What an unknown serial may cost at `now`, decided in memory before any database work:
+    /// a fetch claim at most every [`FORCE_MIN_INTERVAL_SECS`], a reload at most every
+    /// [`UNKNOWN_RELOAD_MIN_INTERVAL_SECS`], otherwise nothing. A step other than `Nothing` is
+    /// counted as a database visit.
+    pub fn unknown_serial_step(&self, now: DateTime<Utc>) -> UnknownSerialStep {
+        let mut inner = self.write();
+        let step = if !within(inner.last_forced, now, FORCE_MIN_INTERVAL_SECS) {
+            UnknownSerialStep::Fetch
+        } else if !within(inner.last_unknown_reload, now, UNKNOWN_RELOAD_MIN_INTERVAL_SECS) {
+            inner.last_unknown_reload = Some(now);
+            UnknownSerialStep::Reload
+        } else {
+            UnknownSerialStep::Nothing
+        };
+        if step != UnknownSerialStep::Nothing {
+            self.unknown_db_visits
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        step
+    }
+
+    /// How many times an unknown serial made this process go to the database.
+    pub fn unknown_serial_db_visits(&self) -> u64 {
+        std::sync::atomic::AtomicU64::load(&self.unknown_db_visits, std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// Claims a forced fetch (unknown serial): false when this process tried in the last
     /// [`FORCE_MIN_INTERVAL_SECS`], or another instance claimed one in that time.
     pub async fn may_force_refresh(&self, conn: &mut AsyncPgConnection, now: DateTime<Utc>) -> Result<bool> {
         let gap = TimeDelta::seconds(FORCE_MIN_INTERVAL_SECS);
         {
             let mut inner = self.write();
-            if inner.last_forced.is_some_and(|t| now - t < gap && now >= t) {
+            if within(inner.last_forced, now, FORCE_MIN_INTERVAL_SECS) {
                 return Ok(false);
             }
             inner.last_forced = Some(now);
+            inner.last_unknown_reload = Some(now);
         }
         // One statement: the row lock of ON CONFLICT DO UPDATE serializes racing instances, and
         // the WHERE is evaluated on the latest row, so exactly one of them gets a row back.

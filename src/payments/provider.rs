@@ -1,6 +1,6 @@
 //! The provider seam: what fitorder asks of a payment provider, as one trait. WeChat Pay
 //! (`wechat::client`) and Alipay (`alipay::client`) implement it; a new provider is one more
-//! module implementing [`Gateway`] and one line in [`super::api::ProviderApi::new`].
+//! module implementing [`Gateway`] and one line in [`super::api::ProviderApi::with_pool`].
 //!
 //! Every answer a gateway acts on is verified first: an answer that is not properly signed is
 //! [`ProviderError::Unsigned`], which callers treat as no answer at all.
@@ -68,19 +68,50 @@ pub struct RefundRequest<'a> {
     pub trace_id: &'a str,
 }
 
-/// The provider accepted the refund (its final state arrives by notification or query).
+/// What became of a refund, as the provider says in a signed answer. Only [`RefundState::Done`]
+/// means the money went back.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RefundAccepted {
-    /// SUCCESS, PROCESSING, … as the provider says.
-    pub status: String,
-    pub provider_refund_id: Option<String>,
+pub enum RefundState {
+    /// The money went back: WeChat `SUCCESS`; Alipay `fund_change` `Y`, or `REFUND_SUCCESS` from
+    /// `alipay.trade.fastpay.refund.query`.
+    Done { provider_refund_id: Option<String> },
+    /// Accepted, the money not moved yet: WeChat `PROCESSING`; Alipay `fund_change` `N` without
+    /// `REFUND_SUCCESS`. `recheck_in`: when to ask again (None: the delivery's own backoff).
+    Pending {
+        status: String,
+        provider_refund_id: Option<String>,
+        recheck_in: Option<std::time::Duration>,
+    },
+    /// It ended without the money going back (WeChat `ABNORMAL`, `CLOSED`): asking again will not
+    /// change that; people must look at it.
+    Failed {
+        status: String,
+        provider_refund_id: Option<String>,
+    },
+    /// The provider knows no such refund (only a refund query answers this).
+    Unknown,
+}
+
+/// How the provider answered a close.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Closed {
+    /// Closed (or never opened there): it cannot be paid any more.
+    Closed,
+    /// Refused because the trade is not open any more (WeChat `ORDERPAID`, Alipay
+    /// `ACQ.TRADE_STATUS_ERROR` / `ACQ.TRADE_HAS_SUCCESS`): paid meanwhile, as a rule. Only a
+    /// query says what it is now.
+    NotOpen,
 }
 
 /// What a bill request got.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum BillDownload {
-    /// The provider has not made the day's bill yet (both are T+1, after about 09:00–10:00).
+    /// The provider has not made the day's bill yet (both are T+1, after about 09:00–10:00):
+    /// WeChat `STATEMENT_CREATING`.
     NotReady(String),
+    /// The provider says there is no bill of that day because nothing happened (WeChat
+    /// `NO_STATEMENT_EXIST`, Alipay `isp.bill_not_exist`): reconciled as an empty bill.
+    NoBill(String),
     /// The raw download, streamed to `archive`.
     Downloaded {
         archive: std::path::PathBuf,
@@ -105,6 +136,12 @@ pub enum ProviderError {
     /// An answer whose signature is missing or does not verify: no answer at all.
     #[error("unsigned or forged answer: {0}")]
     Unsigned(String),
+    /// An error answer the provider did not sign (WeChat `401 SIGN_ERROR`, an Alipay
+    /// `error_response` or `isv.*` code): no answer at all, as [`ProviderError::Unsigned`] —
+    /// it changes nothing — but its code and message are reported as they came (capped), so
+    /// staff can tell a configuration mistake from an attack.
+    #[error("the provider answered an error without a signature (nothing was changed): {0}")]
+    UnsignedError(String),
     /// A signed answer refusing the request.
     #[error("refused by the provider: {0}")]
     Refused(String),
@@ -258,11 +295,17 @@ pub trait Gateway: Send + Sync {
         trace_id: &'a str,
     ) -> BoxFuture<'a, Result<TradeState, ProviderError>>;
 
-    /// Closes the trade so that it cannot be paid any more. A trade the provider never saw is closed.
-    fn close<'a>(&'a self, out_trade_no: &'a str, trace_id: &'a str) -> BoxFuture<'a, Result<(), ProviderError>>;
+    /// Closes the trade so that it cannot be paid any more. A trade the provider never saw is
+    /// closed; one it refuses to close because it is not open any more is [`Closed::NotOpen`].
+    fn close<'a>(&'a self, out_trade_no: &'a str, trace_id: &'a str) -> BoxFuture<'a, Result<Closed, ProviderError>>;
 
-    /// Sends money back; the provider deduplicates by the refund number.
-    fn refund<'a>(&'a self, r: &'a RefundRequest<'a>) -> BoxFuture<'a, Result<RefundAccepted, ProviderError>>;
+    /// Sends money back; the provider deduplicates by the refund number. Done only when the
+    /// provider says the money moved.
+    fn refund<'a>(&'a self, r: &'a RefundRequest<'a>) -> BoxFuture<'a, Result<RefundState, ProviderError>>;
+
+    /// Asks what became of refund `r.refund_no` (WeChat `GET /v3/refund/domestic/refunds/{no}`,
+    /// Alipay `alipay.trade.fastpay.refund.query`).
+    fn refund_status<'a>(&'a self, r: &'a RefundRequest<'a>) -> BoxFuture<'a, Result<RefundState, ProviderError>>;
 
     /// Downloads the trade bill of business day `date` into `dir` (a short-lived download URL
     /// that lapsed is asked for again).
@@ -304,6 +347,18 @@ pub fn alipay_time(t: DateTime<Utc>) -> String {
     t.with_timezone(&chrono_tz::Asia::Shanghai)
         .format("%Y-%m-%d %H:%M:%S")
         .to_string()
+}
+
+/// The code and message of an unsigned error answer, as staff should read them: printable
+/// characters only, at most 200 of them.
+pub fn unsigned_error(status: u16, code: &str, message: &str) -> ProviderError {
+    let clean = |t: &str, max: usize| -> String { t.chars().filter(|c| !c.is_control()).take(max).collect::<String>() };
+    let message = clean(message, 200);
+    ProviderError::UnsignedError(
+        format!("HTTP {status} {} {message}", clean(code, 64))
+            .trim_end()
+            .to_string(),
+    )
 }
 
 /// Describes a transport failure without internals.

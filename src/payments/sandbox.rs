@@ -211,7 +211,7 @@ mod tests {
         use rsa::signature::Verifier;
         let path = concat!(
             env!("CARGO_MANIFEST_DIR"),
-            "/../shared/provider-samples/alipay/notify/alipay_sdk_nodejs_notify_sign_vectors.json"
+            "/tests/provider-samples/alipay/notify/alipay_sdk_nodejs_notify_sign_vectors.json"
         );
         let all: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
         let v = &all["vectors"][0];

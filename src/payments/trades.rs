@@ -86,6 +86,19 @@ pub async fn check_payable(
     Ok(())
 }
 
+/// Why a `WECHAT_H5` payment cannot start without the payer's address.
+const NO_PAYER_IP: &str = "WECHAT_H5 needs the payer's IP address as a trusted load balancer reports it \
+     (X-Forwarded-For from a proxy in FITORDER_TRUSTED_PROXIES): choose another channel";
+
+/// WeChat H5 needs the payer's real address (`scene_info.payer_client_ip`): without one that a
+/// trusted proxy reported, the channel is refused rather than given a made-up address.
+pub fn check_payer_ip(channel: PayChannel, payer_ip: Option<&str>) -> AppResult<()> {
+    if channel == PayChannel::WechatH5 && payer_ip.is_none_or(|ip| ip.parse::<std::net::IpAddr>().is_err()) {
+        return Err(AppError::bad(NO_PAYER_IP));
+    }
+    Ok(())
+}
+
 async fn stored_openid(conn: &mut crate::db::DbConn, member_id: i64) -> AppResult<Option<String>> {
     Ok(members::table
         .find(member_id)
@@ -135,6 +148,7 @@ pub async fn start_payment(
     let expires_at = order
         .expires_at
         .ok_or_else(|| AppError::internal(format!("online order {} has no deadline", order.order_no)))?;
+    check_payer_ip(channel, client_ip)?;
     let mut conn = state.pool.get().await?;
     let started = |instruction: Instruction| PaymentStarted {
         provider,
@@ -240,6 +254,15 @@ async fn stored(conn: &mut crate::db::DbConn, order_id: i64, channel: PayChannel
 fn unavailable(provider: Provider, order_no: &str, e: ProviderError) -> AppError {
     match e {
         ProviderError::Unsupported(m) => AppError::bad(m),
+        e @ ProviderError::UnsignedError(_) => {
+            tracing::warn!(%provider, order_no, error = %e, "starting the payment failed: an unsigned error answer");
+            metrics::counter!("fitorder_provider_failures_total", "provider" => provider.as_str(), "call" => "prepay")
+                .increment(1);
+            AppError::ProviderUnavailable(format!(
+                "{provider} refused to start the payment; {e}. Check the merchant configuration it names; the \
+                 order is kept, try startPayment again"
+            ))
+        }
         e => {
             tracing::warn!(%provider, order_no, error = %e, "starting the payment failed");
             metrics::counter!("fitorder_provider_failures_total", "provider" => provider.as_str(), "call" => "prepay")

@@ -68,23 +68,37 @@ pub async fn run(
         })?;
     drop(conn);
     let run_id = started.id;
+    let mut note = None;
     let path = match file {
-        Some(path) => Ok(path),
+        Some(path) => Ok(Some(path)),
         None => match bill_file(state, provider, date, trace).await {
-            Ok(Fetched::Ready(path)) => Ok(path),
+            Ok(Fetched::Ready(path)) => Ok(Some(path)),
             Ok(Fetched::NotMade(why)) => return waiting(state, run_id, provider, date, &why).await,
+            Ok(Fetched::NoBill(why)) => {
+                note = Some(why);
+                Ok(None)
+            }
             Err(e) => Err(e),
         },
     };
     let outcome = match path {
-        Ok(path) => match load_bill(state, run_id, provider, &path).await {
+        Ok(Some(path)) => match load_bill(state, run_id, provider, &path).await {
             Ok(summary) => match_and_ticket(state, run_id, provider, date, trace)
                 .await
                 .map(|m| (summary, m)),
             Err(e) => Err(e),
         },
+        // No bill because nothing happened: an empty bill. Without a local payment that day
+        // the run is empty; every local payment is asked of the provider (and is no finding
+        // when it confirms it).
+        Ok(None) => match_and_ticket(state, run_id, provider, date, trace)
+            .await
+            .map(|m| (bills::BillSummary::default(), m)),
         Err(e) => Err(e),
     };
+    let note = note.map(|why| {
+        format!("the provider has no bill of that day ({why}): reconciled as an empty bill, each local payment asked of the provider")
+    });
     let mut conn = state.pool.get().await?;
     diesel::delete(bill_rows::table.filter(bill_rows::run_id.eq(run_id)))
         .execute(&mut conn)
@@ -101,6 +115,7 @@ pub async fn run(
                     rr::local_rows.eq(m.local_rows as i32),
                     rr::matched.eq(m.matched as i32),
                     rr::tickets_opened.eq(m.tickets as i32),
+                    rr::error.eq(note),
                 ))
                 .returning(ReconciliationRun::as_returning())
                 .get_result(&mut conn)
@@ -129,6 +144,8 @@ enum Fetched {
     Ready(PathBuf),
     /// The provider has not made it yet (its words).
     NotMade(String),
+    /// The provider has no bill of that day because nothing happened (its words).
+    NoBill(String),
 }
 
 /// The bill of `provider` for `date`: the file in the statement dir when it is there (put by
@@ -173,6 +190,10 @@ async fn bill_file(state: &AppState, provider: Provider, date: NaiveDate, trace:
                                                  configuration, or download the bill from the merchant platform"
             }
             E::Unsupported(_) => "this provider cannot be fetched: download the bill from the merchant platform",
+            E::UnsignedError(_) => {
+                "the provider refused the request with the error above (it did not sign it, so nothing was \
+                 taken from it): check the merchant configuration it names (keys, serial, app id)"
+            }
         };
         AppError::bad(format!(
             "fetching the {provider} bill of {date} failed: {e}. {what} (into {name})"
@@ -180,6 +201,7 @@ async fn bill_file(state: &AppState, provider: Provider, date: NaiveDate, trace:
     })?;
     let (archive, format) = match fetched {
         crate::payments::provider::BillDownload::NotReady(why) => return Ok(Fetched::NotMade(why)),
+        crate::payments::provider::BillDownload::NoBill(why) => return Ok(Fetched::NoBill(why)),
         crate::payments::provider::BillDownload::Downloaded { archive, format } => (archive, format),
     };
     let dest = path.clone();
@@ -622,11 +644,12 @@ async fn record_heal(
 }
 
 /// Per finding category in `[from, to)`: how many a reconciliation healed by itself, and how
-/// many became tickets for a person.
+/// many became tickets for a person; of `stores` only when given.
 pub async fn healing(
     conn: &mut diesel_async::AsyncPgConnection,
     from: chrono::DateTime<Utc>,
     to: chrono::DateTime<Utc>,
+    stores: Option<Vec<i64>>,
 ) -> AppResult<Vec<(TicketKind, i64, i64)>> {
     #[derive(diesel::QueryableByName)]
     struct Row {
@@ -640,6 +663,7 @@ pub async fn healing(
     let rows: Vec<Row> = StaticQuery::new(include_str!("sql/healing.sql"))
         .bind::<Timestamptz, _>(from)
         .bind::<Timestamptz, _>(to)
+        .bind::<diesel::sql_types::Nullable<diesel::sql_types::Array<BigInt>>, _>(stores)
         .load(conn)
         .await?;
     Ok(rows.into_iter().map(|r| (r.category, r.healed, r.ticketed)).collect())

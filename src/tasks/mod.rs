@@ -34,18 +34,21 @@ pub struct Scheduler {
     pub tasks: Vec<Task>,
 }
 
-/// Certificate mode of WeChat Pay: the platform certificates are fetched when the newest fetch
-/// (by any instance) is 12 hours old, and kept in the database for every instance.
+/// WeChat Pay's platform certificates: the stored ones are loaded in both modes; they are
+/// fetched when the newest fetch (by any instance) is 12 hours old — without a 微信支付公钥, or
+/// beside one while certificates are in use (a switch) — and kept for every instance.
 pub async fn refresh_platform_certificates(s: AppState) -> AppResult<i64> {
     let Some(w) = s.providers.wechat() else {
         return Ok(0);
     };
-    if !w.keys().downloads_certificates() {
-        return Ok(0);
-    }
+    // Certificates another instance stored are loaded in either mode (a 微信支付公钥 beside
+    // them is a switch in progress: both kinds verify).
     let mut conn = s.pool.get().await?;
     w.keys().platform.reload(&mut conn).await.map_err(AppError::from)?;
     drop(conn);
+    if !w.keys().downloads_certificates() {
+        return Ok(0);
+    }
     if !w.keys().platform.needs_refresh(Utc::now()) {
         return Ok(0);
     }
@@ -78,7 +81,7 @@ impl Scheduler {
             Task {
                 name: "order:expire",
                 schedule: Schedule::Every { secs: scan },
-                run: |s| Box::pin(async move { crate::expiry::expire_due(&s, &s.providers).await }),
+                run: |s| Box::pin(async move { crate::expiry::expire_due(&s).await }),
             },
             Task {
                 name: "wechat:certificates",

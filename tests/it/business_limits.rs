@@ -26,7 +26,7 @@ fn reason(r: &Value) -> String {
 }
 
 async fn expire(app: &TestApp) -> i64 {
-    fitorder::expiry::expire_due(&app.state, &app.state.providers)
+    fitorder::expiry::expire_due(&app.state)
         .await
         .map_err(|e| e.message())
         .unwrap()

@@ -11,12 +11,13 @@ use serde_json::{json, Value};
 use crate::harness::*;
 use crate::standin::{Modes, StandIn, StandInMode, Trade};
 
-fn point_at(c: &mut Config, s: &StandIn) {
+pub(crate) fn point_at(c: &mut Config, s: &StandIn) {
     let d = s.dir();
     let pk = s.mode == StandInMode::PublicKey;
     c.wechatpay = WechatPayConfig {
         mch_id: Some(s.mch_id()),
         app_id: Some(s.wechat_app_id()),
+        mobile_app_id: None,
         apiv3_key: Some(s.apiv3_key()),
         merchant_private_key: Some(s.merchant_key_path()),
         merchant_serial: Some(s.merchant_serial()),
@@ -138,11 +139,14 @@ async fn against_the_standin(mode: StandInMode) {
         )
         .await
     };
+    // The stand-in answers PROCESSING; the refund query (asked when the event is due again,
+    // here at once rather than in an hour) finds it SUCCESS.
     for _ in 0..20 {
         worker.run_once().await.unwrap();
         if refunded().await == 1 {
             break;
         }
+        refund_due_now(&app).await;
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert_eq!(refunded().await, 1);
@@ -177,4 +181,157 @@ async fn the_client_against_the_independent_standin_in_public_key_mode() {
 #[tokio::test]
 async fn the_client_against_the_independent_standin_in_certificate_mode() {
     against_the_standin(StandInMode::Certificate).await;
+}
+
+/// The PROVIDER_REFUND events waiting for a retry or a recheck are due now.
+async fn refund_due_now(app: &TestApp) {
+    app.sql_i64(
+        "WITH u AS (UPDATE compensation_events SET next_attempt_at = now()
+                     WHERE status IN ('PENDING', 'RETRYING') AND kind = 'PROVIDER_REFUND' RETURNING 1)
+         SELECT count(*) AS v FROM u",
+    )
+    .await;
+}
+
+async fn refund_statuses(app: &TestApp, nos: &[&str]) -> Vec<String> {
+    let mut out = vec![];
+    for no in nos {
+        let o = app.order(no).await;
+        let e = o["compensation"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["kind"] == "PROVIDER_REFUND")
+            .cloned()
+            .unwrap_or_default();
+        out.push(e["status"].as_str().unwrap_or_default().to_string());
+    }
+    out
+}
+
+/// Money's hard cases against the stand-in: a WeChat refund still PROCESSING when queried and
+/// an Alipay refund answered `fund_change` N are not done until the provider's refund query
+/// says so; a close refused because the member paid meanwhile (`ORDERPAID`,
+/// `ACQ.TRADE_HAS_SUCCESS`) is followed by a query and the order is paid.
+#[tokio::test]
+async fn refunds_and_the_deadline_race_against_the_independent_standin() {
+    let Some(standin) = StandIn::start_or_skip(StandInMode::PublicKey) else {
+        return;
+    };
+    let app = TestApp::served_with(|c| {
+        point_at(c, &standin);
+        c.retry_base = Duration::from_millis(50);
+    })
+    .await;
+    let s = app.studio(0, None, 3).await;
+    let no_of = |r: &Value| {
+        r["data"]["placeOrder"]["order"]["orderNo"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    let wx = no_of(&place(&app, &s, "WECHAT_PAY", "WECHAT_NATIVE").await);
+    let ali = no_of(&place(&app, &s, "ALIPAY", "ALIPAY_QR").await);
+    let total = app.order(&wx).await["amountCents"].as_i64().unwrap();
+    standin
+        .set_trade(
+            Trade::wechat(&wx, "SUCCESS")
+                .amount(total)
+                .transaction_id("4200000000000000000000000888"),
+        )
+        .await;
+    standin
+        .set_trade(
+            Trade::alipay(&ali, "TRADE_SUCCESS")
+                .amount(total)
+                .transaction_id("2026120222001400000000000888"),
+        )
+        .await;
+    for no in [&wx, &ali] {
+        let (status, body) = standin.notify(no).await;
+        assert!((200..300).contains(&status), "{status} {body}");
+        assert_eq!(app.order(no).await["status"], "PAID");
+    }
+
+    standin
+        .money(json!({"wechat_refund_hold": true, "alipay_refund_pending": true}))
+        .await;
+    for no in [&wx, &ali] {
+        app.admin(
+            "mutation($n: String!) { refundOrder(orderNo: $n, reason: \"moving\") { status } }",
+            json!({"n": no}),
+        )
+        .await;
+    }
+    let worker = fitorder::compensation::worker::Worker::new(app.state.clone());
+    worker.run_once().await.unwrap();
+    assert_eq!(refund_statuses(&app, &[&wx, &ali]).await, ["RETRYING", "RETRYING"]);
+    refund_due_now(&app).await;
+    worker.run_once().await.unwrap();
+    assert_eq!(
+        refund_statuses(&app, &[&wx, &ali]).await,
+        ["RETRYING", "RETRYING"],
+        "asked again: still PROCESSING, still not moved"
+    );
+    let requests = standin.requests().await;
+    let refund_no = |no: &str| {
+        requests
+            .iter()
+            .find(|r| r["path"] == "/v3/refund/domestic/refunds" && r["body"].as_str().unwrap_or("").contains(no))
+            .map(|r| serde_json::from_str::<Value>(r["body"].as_str().unwrap()).unwrap()["out_refund_no"].clone())
+            .unwrap()
+    };
+    let wx_refund = refund_no(&wx);
+    assert!(
+        requests.iter().any(
+            |r| r["path"] == format!("/v3/refund/domestic/refunds/{}", wx_refund.as_str().unwrap())
+                && r["verified"] == true
+        ),
+        "the WeChat refund was queried"
+    );
+    let queries: Vec<&Value> = requests
+        .iter()
+        .filter(|r| r["params"]["method"] == "alipay.trade.fastpay.refund.query")
+        .collect();
+    assert!(
+        queries.len() >= 2 && queries.iter().all(|r| r["verified"] == true),
+        "{queries:#?}"
+    );
+    let ali_refund: Value = serde_json::from_str(queries[0]["params"]["biz_content"].as_str().unwrap()).unwrap();
+    standin
+        .end_refund(json!({"provider": "wechat", "out_refund_no": wx_refund, "status": "SUCCESS"}))
+        .await;
+    standin
+        .end_refund(json!({"provider": "alipay", "out_request_no": ali_refund["out_request_no"]}))
+        .await;
+    refund_due_now(&app).await;
+    worker.run_once().await.unwrap();
+    assert_eq!(refund_statuses(&app, &[&wx, &ali]).await, ["SUCCEEDED", "SUCCEEDED"]);
+    standin
+        .money(json!({"wechat_refund_hold": false, "alipay_refund_pending": false}))
+        .await;
+
+    // The deadline race: the provider says unpaid, the member pays before the close arrives.
+    let wx = no_of(&place(&app, &s, "WECHAT_PAY", "WECHAT_NATIVE").await);
+    let ali = no_of(&place(&app, &s, "ALIPAY", "ALIPAY_QR").await);
+    standin.set_trade(Trade::alipay(&ali, "WAIT_BUYER_PAY")).await;
+    standin.money(json!({"pay_on_close": [wx, ali]})).await;
+    app.sql_i64("WITH u AS (UPDATE orders SET expires_at = now() - interval '1 minute' WHERE status = 'WAIT_PAY' RETURNING 1) SELECT count(*) AS v FROM u")
+        .await;
+    fitorder::expiry::expire_due(&app.state).await.unwrap();
+    for no in [&wx, &ali] {
+        let o = app.order(no).await;
+        assert_eq!(o["status"], "PAID", "{o:#}");
+        assert!(o["tickets"].as_array().unwrap().is_empty(), "{o:#}");
+    }
+    let requests = standin.requests().await;
+    let refused_closes = requests
+        .iter()
+        .filter(|r| {
+            r["answer"]
+                .as_str()
+                .is_some_and(|a| a.contains("ORDERPAID") || a.contains("ACQ.TRADE_HAS_SUCCESS"))
+        })
+        .count();
+    assert_eq!(refused_closes, 2, "both closes were refused as paid");
 }

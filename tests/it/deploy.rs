@@ -153,7 +153,7 @@ async fn a_running_server_exports_the_families_with_the_listed_types() {
         .run_once()
         .await
         .unwrap();
-    let (status, body) = app.get("/metrics").await;
+    let (status, body) = app.metrics().await;
     assert_eq!(status, 200);
     let text = String::from_utf8(body).unwrap();
     let types: HashMap<&str, &str> = text

@@ -5,7 +5,6 @@ use std::time::Duration;
 
 use axum::http::StatusCode;
 use fitorder::app::AppState;
-use fitorder::payments::api::ProviderApi;
 use fitorder::tasks::Scheduler;
 use serde_json::json;
 
@@ -22,8 +21,7 @@ async fn short(timeout_ms: u64) -> TestApp {
 }
 
 async fn expire(app: &TestApp) -> i64 {
-    let api = ProviderApi::new(app.state.config.clone(), app.state.keys.clone());
-    fitorder::expiry::expire_due(&app.state, &api)
+    fitorder::expiry::expire_due(&app.state)
         .await
         .map_err(|e| e.message())
         .unwrap()
@@ -154,10 +152,9 @@ async fn two_hundred_orders_expire_once_with_three_instances_racing() {
     for _ in 0..3 {
         let st = instance(&app);
         handles.push(tokio::spawn(fitorder::expiry::run_timer(st.clone(), stop_rx.clone())));
-        let api = ProviderApi::new(st.config.clone(), st.keys.clone());
         handles.push(tokio::spawn(async move {
             for _ in 0..5 {
-                fitorder::expiry::expire_due(&st, &api)
+                fitorder::expiry::expire_due(&st)
                     .await
                     .map_err(|e| e.message())
                     .unwrap();
@@ -384,8 +381,7 @@ async fn three_hundred_due_orders_three_instances_a_slow_provider_each_trade_ask
     for _ in 0..3 {
         let st = instance(&app);
         handles.push(tokio::spawn(async move {
-            let api = fitorder::payments::api::ProviderApi::new(st.config.clone(), st.keys.clone());
-            fitorder::expiry::expire_due(&st, &api)
+            fitorder::expiry::expire_due(&st)
                 .await
                 .map_err(|e| e.message())
                 .unwrap()

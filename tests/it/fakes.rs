@@ -204,7 +204,7 @@ async fn wechat_refund(
     (
         StatusCode::OK,
         Json(
-            serde_json::json!({"refund_id": "50300000000001", "out_refund_no": v["out_refund_no"], "status": "PROCESSING"}),
+            serde_json::json!({"refund_id": "50300000000001", "out_refund_no": v["out_refund_no"], "status": "SUCCESS"}),
         ),
     )
 }

@@ -154,6 +154,9 @@ fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     out
 }
 
+/// The caller's address as the test load balancer reports it (`X-Forwarded-For`).
+pub const TEST_CLIENT_IP: &str = "198.51.100.20";
+
 pub struct TestApp {
     /// The provider sandbox (WeChat Pay and Alipay on loopback) this app's providers point at.
     pub sandbox: fitorder::payments::sandbox_server::SandboxProvider,
@@ -321,6 +324,15 @@ impl TestApp {
         for (k, v) in headers {
             req = req.header(*k, *v);
         }
+        // As behind a load balancer on loopback (`providers::configure` trusts 127.0.0.1): the
+        // peer is the proxy, the caller the address it reports.
+        if !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("x-forwarded-for")) {
+            req = req.header("x-forwarded-for", TEST_CLIENT_IP);
+        }
+        req = req.extension(axum::extract::ConnectInfo(std::net::SocketAddr::from((
+            [127, 0, 0, 1],
+            40_000,
+        ))));
         let resp = self
             .router
             .clone()
@@ -338,6 +350,17 @@ impl TestApp {
             .router
             .clone()
             .oneshot(Request::get(path).body(Body::empty()).unwrap())
+            .await
+            .unwrap();
+        let status = resp.status();
+        (status, resp.into_body().collect().await.unwrap().to_bytes().to_vec())
+    }
+
+    /// GETs `/metrics` as Prometheus does outside development mode: from the
+    /// FITORDER_METRICS_ADDR listener's router (the API port does not serve it there).
+    pub async fn metrics(&self) -> (StatusCode, Vec<u8>) {
+        let resp = fitorder::http::ops_router(self.state.clone())
+            .oneshot(Request::get("/metrics").body(Body::empty()).unwrap())
             .await
             .unwrap();
         let status = resp.status();

@@ -14,7 +14,7 @@ async fn health_readiness_and_metrics_answer() {
     assert_eq!(s, StatusCode::OK);
     app.gql(Some(&app.admin_token()), "query { me { role } }", json!({}))
         .await;
-    let (s, body) = app.get("/metrics").await;
+    let (s, body) = app.metrics().await;
     assert_eq!(s, StatusCode::OK);
     let text = String::from_utf8(body).unwrap();
     assert!(text.contains("fitorder_http_requests_total"), "{text}");
@@ -47,7 +47,7 @@ async fn readiness_fails_when_the_database_is_gone() {
     assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
     // GraphQL answers INTERNAL rather than hanging.
     let token = fitorder::auth::issue_token(
-        "test-secret",
+        "test-secret-not-for-production-0123456789",
         fitorder::auth::Role::Admin,
         "a",
         None,

@@ -17,6 +17,8 @@ const RANKS: &[(&str, u8, u8)] = &[
     ("error", 1, 0),
     ("config", 1, 0),
     ("auth", 1, 0),
+    // The per-key rate limiter (sign-in, placing orders).
+    ("ratelimit", 1, 0),
     ("logging", 1, 0),
     ("ratelimit", 1, 0),
     // 2: the database and its notifications.
@@ -33,6 +35,8 @@ const RANKS: &[(&str, u8, u8)] = &[
     ("payments::platform_keys", 3, 0),
     ("payments::seen", 3, 0),
     ("payments::sampling", 3, 0),
+    // WeChat's mini-program API (members signing in).
+    ("miniprogram", 3, 0),
     // 4: the shared state.
     ("app", 4, 0),
     // 5: the capabilities, each using only those before it. Tickets are a leaf the others call.
@@ -44,6 +48,8 @@ const RANKS: &[(&str, u8, u8)] = &[
     ("compensation", 5, 7),
     ("orders", 5, 4),
     ("catalog", 5, 5),
+    // Members signing in and their sessions (binding makes members through the catalog).
+    ("sessions", 5, 6),
     // Trades and applying payments.
     ("payments", 5, 6),
     // What closing a ticket does to orders and money (above orders, payments and the outbox).

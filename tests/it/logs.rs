@@ -26,7 +26,7 @@ async fn json_log_lines_carry_the_trace_id_of_the_rows_of_the_same_request() {
         .arg("serve")
         .env("DATABASE_URL", &app.db_url)
         .env("FITORDER_ADDR", format!("127.0.0.1:{port}"))
-        .env("FITORDER_JWT_SECRET", "test-secret")
+        .env("FITORDER_JWT_SECRET", &app.state.config.jwt_secret)
         .env("FITORDER_DOOR_ACCESS_URL", "http://127.0.0.1:9/door")
         .env("FITORDER_AI_ACCESS_URL", "http://127.0.0.1:9/ai")
         .env("FITORDER_MAX_ATTEMPTS", "1")
@@ -74,7 +74,7 @@ async fn json_log_lines_carry_the_trace_id_of_the_rows_of_the_same_request() {
     let text = std::fs::read_to_string(&log_path).unwrap();
     let _ = std::fs::remove_dir_all(&dir);
     assert!(!text.contains('\u{1b}'), "no ANSI colours");
-    for secret in ["SECsupersecret", "TOKEN123", "test-secret"] {
+    for secret in ["SECsupersecret", "TOKEN123", app.state.config.jwt_secret.as_str()] {
         assert!(!text.contains(secret), "{secret} leaked into the log");
     }
     let lines: Vec<Value> = text

@@ -22,6 +22,7 @@ mod http_surface;
 mod layers;
 mod limits_and_roles;
 mod logs;
+mod oidc;
 mod orders_flow;
 mod payments;
 mod pgbouncer;
@@ -29,12 +30,16 @@ mod place_order;
 mod platform_keys;
 mod playground;
 mod production;
+mod provider_money;
+mod provider_edges;
 mod providers;
 mod reconciliation;
 mod sandbox_provider;
 mod schema_sdl;
 mod sdk_crosscheck;
 mod security;
+mod security_round2;
+mod signin;
 mod standin;
 // The bench's counting proxy of the PostgreSQL protocol, shared rather than copied.
 #[allow(dead_code)]

@@ -159,7 +159,7 @@ async fn place_pay_expire_deliver_and_subscribe_through_pgbouncer() {
             .env("DATABASE_URL", &bouncer_url)
             .env("FITORDER_LISTEN_DATABASE_URL", &app.db_url)
             .env("FITORDER_ADDR", format!("127.0.0.1:{aport}"))
-            .env("FITORDER_JWT_SECRET", "test-secret")
+            .env("FITORDER_JWT_SECRET", &app.state.config.jwt_secret)
             .env("FITORDER_ORDER_TIMEOUT", "3s")
             .env("FITORDER_SCAN_INTERVAL", "2s")
             .env("FITORDER_DOOR_ACCESS_URL", &fake.url)

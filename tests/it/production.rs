@@ -69,7 +69,7 @@ async fn serve_logs_no_secret_key_or_password_while_it_takes_a_payment() {
     let dir = std::env::temp_dir().join(format!("fitorder-secrets-{}-{port}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let log_path = dir.join("stderr.log");
-    const JWT_SECRET: &str = "prodJWTsecret-4f9a0c7e1b2d";
+    const JWT_SECRET: &str = "prodJWTsecret-4f9a0c7e1b2d-8c3e5a7f9b1d";
     const DB_PASSWORD: &str = "dbPASSWORDxyz";
     const ALERT_SECRET: &str = "SECalertSIGNING";
     // The test cluster trusts loopback: the password is accepted and must never be shown.

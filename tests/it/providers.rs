@@ -61,7 +61,10 @@ fn keys() -> &'static Keys {
 pub fn configure(c: &mut Config) {
     let k = keys();
     c.wechatpay.mch_id = Some(MCH_ID.into());
+    // The tests' requests come through a load balancer on loopback (`TestApp::post`).
+    c.trusted_proxies = vec!["127.0.0.1/32".parse().unwrap()];
     c.wechatpay.app_id = Some(WECHAT_APP_ID.into());
+    c.wechatpay.mobile_app_id = Some(WECHAT_MOBILE_APP_ID.into());
     c.wechatpay.apiv3_key = Some(APIV3_KEY.into());
     c.wechatpay.platform_public_key = Some(k.dir.join("wechat.pem"));
     c.wechatpay.public_key_id = Some(WECHAT_PUBLIC_KEY_ID.into());
@@ -79,6 +82,7 @@ pub fn env_of(c: &Config) -> Vec<(String, String)> {
     [
         ("WECHATPAY_MCH_ID", w.mch_id.clone()),
         ("WECHATPAY_APP_ID", w.app_id.clone()),
+        ("WECHATPAY_MOBILE_APP_ID", w.mobile_app_id.clone()),
         ("WECHATPAY_APIV3_KEY", w.apiv3_key.clone()),
         ("WECHATPAY_MCH_PRIVATE_KEY", path(&w.merchant_private_key)),
         ("WECHATPAY_MCH_SERIAL", w.merchant_serial.clone()),
@@ -148,6 +152,8 @@ pub fn merchant_public() -> rsa::RsaPublicKey {
 }
 
 pub const WECHAT_APP_ID: &str = "wxd678efh567hg6787";
+/// The mobile app's appid (`WECHAT_APP` trades), another than the mini program's.
+pub const WECHAT_MOBILE_APP_ID: &str = "wx8888888888888888";
 pub const MERCHANT_SERIAL: &str = "MERCHANT-SERIAL-1";
 pub const WECHAT_PUBLIC_KEY_ID: &str = "PUB_KEY_ID_0000000000000024101100397200000006";
 
@@ -158,6 +164,7 @@ pub fn sandbox_keys() -> fitorder::payments::sandbox_server::SandboxKeys {
     fitorder::payments::sandbox_server::SandboxKeys {
         mch_id: MCH_ID.into(),
         wechat_app_id: WECHAT_APP_ID.into(),
+        wechat_mobile_app_id: WECHAT_MOBILE_APP_ID.into(),
         apiv3_key: APIV3_KEY.as_bytes().try_into().unwrap(),
         wechat_platform_key: k.wechat.clone(),
         wechat_public_key_id: WECHAT_PUBLIC_KEY_ID.into(),

@@ -727,3 +727,157 @@ async fn an_alipay_day_with_refund_rows_matches_them_by_request_number() {
     let kinds: Vec<&str> = tickets.iter().map(|t| t["kind"].as_str().unwrap()).collect();
     assert_eq!(kinds, ["REFUND_MISMATCH", "REFUND_MISMATCH"]);
 }
+
+/// The ops workbench asks each ticket what closing it can do (`actions`): exactly what
+/// `resolveTicket` takes from that role, what REFUND sends back, and whether it takes an amount;
+/// a ticket taken or closed reaches `ticketChanged` subscribers.
+#[tokio::test]
+async fn ticket_actions_are_what_resolve_takes_and_changes_are_streamed() {
+    let b = books().await;
+    let mismatched = b.paid("4200000000000000000000002001").await;
+    let unpaid = b.order("ALIPAY").await;
+    let canceled = b.order("WECHAT_PAY").await;
+    b.app.admin(CANCEL, json!({"orderNo": canceled})).await;
+    assert_eq!(
+        b.app
+            .wechat_paid(&canceled, "4200000000000000000000002003", 10_000)
+            .await,
+        StatusCode::NO_CONTENT
+    );
+    b.write_wechat(&[
+        row(
+            BillKind::Payment,
+            &mismatched,
+            "4200000000000000000000002001",
+            9_000,
+            None,
+        ),
+        row(BillKind::Payment, &unpaid, "4200000000000000000000002002", 10_000, None),
+        row(
+            BillKind::Payment,
+            &canceled,
+            "4200000000000000000000002003",
+            10_000,
+            None,
+        ),
+    ]);
+    assert_eq!(b.run("WECHAT_PAY").await["status"], "SUCCEEDED");
+    let tickets = b.tickets().await;
+    let id = |kind: &str| {
+        tickets
+            .iter()
+            .find(|t| t["kind"] == kind)
+            .unwrap_or_else(|| panic!("{kind}: {tickets:?}"))["id"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    const ACTIONS: &str =
+        "query($id: ID!) { exceptionTicket(id: $id) { actions { allowed refundCents refundAmountAdjustable } } }";
+    let actions = |token: String, id: String| {
+        let app = &b.app;
+        async move {
+            let r = app.gql(Some(&token), ACTIONS, json!({"id": id})).await;
+            assert!(r.get("errors").is_none(), "{r}");
+            r["data"]["exceptionTicket"]["actions"].clone()
+        }
+    };
+    // The order's own payment, collected short: refund (the unused share, or an amount) or not.
+    let am = id("AMOUNT_MISMATCH");
+    assert_eq!(
+        actions(b.app.ops_token(), am.clone()).await,
+        json!({"allowed": ["REFUND", "NO_ACTION"], "refundCents": 10_000, "refundAmountAdjustable": true})
+    );
+    // Paid at the provider, waiting here: admin may mark it paid (crediting the pack's
+    // sessions); ops may not, as resolveTicket says.
+    let unpaid_t = id("PROVIDER_PAID_LOCAL_UNPAID");
+    assert_eq!(
+        actions(b.app.admin_token(), unpaid_t.clone()).await["allowed"],
+        json!(["REFUND", "CREDIT_SESSIONS", "MARK_PAID", "NO_ACTION"])
+    );
+    assert_eq!(
+        actions(b.app.ops_token(), unpaid_t.clone()).await["allowed"],
+        json!(["REFUND", "NO_ACTION"])
+    );
+    let r = b
+        .resolve(&b.app.ops_token(), json!({"id": unpaid_t, "action": "CREDIT_SESSIONS"}))
+        .await;
+    assert_eq!(error_code(&r), "FORBIDDEN");
+    // Money for a canceled order goes back whole: no amount, no marking paid.
+    let pac = id("PAID_AFTER_CANCEL");
+    assert_eq!(
+        actions(b.app.admin_token(), pac.clone()).await,
+        json!({"allowed": ["REFUND", "NO_ACTION"], "refundCents": 10_000, "refundAmountAdjustable": false})
+    );
+    const REFUND_AMOUNT: &str =
+        "mutation($id: ID!, $a: Int) { resolveTicket(id: $id, action: REFUND, amountCents: $a, note: \"short\") { status } }";
+    let r = b
+        .app
+        .gql(Some(&b.app.ops_token()), REFUND_AMOUNT, json!({"id": pac, "a": 500}))
+        .await;
+    assert_eq!(error_code(&r), "BAD_USER_INPUT", "{r}");
+
+    // Closing streams the change; REFUND with an amount refunds that amount.
+    let addr = crate::fakes::serve(b.app.router.clone()).await;
+    let mut ws = crate::ws::WsClient::connect(&addr, Some(&b.app.ops_token()), false)
+        .await
+        .unwrap();
+    ws.subscribe(
+        "1",
+        "subscription { ticketChanged { id status resolution } }",
+        None,
+        json!({}),
+    )
+    .await;
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let r = b
+        .app
+        .gql(Some(&b.app.ops_token()), REFUND_AMOUNT, json!({"id": am, "a": 2_500}))
+        .await;
+    assert_eq!(r["data"]["resolveTicket"]["status"], "RESOLVED", "{r}");
+    let o = b.app.order(&mismatched).await;
+    assert_eq!(
+        (o["status"].clone(), o["refundAmountCents"].clone()),
+        (json!("REFUNDED"), json!(2_500))
+    );
+    let p = ws.next_payload(10).await.expect("ticketChanged");
+    assert_eq!(
+        p["data"]["ticketChanged"],
+        json!({"id": am, "status": "RESOLVED", "resolution": "REFUND"})
+    );
+    assert_eq!(actions(b.app.ops_token(), am).await["allowed"], json!([]));
+
+    // The healed share per store, and the stores a caller sees: a store-limited admin of
+    // another store sees neither this store nor its findings.
+    const HEALING: &str = "query($s: ID) { stores { id } reconciliationHealing(from: \"2000-01-01T00:00:00Z\", to: \"2100-01-01T00:00:00Z\", storeId: $s) { category ticketed } }";
+    let ticketed = |r: &serde_json::Value| -> i64 {
+        r["data"]["reconciliationHealing"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{r}"))
+            .iter()
+            .map(|h| h["ticketed"].as_i64().unwrap())
+            .sum()
+    };
+    let mine = b
+        .app
+        .gql(Some(&b.app.ops_token()), HEALING, json!({"s": b.s.store}))
+        .await;
+    assert_eq!(ticketed(&mine), 2, "{mine}");
+    assert!(mine["data"]["stores"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|s| s["id"] == b.s.store.as_str()));
+    let elsewhere = fitorder::auth::issue_token(
+        &b.app.state.config.jwt_secret,
+        fitorder::auth::Role::Admin,
+        "staff-elsewhere",
+        Some(vec!["999999".to_string()]),
+        std::time::Duration::from_secs(600),
+    );
+    let theirs = b.app.gql(Some(&elsewhere), HEALING, json!({"s": null})).await;
+    assert_eq!(ticketed(&theirs), 0, "{theirs}");
+    assert_eq!(theirs["data"]["stores"], json!([]));
+    let r = b.app.gql(Some(&elsewhere), HEALING, json!({"s": b.s.store})).await;
+    assert_eq!(error_code(&r), "FORBIDDEN", "{r}");
+}

@@ -368,6 +368,12 @@ async fn sdks_use_the_standin(mode: StandInMode) {
     assert_eq!(wx["notify"]["callback"]["event_type"], "TRANSACTION.SUCCESS");
     assert_eq!(wx["notify"]["callback"]["resource"]["out_trade_no"], "SDKWX0001");
     assert_eq!(wx["notify"]["callback"]["resource"]["trade_state"], "REFUND");
+    assert_eq!(wx["refund_processing"]["body"]["status"], "PROCESSING");
+    assert_eq!(wx["refund_query_processing"]["body"]["status"], "PROCESSING");
+    assert_eq!(wx["refund_query_settled"]["body"]["status"], "SUCCESS");
+    assert_eq!(wx["close_paid_meanwhile"]["code"], 400, "{wx}");
+    assert_eq!(wx["close_paid_meanwhile"]["body"]["code"], "ORDERPAID");
+    assert_eq!(wx["query_paid_meanwhile"]["body"]["trade_state"], "SUCCESS");
     if mode == StandInMode::Certificate {
         assert_eq!(
             serials(&wx["init"]["certificates"]),
@@ -392,7 +398,13 @@ async fn sdks_use_the_standin(mode: StandInMode) {
         (Some("Y"), Some("8.00"))
     );
     assert_eq!(ali["refund_query"]["refundStatus"], "REFUND_SUCCESS");
-    assert_eq!(ali["close_paid"]["subCode"], "ACQ.TRADE_STATUS_ERROR");
+    assert_eq!(ali["close_paid"]["subCode"], "ACQ.TRADE_HAS_SUCCESS");
+    assert_eq!(ali["refund_pending"]["fundChange"], "N", "{ali}");
+    assert_eq!(ali["refund_query_pending"]["code"], "10000");
+    assert!(ali["refund_query_pending"].get("refundStatus").is_none(), "{ali}");
+    assert_eq!(ali["refund_query_settled"]["refundStatus"], "REFUND_SUCCESS");
+    assert_eq!(ali["close_paid_meanwhile"]["subCode"], "ACQ.TRADE_HAS_SUCCESS", "{ali}");
+    assert_eq!(ali["query_paid_meanwhile"]["tradeStatus"], "TRADE_SUCCESS");
     assert_eq!(
         (ali["notify"]["status"].as_u64(), ali["notify"]["verified"].as_bool()),
         (Some(200), Some(true))

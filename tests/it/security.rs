@@ -199,7 +199,8 @@ async fn doubling_fragments_are_refused_in_milliseconds_with_flat_memory() {
 
 #[tokio::test]
 async fn anonymous_requests_are_refused_before_parsing_but_introspection_works() {
-    let app = TestApp::new().await;
+    // Anonymous introspection: development mode or FITORDER_PUBLIC_INTROSPECTION=1 (issue 23).
+    let app = TestApp::with_config(|c| c.public_introspection = true).await;
     // Not even valid GraphQL: refused for the missing token, not parsed.
     let r = app.gql(None, "query { orders(first: 1) { edges ", json!({})).await;
     assert_eq!(error_code(&r), "UNAUTHENTICATED", "{r}");
@@ -710,9 +711,21 @@ async fn html_pages_are_self_contained_and_never_framed() {
 async fn metrics_scrapes_share_one_backlog_query() {
     let app = TestApp::new().await;
     let before = fitorder::http::metrics::backlog_reads();
+    // The FITORDER_METRICS_ADDR listener's router (outside development mode the API port does
+    // not serve /metrics without FITORDER_METRICS_TOKEN).
+    let metrics = fitorder::http::ops_router(app.state.clone());
     for _ in 0..20 {
-        let (s, _) = app.get("/metrics").await;
-        assert_eq!(s.as_u16(), 200);
+        use tower::ServiceExt;
+        let resp = metrics
+            .clone()
+            .oneshot(
+                axum::http::Request::get("/metrics")
+                    .body(axum::body::Body::empty())
+                    .unwrap(),
+            )
+            .await
+            .unwrap();
+        assert_eq!(resp.status().as_u16(), 200);
     }
     let queried = fitorder::http::metrics::backlog_reads() - before;
     // One for this app (other tests' apps running at the same time may add theirs).

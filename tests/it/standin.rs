@@ -380,6 +380,28 @@ impl StandIn {
         self.control(reqwest::Method::POST, "rotate", json!({ "drop_old": drop_old }))
             .await
     }
+    /// Money's hard cases (`POST /_standin/money`): `alipay_refund_pending` (new Alipay refunds
+    /// answer `fund_change` N, the money moves when ended), `wechat_refund_hold` (WeChat refunds
+    /// stay PROCESSING when queried), `pay_on_close` (trades the member pays just before a close).
+    pub async fn money(&self, modes: Value) -> Value {
+        self.control(reqwest::Method::POST, "money", modes).await
+    }
+    /// Ends a refund (`POST /_standin/refund`): `{"provider":"alipay","out_request_no"}` or
+    /// `{"provider":"wechat","out_refund_no","status"}`.
+    pub async fn end_refund(&self, refund: Value) -> Value {
+        self.control(reqwest::Method::POST, "refund", refund).await
+    }
+    /// Certificate mode: Alipay renews its certificate (a new key under a new SN signs from
+    /// now on); `trusted: false` issues it from a CA that is not the configured root. Answers
+    /// the old and new SNs.
+    pub async fn renew_alipay_cert(&self, trusted: bool) -> Value {
+        self.control(
+            reqwest::Method::POST,
+            "renew_alipay_cert",
+            json!({ "trusted": trusted }),
+        )
+        .await
+    }
     /// Sends the trade's signed payment notification to its notify_url; the receiver's status
     /// (0 when unreachable) and body.
     pub async fn notify(&self, out_trade_no: &str) -> (u16, String) {

@@ -437,9 +437,8 @@ async fn expiry_waits_for_a_member_still_paying_and_believes_only_signed_answers
         .buy(&s.member, &s.store, json!({"classPackId": s.pack}), "WECHAT_PAY")
         .await;
     due(&app, 1).await;
-    let api = app.state.providers.clone();
     app.sandbox.set_state("WECHAT_PAY", &no, "USERPAYING");
-    fitorder::expiry::expire_due(&app.state, &api).await.unwrap();
+    fitorder::expiry::expire_due(&app.state).await.unwrap();
     assert_eq!(
         app.order(&no).await["status"],
         "WAIT_PAY",
@@ -450,7 +449,7 @@ async fn expiry_waits_for_a_member_still_paying_and_believes_only_signed_answers
     app.sandbox.set_state("WECHAT_PAY", &no, "SUCCESS");
     app.sandbox.sign_answers_with_wrong_key(true);
     due(&app, 10).await;
-    fitorder::expiry::expire_due(&app.state, &api).await.unwrap();
+    fitorder::expiry::expire_due(&app.state).await.unwrap();
     let order = app.order(&no).await;
     assert_eq!(order["status"], "CANCELED", "{order:#}");
     assert!(order["paidAt"].is_null());
@@ -460,7 +459,7 @@ async fn expiry_waits_for_a_member_still_paying_and_believes_only_signed_answers
         .buy(&s.member, &s.store, json!({"classPackId": s.pack}), "ALIPAY")
         .await;
     due(&app, 1).await;
-    fitorder::expiry::expire_due(&app.state, &api).await.unwrap();
+    fitorder::expiry::expire_due(&app.state).await.unwrap();
     assert_eq!(app.order(&no2).await["status"], "CANCELED");
     let closes: Vec<_> = app
         .sandbox
@@ -489,6 +488,9 @@ async fn a_refund_is_done_only_when_the_provider_accepts_it_in_a_signed_answer()
         json!({"n": no}),
     )
     .await;
+    // PROCESSING until the test ends it (a genuine REFUND.SUCCESS would confirm it by itself).
+    app.sandbox
+        .set_refund_flow(fitorder::payments::sandbox_server::RefundFlow::Hold);
     app.sandbox.sign_answers_with_wrong_key(true);
     let worker = fitorder::compensation::worker::Worker::new(app.state.clone());
     worker.run_once().await.unwrap();
@@ -505,6 +507,10 @@ async fn a_refund_is_done_only_when_the_provider_accepts_it_in_a_signed_answer()
     assert_ne!(e["status"], "SUCCEEDED", "a forged acceptance is no acceptance: {e:#}");
     assert!(last_error.contains("unsigned"), "{last_error}");
     app.sandbox.sign_answers_with_wrong_key(false);
+    let refund_no = app.sandbox.trade("WECHAT_PAY", &no).unwrap().refunds[0]
+        .out_refund_no
+        .clone();
+    app.sandbox.finish_refund_silently(&refund_no, "SUCCESS").unwrap();
     tokio::time::sleep(Duration::from_millis(150)).await;
     worker.run_once().await.unwrap();
     assert_eq!(provider_refund(&app, &no).await["status"], "SUCCEEDED");

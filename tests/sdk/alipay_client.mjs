@@ -59,5 +59,18 @@ await step('notify', async () => {
   const fields = Object.fromEntries(new URLSearchParams(received.at(-1)));
   return { status: sent.status, body: sent.body, verified: sdk.checkNotifySignV2(fields), fields };
 });
+// fund_change N: the money has not moved; the refund query finds no finished refund until then.
+await control('money', { alipay_refund_pending: true });
+await step('refund_pending', () => exec('alipay.trade.refund', { out_trade_no: no, refund_amount: '2.00', out_request_no: `${no}R2` }));
+await step('refund_query_pending', () => exec('alipay.trade.fastpay.refund.query', { out_trade_no: no, out_request_no: `${no}R2` }));
+await control('refund', { provider: 'alipay', out_request_no: `${no}R2` });
+await step('refund_query_settled', () => exec('alipay.trade.fastpay.refund.query', { out_trade_no: no, out_request_no: `${no}R2` }));
+// The deadline race: the member pays just before the close arrives.
+const race = `${no}C`;
+await control('money', { alipay_refund_pending: false, pay_on_close: [race] });
+await step('precreate_race', () => exec('alipay.trade.precreate', { out_trade_no: race, total_amount: '88.00', subject: '会员卡' }, { notifyUrl }));
+await control('trade', { provider: 'alipay', out_trade_no: race, state: 'WAIT_BUYER_PAY' });
+await step('close_paid_meanwhile', () => exec('alipay.trade.close', { out_trade_no: race }));
+await step('query_paid_meanwhile', () => exec('alipay.trade.query', { out_trade_no: race }));
 server.close();
 console.log(JSON.stringify(steps));

@@ -11,6 +11,7 @@ the stand-in (the `requests` calls are given the stand-in's base URL), the SDK's
 import json
 import sys
 import threading
+import urllib.error
 import urllib.request
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
@@ -73,8 +74,11 @@ def step(name, fn):
 def control(path, body):
     req = urllib.request.Request(base + "/_standin/" + path, data=json.dumps(body).encode(), method="POST",
                                  headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req) as r:
-        return json.loads(r.read())
+    try:
+        with urllib.request.urlopen(req) as r:
+            return json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return {"error": e.code}
 
 
 kw = dict(mchid=cfg["mchid"], private_key=open(inp["merchant_key_path"]).read(), cert_serial_no=cfg["merchant_serial"],
@@ -115,4 +119,16 @@ if pay is not None:
         return {"status": sent["status"], "callback": pay.callback(headers, body)}
 
     step("notify", notification)
+
+    # A refund PROCESSING that the refund query still finds PROCESSING, then SUCCESS once it ends.
+    control("money", {"wechat_refund_hold": True})
+    step("refund_processing", lambda: pay.refund(out_refund_no=no + "R2", out_trade_no=no,
+                                                 amount={"refund": 10, "total": 100, "currency": "CNY"}))
+    step("refund_query_processing", lambda: pay.query_refund(out_refund_no=no + "R2"))
+    control("refund", {"provider": "wechat", "out_refund_no": no + "R2", "status": "SUCCESS"})
+    step("refund_query_settled", lambda: pay.query_refund(out_refund_no=no + "R2"))
+    # The deadline race: the member pays just before the close arrives.
+    control("money", {"wechat_refund_hold": False, "pay_on_close": [no + "J"]})
+    step("close_paid_meanwhile", lambda: pay.close(out_trade_no=no + "J"))
+    step("query_paid_meanwhile", lambda: pay.query(out_trade_no=no + "J"))
 print(json.dumps(steps, ensure_ascii=False))

@@ -56,11 +56,24 @@ Alipay open gateway
              precreated code, ACQ.TRADE_STATUS_ERROR, ACQ.TRADE_HAS_SUCCESS, ACQ.REFUND_AMT_NOT_EQUAL_TOTAL;
              refund_fee is the total refunded; a refund query that finds nothing answers 10000 without
              refund_amount ("如果没有查询到则代表未退款成功")
+  [A-REFUND] alipay.trade.refund: `fund_change` "本次退款是否发生了资金变化" — N for a repeated
+             out_request_no, or when the money has not moved (yet); then alipay.trade.fastpay.refund.query
+             decides: `refund_status` REFUND_SUCCESS "退款处理成功", absent "表示退款请求未收到或者退款失败"
+             (opendocs.alipay.com/open/357441a2_alipay.trade.fastpay.refund.query). Closing a paid trade:
+             sub_code ACQ.TRADE_HAS_SUCCESS "交易已被支付" (help.aliyun.com/document_detail/2978201,
+             trade.close), a closed one ACQ.TRADE_STATUS_ERROR
+  [W-REFUND] 退款 status SUCCESS / CLOSED / PROCESSING / ABNORMAL; PROCESSING ends later, told by
+             REFUND.* notifications or 查询单笔退款 (chapter3_4_10); 关闭订单 of a paid trade: 400
+             ORDERPAID "订单已支付"
   [A-NOTIFY] 异步通知 https://opendocs.alipay.com/open/270/105902 (form POST; "除去 sign、sign_type 两个参数外，
              凡是通知返回回来的参数皆是待验签的参数"; reply `success`, otherwise retried)
   [A-CERT]   公钥证书模式 https://opendocs.alipay.com/open/291/sign: the SN of a certificate is md5 of the
              issuer DN (RDNs from the last to the first, `k=v` joined by `,`) followed by the decimal
              serial; the root SN joins the SNs of the root file's RSA-signed certificates with `_`
+  [A-CERTDL] alipay.open.app.alipaycert.download (opendocs.alipay.com/open/03j7vb, 应用支付宝公钥证书下载):
+             biz_content {"alipay_cert_sn"}; answers alipay_cert_content = base64 of the certificate
+             file; "支付宝公钥证书到期前会自动更新…响应报文中的 alipay_cert_sn 与本地不一致时，通过此接口
+             下载新证书，验证其由支付宝根证书签发后使用" (the certificate-mode SDKs do exactly this)
 
 Usage: provider.py --dir DIR --mode public-key|certificate --merchant-public-key PEM
                    --app-public-key PEM [--port 0]
@@ -249,11 +262,18 @@ class Provider:
                                      self.alipay_key.public_key(), root_name, root_key)
             self.app_cert = issue(name(self.alipay_app_id, "Alipay", "fitorder"), self.app_public, root_name, root_key)
             self.alipay_cert_sn = alipay_cert_sn(self.alipay_cert)
+            self.alipay_root_key, self.alipay_root_name = root_key, root_name
+            # Every Alipay certificate ever used, by SN: [A-CERTDL] hands out any of them.
+            self.alipay_certs = {self.alipay_cert_sn: self.alipay_cert}
             self.app_cert_sn = alipay_cert_sn(self.app_cert)
             self.alipay_root_cert_sn = alipay_root_sn([self.alipay_root, self.alipay_ec_root])
 
         self.wechat_trades = {}
         self.wechat_refunds = {}
+        # Money's hard cases (`POST /_standin/money`): Alipay refunds answered `fund_change` N
+        # whose money moves only when settled; WeChat refunds that stay PROCESSING when queried;
+        # trades the member pays just before a close arrives (the deadline race).
+        self.money = {"alipay_refund_pending": False, "wechat_refund_hold": False, "pay_on_close": []}
         self.alipay_trades = {}
         self.bill_files = {}  # token -> (provider, bytes)
         self.port = 0
@@ -473,6 +493,21 @@ def wechat_refund_answer(p: Provider, r):
     return a
 
 
+def paid_meanwhile(p: Provider, provider, t):
+    """The deadline race: a trade named in `pay_on_close` is paid by the member just before the
+    close arrives (its notification is not sent: lost, or later by `POST notify`)."""
+    if t["out_trade_no"] not in p.money["pay_on_close"]:
+        return
+    p.money["pay_on_close"].remove(t["out_trade_no"])
+    if provider == "wechat" and t["state"] in ("NOTPAY", "USERPAYING"):
+        t["state"] = "SUCCESS"
+        t["transaction_id"] = t["transaction_id"] or p.next_id("42")
+        t["success_time"] = t["success_time"] or rfc3339_now()
+    elif provider == "alipay" and t["state"] == "WAIT_BUYER_PAY":
+        t["state"] = "TRADE_SUCCESS"
+        t["paid_at"] = t["paid_at"] or alipay_now()
+
+
 def wechat_route(p: Provider, method, path, query, body: bytes):
     """Answers (status, JSON object or None)."""
     def json_body():
@@ -508,8 +543,9 @@ def wechat_route(p: Provider, method, path, query, body: bytes):
             t = p.wechat_trades.get(no)
             if t is None:
                 raise Answer(404, "ORDER_NOT_EXIST", "订单不存在")
+            paid_meanwhile(p, "wechat", t)
             if t["state"] in ("SUCCESS", "REFUND"):
-                raise Answer(400, "ORDERPAID", "订单已支付")
+                raise Answer(400, "ORDERPAID", "订单已支付")  # [W-REFUND]
             if t["state"] == "USERPAYING":
                 raise Answer(202, "USER_PAYING", "用户支付中,需要输入密码")
             t["state"] = "CLOSED"
@@ -560,7 +596,8 @@ def wechat_route(p: Provider, method, path, query, body: bytes):
             r = p.wechat_refunds.get(urllib.parse.unquote(m.group(1)))
             if r is None:
                 raise Answer(404, "RESOURCE_NOT_EXISTS", "退款单不存在")
-            if r["status"] == "PROCESSING":  # a refund settles by the time it is first queried
+            # A refund settles by the time it is first queried, unless held [W-REFUND].
+            if r["status"] == "PROCESSING" and not p.money["wechat_refund_hold"]:
                 r["status"], r["success_time"] = "SUCCESS", rfc3339_now()
             return 200, wechat_refund_answer(p, r)
     if path == "/v3/bill/tradebill" and method == "GET":
@@ -688,6 +725,9 @@ def alipay_method(p: Provider, method, params):
             return dict(ok, **alipay_trade_view(p, find()))
         if method == "alipay.trade.close":
             t = find()
+            paid_meanwhile(p, "alipay", t)
+            if t["state"] in ("TRADE_SUCCESS", "TRADE_FINISHED"):
+                raise biz_fail("ACQ.TRADE_HAS_SUCCESS", "交易已被支付")  # [A-REFUND]
             if t["state"] != "WAIT_BUYER_PAY":
                 raise biz_fail("ACQ.TRADE_STATUS_ERROR", "交易状态不合法")
             t["state"] = "TRADE_CLOSED"
@@ -711,6 +751,12 @@ def alipay_method(p: Provider, method, params):
             t["refunded"] += amount
             t["gmt_refund"] = alipay_now()
             t["last_refund_no"] = req_no
+            if p.money["alipay_refund_pending"]:
+                # Accepted, the money not moved yet: N, and the query finds no finished refund
+                # until settled [A-REFUND].
+                t.setdefault("pending_refunds", set()).add(req_no)
+                return dict(ok, trade_no=t["trade_no"], out_trade_no=t["out_trade_no"],
+                            buyer_logon_id="159****5620", fund_change="N", refund_fee=yuan(t["refunded"]))
             if t["refunded"] == t["total"]:
                 t["state"] = "TRADE_CLOSED"
             return dict(ok, trade_no=t["trade_no"], out_trade_no=t["out_trade_no"], buyer_logon_id="159****5620",
@@ -721,10 +767,18 @@ def alipay_method(p: Provider, method, params):
             if not req_no:
                 raise biz_fail("ACQ.INVALID_PARAMETER", "out_request_no 必填")
             o = dict(ok, trade_no=t["trade_no"], out_trade_no=t["out_trade_no"])
-            if req_no in t["refunds"]:  # no refund found: success without refund fields [A-TRADE]
+            if req_no in t["refunds"] and req_no not in t.get("pending_refunds", ()):
+                # no (finished) refund found: success without refund fields [A-TRADE] [A-REFUND]
                 o.update(out_request_no=req_no, total_amount=yuan(t["total"]),
                          refund_amount=yuan(t["refunds"][req_no]), refund_status="REFUND_SUCCESS")
             return o
+        if method == "alipay.open.app.alipaycert.download":
+            if not p.cert_mode:
+                raise AlipayError("40002", "Invalid Arguments", "isv.invalid-method", "不存在的方法名")
+            cert = p.alipay_certs.get(biz.get("alipay_cert_sn") or "")
+            if cert is None:
+                raise biz_fail("ALIPAY_CERT_NOT_EXIST", "支付宝公钥证书不存在")
+            return dict(ok, alipay_cert_content=base64.b64encode(cert_pem(cert)).decode())
         if method == "alipay.data.dataservice.bill.downloadurl.query":
             bill_date = biz.get("bill_date") or ""
             if biz.get("bill_type") != "trade" or not re.fullmatch(r"\d{4}-\d{2}-\d{2}", bill_date):
@@ -917,6 +971,32 @@ def control(p: Provider, method, path, query, body: bytes):
             if "latency_ms" in req:
                 p.modes["latency_ms"] = int(req["latency_ms"])
             return 200, dict(p.modes)
+    if path == "/_standin/money" and method == "POST":
+        with p.lock:
+            for k in ("alipay_refund_pending", "wechat_refund_hold"):
+                if k in req:
+                    p.money[k] = bool(req[k])
+            if "pay_on_close" in req:
+                p.money["pay_on_close"] = list(req["pay_on_close"])
+            return 200, dict(p.money)
+    if path == "/_standin/refund" and method == "POST":
+        # Ends a refund: WeChat `status` SUCCESS/ABNORMAL/CLOSED; Alipay the money moved.
+        with p.lock:
+            if req.get("provider") == "alipay":
+                t = next((x for x in p.alipay_trades.values() if req.get("out_request_no") in x.get("pending_refunds", ())), None)
+                if t is None:
+                    return 404, {"error": "no pending Alipay refund"}
+                t["pending_refunds"].discard(req["out_request_no"])
+                if not t["pending_refunds"] and t["refunded"] == t["total"]:
+                    t["state"] = "TRADE_CLOSED"
+                return 200, {"out_request_no": req["out_request_no"], "refund_status": "REFUND_SUCCESS"}
+            r = p.wechat_refunds.get(req.get("out_refund_no"))
+            if r is None:
+                return 404, {"error": "no WeChat refund"}
+            r["status"] = req.get("status", "SUCCESS")
+            if r["status"] == "SUCCESS":
+                r["success_time"] = rfc3339_now()
+            return 200, wechat_refund_answer(p, r)
     if path == "/_standin/rotate" and method == "POST":
         with p.lock:
             old = p.platform[-1]["serial"]
@@ -926,6 +1006,25 @@ def control(p: Provider, method, path, query, body: bytes):
             p.write_material()
             return 200, {"old_serial": old, "new_serial": p.platform[-1]["serial"],
                          "serials": [x["serial"] for x in p.platform]}
+    if path == "/_standin/renew_alipay_cert" and method == "POST":
+        # [A-CERTDL]: Alipay renews its certificate; answers are signed by the new key under the
+        # new SN from now on. `trusted: false` issues it from a CA of the same name that is not
+        # the root of the root file (what a forged renewal would look like).
+        if not p.cert_mode:
+            return 400, {"error": "certificate mode only"}
+        with p.lock:
+            key = new_rsa_key()
+            if req.get("trusted", True):
+                issuer_name, issuer_key = p.alipay_root_name, p.alipay_root_key
+            else:
+                issuer_name, issuer_key = p.alipay_root_name, new_rsa_key()
+            cert = issue(name("支付宝(中国)网络技术有限公司-" + p.alipay_app_id, "Alipay", "Alipay"),
+                         key.public_key(), issuer_name, issuer_key)
+            old = p.alipay_cert_sn
+            p.alipay_key, p.alipay_cert = key, cert
+            p.alipay_cert_sn = alipay_cert_sn(cert)
+            p.alipay_certs[p.alipay_cert_sn] = cert
+            return 200, {"old_sn": old, "new_sn": p.alipay_cert_sn}
     if path == "/_standin/trade" and method in ("POST", "GET"):
         provider = req.get("provider") or query.get("provider", [None])[0]
         no = req.get("out_trade_no") or query.get("out_trade_no", [None])[0]

@@ -15,6 +15,10 @@ use super::tools::{find_binary, which};
 use super::{target_dir, DB_PREFIX};
 use crate::Args;
 
+/// `FITORDER_METRICS_TOKEN` of the servers the bench starts (outside development mode
+/// `/metrics` on the API port needs it).
+pub const METRICS_TOKEN: &str = "bench-metrics-token";
+
 /// A running fitorder server.
 pub struct Server {
     pub proc: Proc,
@@ -154,6 +158,12 @@ impl Bench {
         let keys = &self.keys;
         cmd.env("DATABASE_URL", db_url)
             .env("FITORDER_JWT_SECRET", &self.jwt_secret)
+            // Every client of the bench is this one host and one ops token: the production caps
+            // per address and per token would measure themselves.
+            .env("FITORDER_MAX_CONNECTIONS", "100000")
+            .env("FITORDER_MAX_CONNECTIONS_PER_ADDR", "100000")
+            .env("FITORDER_MAX_SUBSCRIPTIONS_PER_TOKEN", "1000000")
+            .env("FITORDER_METRICS_TOKEN", METRICS_TOKEN)
             .env("FITORDER_STATEMENT_DIR", self.tmp.join("statements"))
             .env("FITORDER_DOOR_ACCESS_URL", format!("{}/door-access", self.noop.url))
             .env("FITORDER_AI_ACCESS_URL", format!("{}/ai-access", self.noop.url))

@@ -9,6 +9,7 @@ mod member;
 mod ops;
 mod order;
 mod payment;
+mod session;
 mod ticket;
 
 use chrono::NaiveDate;
@@ -20,6 +21,7 @@ pub use member::*;
 pub use ops::*;
 pub use order::*;
 pub use payment::*;
+pub use session::*;
 pub use ticket::*;
 
 use async_graphql::Context;

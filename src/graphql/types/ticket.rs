@@ -1,10 +1,10 @@
 //! Exception tickets.
 
-use async_graphql::{Context, Object, ID};
+use async_graphql::{Context, Object, SimpleObject, ID};
 use chrono::{DateTime, Utc};
 
-use super::super::int;
 use super::super::loaders::load_order;
+use super::super::{conn, int, viewer};
 use super::{OrderNode, PaymentProvider, TicketAction, TicketKind, TicketStatus};
 use crate::db::models;
 use crate::error::AppResult;
@@ -59,10 +59,34 @@ impl ExceptionTicketNode {
     async fn trace_id(&self) -> &str {
         &self.0.trace_id
     }
+    /// What closing this ticket can do now, for the one asking: the actions `resolveTicket`
+    /// would take (the state machine and the ticket's kind decide) and what REFUND sends back.
+    async fn actions(&self, ctx: &Context<'_>) -> AppResult<TicketActions> {
+        let v = viewer(ctx)?;
+        let mut c = conn(ctx).await?;
+        let o = crate::ticket_resolution::offer(&mut c, v, &self.0).await?;
+        Ok(TicketActions {
+            allowed: o.actions.into_iter().map(Into::into).collect(),
+            refund_cents: o.refund_cents.map(int).transpose()?,
+            refund_amount_adjustable: o.refund_amount_adjustable,
+        })
+    }
     async fn order(&self, ctx: &Context<'_>) -> AppResult<Option<OrderNode>> {
         match self.0.order_id {
             Some(id) => load_order(ctx, id).await.map(Some),
             None => Ok(None),
         }
     }
+}
+
+/// The actions a ticket can be closed with now, as `resolveTicket` would take them.
+#[derive(SimpleObject)]
+pub struct TicketActions {
+    /// Empty once the ticket is closed.
+    pub allowed: Vec<TicketAction>,
+    /// What REFUND without `amountCents` sends back: the order's unused share when the ticket is
+    /// about the order's own payment, the whole stray payment otherwise; null without REFUND.
+    pub refund_cents: Option<i32>,
+    /// REFUND takes an `amountCents` (only a refund of the order's own payment does).
+    pub refund_amount_adjustable: bool,
 }

@@ -22,15 +22,27 @@ pub struct Alipay {
     keys: Arc<AlipayKeys>,
     notify_url: String,
     timeout: Duration,
+    /// Certificate mode: where renewed Alipay certificates are kept for every instance.
+    pool: Option<crate::db::DbPool>,
 }
 
+/// The method that hands out an Alipay public-key certificate by its SN.
+pub const CERT_DOWNLOAD_METHOD: &str = "alipay.open.app.alipaycert.download";
+
 impl Alipay {
-    pub fn new(http: reqwest::Client, keys: Arc<AlipayKeys>, public_url: &str, timeout: Duration) -> Alipay {
+    pub fn new(
+        http: reqwest::Client,
+        keys: Arc<AlipayKeys>,
+        public_url: &str,
+        timeout: Duration,
+        pool: Option<crate::db::DbPool>,
+    ) -> Alipay {
         Alipay {
             http,
             keys,
             notify_url: format!("{public_url}/pay/alipay/notify"),
             timeout,
+            pool,
         }
     }
 
@@ -58,9 +70,122 @@ impl Alipay {
         params
     }
 
-    /// One gateway call; returns the verified `<method>_response` object.
+    /// One gateway call; returns the verified `<method>_response` object. In certificate mode
+    /// an answer naming another `alipay_cert_sn` (a renewal) is verified with that certificate,
+    /// once it is known and chains to `ALIPAY_ROOT_CERT`.
     async fn call(&self, method: &str, biz: Value, notify: bool, trace: &str) -> Result<Value, ProviderError> {
-        let params = self.signed_params(method, &biz, notify);
+        let text = self.post(method, &biz, notify, trace).await?;
+        let sn = self.keys.cert.as_ref().map(|c| c.alipay_cert_sn.as_str());
+        match gateway::verify_answer(&self.keys.public_key, sn, method, &text) {
+            Ok(v) => Ok(v),
+            Err(gateway::AnswerError::WrongCertificate { got, .. }) => {
+                let key =
+                    self.renewed_key(&got, trace)
+                        .await
+                        .map_err(|e| match unsigned_error_answer(method, &text) {
+                            Some(answer) => answer,
+                            None => e,
+                        })?;
+                gateway::verify_answer(&key, Some(&got), method, &text)
+                    .map_err(|e| ProviderError::Unsigned(e.to_string()))
+            }
+            Err(e) => {
+                Err(unsigned_error_answer(method, &text).unwrap_or_else(|| ProviderError::Unsigned(e.to_string())))
+            }
+        }
+    }
+
+    /// The key of a renewed Alipay certificate: known, stored by another instance, or
+    /// downloaded now — rate-limited in memory before any of that costs anything.
+    async fn renewed_key(&self, sn: &str, trace: &str) -> Result<rsa::RsaPublicKey, ProviderError> {
+        use super::certs::UnknownSnStep;
+        if let Some(key) = self.keys.renewed.key_for(sn) {
+            return Ok(key);
+        }
+        let unknown = || {
+            ProviderError::Unsigned(format!(
+                "the answer names Alipay certificate {sn}, which is not known (yet)"
+            ))
+        };
+        let (Some(pool), Some(root)) = (&self.pool, &self.keys.root_cert_pem) else {
+            return Err(unknown());
+        };
+        let step = self.keys.renewed.unknown_sn_step(chrono::Utc::now());
+        if step == UnknownSnStep::Nothing {
+            return Err(unknown());
+        }
+        let db = |e: &dyn std::fmt::Display| ProviderError::Unreachable(format!("database: {e}"));
+        {
+            let mut conn = pool.get().await.map_err(|e| db(&e))?;
+            super::certs::reload(&mut conn, &self.keys.renewed, root, chrono::Utc::now())
+                .await
+                .map_err(|e| db(&format!("{e:#}")))?;
+        }
+        if let Some(key) = self.keys.renewed.key_for(sn) {
+            return Ok(key);
+        }
+        if step != UnknownSnStep::LookupThenDownload {
+            return Err(unknown());
+        }
+        let cert = self.download_cert(sn, root, trace).await?;
+        let mut conn = pool.get().await.map_err(|e| db(&e))?;
+        super::certs::store(&mut conn, &cert)
+            .await
+            .map_err(|e| db(&format!("{e:#}")))?;
+        tracing::info!(alipay_cert_sn = sn, not_after = %cert.not_after, "a renewed Alipay certificate was downloaded, checked against ALIPAY_ROOT_CERT and stored");
+        let key = cert.public_key.clone();
+        self.keys.renewed.insert(cert);
+        Ok(key)
+    }
+
+    /// `alipay.open.app.alipaycert.download`: the certificate `sn` names, checked against the
+    /// root file (refused unless it chains to it), with that very SN, its answer signed by it (or
+    /// by the configured certificate).
+    async fn download_cert(
+        &self,
+        sn: &str,
+        root: &str,
+        trace: &str,
+    ) -> Result<super::certs::RenewedCert, ProviderError> {
+        let text = self
+            .post(CERT_DOWNLOAD_METHOD, &json!({"alipay_cert_sn": sn}), false, trace)
+            .await?;
+        let refused = |why: String| ProviderError::Unsigned(format!("{CERT_DOWNLOAD_METHOD}: {why}"));
+        let fields: Value = serde_json::from_str(&text).map_err(|_| refused("not the gateway's JSON".into()))?;
+        let name = format!("{}_response", CERT_DOWNLOAD_METHOD.replace('.', "_"));
+        let content = fields[&name]["alipay_cert_content"].as_str().filter(|c| !c.is_empty());
+        let Some(content) = content else {
+            return Err(unsigned_error_answer(CERT_DOWNLOAD_METHOD, &text)
+                .unwrap_or_else(|| refused("the answer has no alipay_cert_content".into())));
+        };
+        use base64::Engine;
+        let pem = base64::engine::general_purpose::STANDARD
+            .decode(content.split_whitespace().collect::<String>())
+            .ok()
+            .and_then(|b| String::from_utf8(b).ok())
+            .unwrap_or_else(|| content.to_string());
+        let cert = super::certs::check(&pem, root, chrono::Utc::now()).map_err(|e| {
+            tracing::error!(alipay_cert_sn = sn, error = %e, "a downloaded Alipay certificate was refused");
+            refused(format!("the certificate for {sn} was refused: {e}"))
+        })?;
+        if cert.sn != sn {
+            return Err(refused(format!("asked for certificate {sn}, got {}", cert.sn)));
+        }
+        let configured = self.keys.cert.as_ref().map(|c| c.alipay_cert_sn.as_str());
+        let answer_sn = fields["alipay_cert_sn"].as_str().unwrap_or(sn);
+        let key = if Some(answer_sn) == configured {
+            &self.keys.public_key
+        } else {
+            &cert.public_key
+        };
+        gateway::verify_answer(key, Some(answer_sn), CERT_DOWNLOAD_METHOD, &text)
+            .map_err(|e| refused(e.to_string()))?;
+        Ok(cert)
+    }
+
+    /// One gateway request; the answer's text as received.
+    async fn post(&self, method: &str, biz: &Value, notify: bool, trace: &str) -> Result<String, ProviderError> {
+        let params = self.signed_params(method, biz, notify);
         let resp = self
             .http
             .post(&self.keys.api_base)
@@ -75,9 +200,7 @@ impl Alipay {
         if !status.is_success() {
             return Err(ProviderError::Refused(format!("HTTP {}", status.as_u16())));
         }
-        let sn = self.keys.cert.as_ref().map(|c| c.alipay_cert_sn.as_str());
-        gateway::verify_answer(&self.keys.public_key, sn, method, &text)
-            .map_err(|e| ProviderError::Unsigned(e.to_string()))
+        Ok(text)
     }
 
     fn order_biz(&self, t: &TradeRequest<'_>, product_code: Option<&str>) -> Value {
@@ -164,7 +287,7 @@ impl Alipay {
         })
     }
 
-    async fn close_trade(&self, out_trade_no: &str, trace: &str) -> Result<(), ProviderError> {
+    async fn close_trade(&self, out_trade_no: &str, trace: &str) -> Result<Closed, ProviderError> {
         let v = self
             .call(
                 "alipay.trade.close",
@@ -174,13 +297,20 @@ impl Alipay {
             )
             .await?;
         if v["code"] == "10000" || v["sub_code"] == "ACQ.TRADE_NOT_EXIST" {
-            Ok(())
-        } else {
-            Err(refused(&v))
+            return Ok(Closed::Closed);
+        }
+        match v["sub_code"].as_str() {
+            // Only a trade waiting for the buyer closes: paid meanwhile (or closed already), as
+            // the query will say.
+            Some("ACQ.TRADE_STATUS_ERROR" | "ACQ.TRADE_HAS_SUCCESS") => Ok(Closed::NotOpen),
+            _ => Err(refused(&v)),
         }
     }
 
-    async fn refund_trade(&self, r: &RefundRequest<'_>) -> Result<RefundAccepted, ProviderError> {
+    /// `alipay.trade.refund`: done when the money moved (`fund_change` `Y`). `N` says nothing
+    /// moved with this request (a repeated one, or money not moved yet): then the refund query
+    /// decides.
+    async fn refund_trade(&self, r: &RefundRequest<'_>) -> Result<RefundState, ProviderError> {
         let biz = json!({
             "out_trade_no": r.out_trade_no,
             "refund_amount": format_yuan(r.amount_cents),
@@ -191,8 +321,59 @@ impl Alipay {
         if v["code"] != "10000" {
             return Err(refused(&v));
         }
-        Ok(RefundAccepted {
-            status: "SUCCESS".into(),
+        if v["out_trade_no"].as_str().is_some_and(|no| no != r.out_trade_no) {
+            return Err(ProviderError::Refused("the answer is about another trade".into()));
+        }
+        if v["fund_change"] == "Y" {
+            return Ok(RefundState::Done {
+                provider_refund_id: v["trade_no"].as_str().map(str::to_string),
+            });
+        }
+        match self.query_refund(r).await? {
+            RefundState::Unknown => Ok(RefundState::Pending {
+                status: format!("fund_change {}", v["fund_change"].as_str().unwrap_or("missing")),
+                provider_refund_id: v["trade_no"].as_str().map(str::to_string),
+                recheck_in: None,
+            }),
+            done => Ok(done),
+        }
+    }
+
+    /// `alipay.trade.fastpay.refund.query`: `REFUND_SUCCESS` is done; an answer without
+    /// `refund_status` means the refund was not received or did not go through ("未返回该字段
+    /// 表示退款请求未收到或者退款失败").
+    async fn query_refund(&self, r: &RefundRequest<'_>) -> Result<RefundState, ProviderError> {
+        let v = self
+            .call(
+                "alipay.trade.fastpay.refund.query",
+                json!({"out_trade_no": r.out_trade_no, "out_request_no": r.refund_no}),
+                false,
+                r.trace_id,
+            )
+            .await?;
+        if v["sub_code"] == "ACQ.TRADE_NOT_EXIST" {
+            return Ok(RefundState::Unknown);
+        }
+        if v["code"] != "10000" {
+            return Err(refused(&v));
+        }
+        if v["refund_status"] != "REFUND_SUCCESS" {
+            return Ok(RefundState::Unknown);
+        }
+        let about = |name: &str, ours: &str| v[name].as_str().is_some_and(|x| x != ours);
+        if about("out_trade_no", r.out_trade_no) || about("out_request_no", r.refund_no) {
+            return Err(ProviderError::Refused("the answer is about another refund".into()));
+        }
+        let amount = v["refund_amount"].as_str().and_then(parse_yuan);
+        if amount != Some(r.amount_cents) {
+            return Err(ProviderError::Refused(format!(
+                "the refund {} is of {}, fitorder asked for {}",
+                r.refund_no,
+                v["refund_amount"].as_str().unwrap_or("nothing"),
+                format_yuan(r.amount_cents)
+            )));
+        }
+        Ok(RefundState::Done {
             provider_refund_id: v["trade_no"].as_str().map(str::to_string),
         })
     }
@@ -217,7 +398,7 @@ impl Alipay {
                 .await?;
             if v["code"] != "10000" {
                 return match v["sub_code"].as_str() {
-                    Some("isp.bill_not_exist") => Ok(BillDownload::NotReady(format!(
+                    Some("isp.bill_not_exist") => Ok(BillDownload::NoBill(format!(
                         "isp.bill_not_exist {}",
                         v["sub_msg"].as_str().unwrap_or_default()
                     ))),
@@ -262,6 +443,27 @@ impl Alipay {
     }
 }
 
+/// An answer that does not verify but is an error in the gateway's words — an
+/// `error_response`, or the method's response with a code other than 10000 (`isv.*`: a
+/// signature, app id or certificate mistake): still no answer, but reported with its codes.
+fn unsigned_error_answer(method: &str, text: &str) -> Option<ProviderError> {
+    let fields: Value = serde_json::from_str(text).ok()?;
+    let name = format!("{}_response", method.replace('.', "_"));
+    let r = fields.get("error_response").or_else(|| fields.get(&name))?;
+    let code = r["code"].as_str().unwrap_or_default();
+    if code.is_empty() || code == "10000" {
+        return None;
+    }
+    let sub_code = r["sub_code"].as_str().unwrap_or_default();
+    let e = unsigned_error(
+        200,
+        &format!("{code} {sub_code}"),
+        r["sub_msg"].as_str().or(r["msg"].as_str()).unwrap_or_default(),
+    );
+    tracing::warn!(method, error = %e, "Alipay answered an error without a valid signature");
+    Some(e)
+}
+
 fn refused(v: &Value) -> ProviderError {
     ProviderError::Refused(format!(
         "{} {} {}",
@@ -273,8 +475,10 @@ fn refused(v: &Value) -> ProviderError {
 
 impl Alipay {
     /// The form's RSA2 `sign` over every other non-empty field but `sign_type`, with the Alipay
-    /// public key, and the app id.
-    fn check(&self, body: &[u8]) -> CheckedNotification {
+    /// public key, and the app id. Certificate mode: also with the renewed certificates (a
+    /// notification names none, unless it carries `alipay_cert_sn`); when none verifies, the
+    /// stored ones are reloaded (rate-limited) and tried once more.
+    async fn check(&self, body: &[u8], trace: &str) -> CheckedNotification {
         use crate::payments::alipay;
         use crate::payments::provider::{evidence_header, evidence_text};
         let fields = match alipay::parse_form(body) {
@@ -292,7 +496,19 @@ impl Alipay {
                               "notify_time": evidence_header(alipay::field(&fields, "notify_time")),
                               "app_id": evidence_header(alipay::field(&fields, "app_id"))});
         let event_type = alipay::field(&fields, "trade_status").map(|e| evidence_text(e.as_bytes(), Some(64)));
-        if let Err(e) = alipay::verify(&self.keys, &fields) {
+        let mut verified = self.verify_notification(&fields);
+        if verified == Err(alipay::AlipayError::BadSignature) && self.keys.cert.is_some() {
+            let named = alipay::field(&fields, "alipay_cert_sn").filter(|sn| !sn.is_empty());
+            let configured = self.keys.cert.as_ref().map(|c| c.alipay_cert_sn.as_str());
+            let learned = match named {
+                Some(sn) if Some(sn) != configured => self.renewed_key(sn, trace).await.is_ok(),
+                _ => self.reload_renewed().await,
+            };
+            if learned {
+                verified = self.verify_notification(&fields);
+            }
+        }
+        if let Err(e) = verified {
             return CheckedNotification::Refused {
                 malformed: false,
                 event_type,
@@ -309,6 +525,29 @@ impl Alipay {
     }
 }
 
+impl Alipay {
+    fn verify_notification(&self, fields: &[(String, String)]) -> Result<(), crate::payments::alipay::AlipayError> {
+        let mut keys = vec![self.keys.public_key.clone()];
+        keys.extend(self.keys.renewed.keys());
+        crate::payments::alipay::verify_with(&self.keys, &keys, fields)
+    }
+
+    /// Loads the renewed certificates other instances stored (at most every few seconds);
+    /// true when it looked.
+    async fn reload_renewed(&self) -> bool {
+        let (Some(pool), Some(root)) = (&self.pool, &self.keys.root_cert_pem) else {
+            return false;
+        };
+        if self.keys.renewed.unknown_sn_step(chrono::Utc::now()) == super::certs::UnknownSnStep::Nothing {
+            return false;
+        }
+        let Ok(mut conn) = pool.get().await else { return false };
+        super::certs::reload(&mut conn, &self.keys.renewed, root, chrono::Utc::now())
+            .await
+            .is_ok()
+    }
+}
+
 impl Gateway for Alipay {
     fn provider(&self) -> Provider {
         Provider::Alipay
@@ -318,9 +557,9 @@ impl Gateway for Alipay {
         &'a self,
         _headers: &'a reqwest::header::HeaderMap,
         body: &'a [u8],
-        _trace_id: &'a str,
+        trace_id: &'a str,
     ) -> BoxFuture<'a, CheckedNotification> {
-        futures_util::future::ready(self.check(body)).boxed()
+        self.check(body, trace_id).boxed()
     }
 
     fn start_trade<'a>(&'a self, t: &'a TradeRequest<'a>) -> BoxFuture<'a, Result<Instruction, ProviderError>> {
@@ -335,12 +574,16 @@ impl Gateway for Alipay {
         self.query_trade(out_trade_no, trace_id).boxed()
     }
 
-    fn close<'a>(&'a self, out_trade_no: &'a str, trace_id: &'a str) -> BoxFuture<'a, Result<(), ProviderError>> {
+    fn close<'a>(&'a self, out_trade_no: &'a str, trace_id: &'a str) -> BoxFuture<'a, Result<Closed, ProviderError>> {
         self.close_trade(out_trade_no, trace_id).boxed()
     }
 
-    fn refund<'a>(&'a self, r: &'a RefundRequest<'a>) -> BoxFuture<'a, Result<RefundAccepted, ProviderError>> {
+    fn refund<'a>(&'a self, r: &'a RefundRequest<'a>) -> BoxFuture<'a, Result<RefundState, ProviderError>> {
         self.refund_trade(r).boxed()
+    }
+
+    fn refund_status<'a>(&'a self, r: &'a RefundRequest<'a>) -> BoxFuture<'a, Result<RefundState, ProviderError>> {
+        self.query_refund(r).boxed()
     }
 
     fn fetch_bill<'a>(

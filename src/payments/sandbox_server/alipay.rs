@@ -19,8 +19,8 @@ use chrono::{DateTime, NaiveDateTime, TimeZone, Utc};
 use serde_json::{json, Value};
 
 use super::{
-    alipay_trade_no, cashier, cashier_url, parse_yuan, rsa_sign, rsa_verify, shanghai, valid_notify_url, yuan, Inner,
-    SandboxCall, SandboxRefund, SandboxTrade, ALIPAY,
+    alipay_trade_no, cashier, cashier_url, parse_yuan, rsa_sign, rsa_verify, shanghai, valid_notify_url, yuan,
+    AlipayRefundFlow, Inner, SandboxCall, SandboxRefund, SandboxTrade, ALIPAY,
 };
 
 pub(super) const BUYER_ID: &str = "2088102177846880";
@@ -268,6 +268,22 @@ async fn gateway(
             return answer(&inner, &api, &refusal_json(&r), false).await;
         }
     };
+    if inner.lock().unsigned_errors && method != "alipay.trade.wap.pay" {
+        // As the gateway answers a request whose signature it refused: no `sign`.
+        let r = invalid(
+            "isv.invalid-signature",
+            "验签出错，建议检查签名字符串或签名私钥与应用公钥是否匹配",
+        );
+        record(
+            &inner,
+            http_method.as_str(),
+            "/alipay/gateway.do",
+            &api,
+            false,
+            Some(r.sub_code.clone()),
+        );
+        return answer(&inner, &method, &refusal_json(&r), false).await;
+    }
     if failure.is_some() {
         let r = Refusal {
             code: "20000",
@@ -317,7 +333,14 @@ async fn gateway(
             };
         }
         "alipay.trade.query" => query(&inner, &biz),
-        "alipay.trade.close" => close(&inner, &biz),
+        "alipay.trade.close" => {
+            // The deadline race: the member pays just before the close arrives.
+            let no = text(&biz, "out_trade_no").to_string();
+            if super::paid_before_close(&inner, ALIPAY, &no) == Some(true) {
+                super::notify_paid_later(inner.clone(), ALIPAY, no);
+            }
+            close(&inner, &biz)
+        }
         "alipay.trade.refund" => refund(&inner, &biz),
         "alipay.data.dataservice.bill.downloadurl.query" => bill_query(&inner, &biz),
         _ => refund_query(&inner, &biz),
@@ -328,7 +351,17 @@ async fn gateway(
             let answered = answer(&inner, &method, &response, true).await;
             if let Some(no) = after {
                 let inner = inner.clone();
-                tokio::spawn(async move { notify_refund(&inner, &no).await });
+                tokio::spawn(async move {
+                    match no.strip_prefix(LATER) {
+                        Some(out_request_no) => {
+                            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                            finish_refund(&inner, out_request_no).await;
+                        }
+                        None => {
+                            notify_refund(&inner, &no).await;
+                        }
+                    }
+                });
             }
             answered
         }
@@ -443,6 +476,7 @@ fn open_trade(inner: &Inner, params: &Params, biz: &Value, channel: &str) -> Res
     // once opened.
     let exists = channel != "ALIPAY_QR";
     let trade = SandboxTrade {
+        payer_client_ip: None,
         provider: ALIPAY.into(),
         channel: channel.into(),
         out_trade_no: out_trade_no.into(),
@@ -584,20 +618,48 @@ fn refund(inner: &Inner, biz: &Value) -> Answered {
         return Err(business("ACQ.REFUND_AMT_NOT_EQUAL_TOTAL", "退款金额超限"));
     }
     let now = Utc::now();
+    let flow = s.alipay_refund_flow;
+    let t = find(&mut s.trades, biz).ok_or_else(not_exist)?;
+    let moved = flow == AlipayRefundFlow::Immediate;
     t.refunds.push(SandboxRefund {
         out_refund_no: out_request_no.clone(),
         refund_id: t.txn_id.clone().unwrap_or_default(),
         amount_cents: cents,
-        status: "REFUND_SUCCESS".into(),
+        // Not moved yet: the refund query finds no finished refund.
+        status: if moved { "REFUND_SUCCESS".into() } else { String::new() },
         notify_url: None,
         created_at: now,
-        success_time: Some(now),
+        success_time: moved.then_some(now),
     });
     if refunded_cents(t) == t.amount_cents {
         t.state = "TRADE_CLOSED".into();
     }
     let key = format!("{}\n{}", t.out_trade_no, out_request_no);
-    Ok((answer(t, "Y", now), Some(key)))
+    match flow {
+        AlipayRefundFlow::Immediate => Ok((answer(t, "Y", now), Some(key))),
+        // Finished a moment after the answer (see `gateway`).
+        AlipayRefundFlow::Later => Ok((answer(t, "N", now), Some(format!("{LATER}{out_request_no}")))),
+        AlipayRefundFlow::Hold => Ok((answer(t, "N", now), None)),
+    }
+}
+
+/// Marks the refund an answer names as one that finishes a moment later.
+const LATER: &str = "later\n";
+
+/// Ends a held refund: `REFUND_SUCCESS` from now on, and its notification.
+pub(super) async fn finish_refund(inner: &Inner, out_request_no: &str) -> Option<super::SandboxNotification> {
+    let key = {
+        let mut s = inner.lock();
+        let t = s
+            .trades
+            .values_mut()
+            .find(|t| t.provider == ALIPAY && t.refunds.iter().any(|r| r.out_refund_no == out_request_no))?;
+        let r = t.refunds.iter_mut().find(|r| r.out_refund_no == out_request_no)?;
+        r.status = "REFUND_SUCCESS".into();
+        r.success_time = Some(Utc::now());
+        format!("{}\n{}", t.out_trade_no, out_request_no)
+    };
+    notify_refund(inner, &key).await
 }
 
 fn refund_query(inner: &Inner, biz: &Value) -> Answered {
@@ -617,7 +679,9 @@ fn refund_query(inner: &Inner, biz: &Value) -> Answered {
         v["out_request_no"] = json!(r.out_refund_no);
         v["total_amount"] = json!(yuan(t.amount_cents));
         v["refund_amount"] = json!(yuan(r.amount_cents));
-        v["refund_status"] = json!(r.status);
+        if !r.status.is_empty() {
+            v["refund_status"] = json!(r.status);
+        }
         v["gmt_refund_pay"] = json!(shanghai(r.created_at));
     }
     Ok((v, None))
@@ -625,9 +689,9 @@ fn refund_query(inner: &Inner, biz: &Value) -> Answered {
 
 /// Sends the refund notification: `TRADE_SUCCESS` with the cumulative `refund_fee` for a
 /// partial refund, `TRADE_CLOSED` with `gmt_close` once all is refunded.
-async fn notify_refund(inner: &Inner, key: &str) {
+async fn notify_refund(inner: &Inner, key: &str) -> Option<super::SandboxNotification> {
     let Some((out_trade_no, out_request_no)) = key.split_once('\n') else {
-        return;
+        return None;
     };
     let Some((t, r)) = ({
         let s = inner.lock();
@@ -638,7 +702,7 @@ async fn notify_refund(inner: &Inner, key: &str) {
                 .map(|r| (t.clone(), r.clone()))
         })
     }) else {
-        return;
+        return None;
     };
     // The cumulative refund up to and including this one.
     let upto: i64 = t
@@ -678,9 +742,11 @@ async fn notify_refund(inner: &Inner, key: &str) {
     if full {
         fields.push(("gmt_close", &closed));
     }
-    inner
-        .notify_alipay(&t.out_trade_no, &t.notify_url, &format!("{status}+refund"), &fields)
-        .await;
+    Some(
+        inner
+            .notify_alipay(&t.out_trade_no, &t.notify_url, &format!("{status}+refund"), &fields)
+            .await,
+    )
 }
 
 /// `alipay.data.dataservice.bill.downloadurl.query`: a URL of the day's bill zip.
@@ -737,7 +803,7 @@ mod tests {
     fn vectors() -> Value {
         let path = concat!(
             env!("CARGO_MANIFEST_DIR"),
-            "/../shared/provider-samples/alipay/notify/alipay_sdk_nodejs_notify_sign_vectors.json"
+            "/tests/provider-samples/alipay/notify/alipay_sdk_nodejs_notify_sign_vectors.json"
         );
         let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
         serde_json::from_str(&text).unwrap()
@@ -764,7 +830,7 @@ mod tests {
         assert_eq!(sign_content(&params), v["expected_content"].as_str().unwrap());
         let pem = std::fs::read_to_string(concat!(
             env!("CARGO_MANIFEST_DIR"),
-            "/../shared/provider-samples/alipay/notify/alipay-notify-sign-public-key-v2.pem"
+            "/tests/provider-samples/alipay/notify/alipay-notify-sign-public-key-v2.pem"
         ))
         .unwrap();
         let key = rsa::RsaPublicKey::from_public_key_pem(pem.trim()).unwrap();

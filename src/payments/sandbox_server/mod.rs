@@ -31,6 +31,7 @@
 mod alipay;
 mod bills;
 mod cashier;
+pub mod miniprogram;
 mod wechat;
 
 use std::collections::HashMap;
@@ -65,6 +66,9 @@ pub struct SandboxKeys {
     pub wechat_platform_key: RsaPrivateKey,
     /// `PUB_KEY_ID_…`, sent as `Wechatpay-Serial`.
     pub wechat_public_key_id: String,
+    /// The mobile app's appid: `WECHAT_APP` trades are made under it, the others under
+    /// `wechat_app_id` (WeChat Pay refuses another with `APPID_MCHID_NOT_MATCH`).
+    pub wechat_mobile_app_id: String,
     /// Verifies fitorder's `Authorization`.
     pub merchant_public_key: RsaPublicKey,
     /// The `serial_no` fitorder's `Authorization` must name.
@@ -104,6 +108,8 @@ pub struct SandboxTrade {
     pub paid_at: Option<DateTime<Utc>>,
     pub prepay_id: Option<String>,
     pub payer_openid: Option<String>,
+    /// WECHAT_H5: the `scene_info.payer_client_ip` the prepay carried.
+    pub payer_client_ip: Option<String>,
     pub refunds: Vec<SandboxRefund>,
     /// The cashier page of this trade.
     pub cashier_url: String,
@@ -173,6 +179,20 @@ pub enum RefundFlow {
     Hold,
 }
 
+/// How Alipay refunds go.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum AlipayRefundFlow {
+    /// `fund_change` `Y`: the money moved with the answer, the notification follows.
+    #[default]
+    Immediate,
+    /// `fund_change` `N` (the money has not moved yet); a moment later the refund query says
+    /// `REFUND_SUCCESS` and the notification is sent.
+    Later,
+    /// `fund_change` `N`, and the refund query finds no finished refund until
+    /// [`SandboxProvider::finish_alipay_refund`].
+    Hold,
+}
+
 /// Which `Wechatpay-Serial` WeChat answers and notifications name (the same key signs).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum WechatSerialMode {
@@ -191,6 +211,10 @@ struct State {
     calls: Vec<SandboxCall>,
     notifications: Vec<SandboxNotification>,
     refund_flow: RefundFlow,
+    alipay_refund_flow: AlipayRefundFlow,
+    /// Trades the member pays just before a close arrives (the deadline race), and whether
+    /// the payment notification is sent too (after the close's answer).
+    pay_on_close: HashMap<(&'static str, String), bool>,
     failure: Option<u16>,
     delay: Duration,
     serial_mode: WechatSerialMode,
@@ -202,6 +226,12 @@ struct State {
     published: HashMap<(&'static str, chrono::NaiveDate), bills::Published>,
     /// Trades whose payment the bill books on the day after it was paid.
     booked_next_day: std::collections::HashSet<(&'static str, String)>,
+    /// WeChat's switch between platform certificate and 微信支付公钥 ([`SandboxProvider::set_wechat_key_switch`]).
+    key_switch: bool,
+    /// Error answers without a signature ([`SandboxProvider::answer_errors_unsigned`]).
+    unsigned_errors: bool,
+    /// The `Wechatpay-Serial` each WeChat Pay request carried (None: none), in order.
+    request_serials: Vec<Option<String>>,
 }
 
 pub(crate) struct Inner {
@@ -211,9 +241,14 @@ pub(crate) struct Inner {
     http: reqwest::Client,
     wrong_answer_key: AtomicBool,
     wrong_notification_key: AtomicBool,
+    /// Notifications are lost on the way (recorded, never sent).
+    lose_notifications: AtomicBool,
     wrong_key: tokio::sync::OnceCell<RsaPrivateKey>,
     /// The platform certificate (serial, PEM) `/v3/certificates` lists.
     platform_cert: tokio::sync::OnceCell<(String, String)>,
+    /// During a key switch: the platform certificate of another key than the 微信支付公钥's
+    /// (key, serial, PEM), listed by `/v3/certificates` beside the other.
+    switch_cert: tokio::sync::OnceCell<(RsaPrivateKey, String, String)>,
 }
 
 struct Shutdown(Option<tokio::sync::oneshot::Sender<()>>);
@@ -257,8 +292,10 @@ impl SandboxProvider {
             http: reqwest::Client::builder().timeout(Duration::from_secs(5)).build()?,
             wrong_answer_key: AtomicBool::new(false),
             wrong_notification_key: AtomicBool::new(false),
+            lose_notifications: AtomicBool::new(false),
             wrong_key: tokio::sync::OnceCell::new(),
             platform_cert: tokio::sync::OnceCell::new(),
+            switch_cert: tokio::sync::OnceCell::new(),
         });
         let app = router(inner.clone());
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
@@ -345,9 +382,46 @@ impl SandboxProvider {
         self.inner.wrong_notification_key.store(on, Ordering::SeqCst);
     }
 
+    /// Notifications from now on are lost on the way (recorded as unreachable, never sent):
+    /// only queries tell what happened.
+    pub fn lose_notifications(&self, on: bool) {
+        self.inner.lose_notifications.store(on, Ordering::SeqCst);
+    }
+
     /// Which `Wechatpay-Serial` answers and notifications name from now on.
     pub fn set_wechat_serial_mode(&self, mode: WechatSerialMode) {
         self.inner.lock().serial_mode = mode;
+    }
+
+    /// WeChat's switch between platform certificates and the 微信支付公钥, as WeChat Pay runs
+    /// it for a merchant: two different keys sign — the 微信支付公钥 (`PUB_KEY_ID_…`) and a
+    /// platform certificate of another key ([`SandboxProvider::wechat_switch_cert_serial`]),
+    /// which `/v3/certificates` lists. An answer follows the `Wechatpay-Serial` the request
+    /// named (either of the two); otherwise answers and notifications alternate between them.
+    pub async fn set_wechat_key_switch(&self, on: bool) -> Result<()> {
+        if on {
+            self.inner.switch_cert().await.map_err(|e| anyhow!(e))?;
+        }
+        self.inner.lock().key_switch = on;
+        Ok(())
+    }
+
+    /// The serial of the certificate that signs beside the 微信支付公钥 during a key switch.
+    pub async fn wechat_switch_cert_serial(&self) -> Result<String> {
+        Ok(self.inner.switch_cert().await.map_err(|e| anyhow!(e))?.1)
+    }
+
+    /// Every call is refused with an error answer without a signature, as a provider refuses
+    /// requests it cannot authenticate (a wrong merchant key or serial in the configuration):
+    /// WeChat Pay `401 SIGN_ERROR` with no `Wechatpay-*` headers, Alipay `<method>_response`
+    /// `40002 isv.invalid-signature` with no `sign`.
+    pub fn answer_errors_unsigned(&self, on: bool) {
+        self.inner.lock().unsigned_errors = on;
+    }
+
+    /// The `Wechatpay-Serial` every WeChat Pay API request carried so far (None: none).
+    pub fn wechat_request_serials(&self) -> Vec<Option<String>> {
+        self.inner.lock().request_serials.clone()
     }
 
     /// The serial of the sandbox's WeChat Pay platform certificate (40 hex digits, derived from
@@ -404,6 +478,37 @@ impl SandboxProvider {
         self.inner.lock().refund_flow = flow;
     }
 
+    pub fn set_alipay_refund_flow(&self, flow: AlipayRefundFlow) {
+        self.inner.lock().alipay_refund_flow = flow;
+    }
+
+    /// The deadline race: the member pays this trade just before fitorder's close arrives, so
+    /// the close is refused (WeChat `ORDERPAID`, Alipay `ACQ.TRADE_STATUS_ERROR`). `notify`:
+    /// the payment notification is sent too, after the close's answer (otherwise it is lost).
+    pub fn pay_during_close(&self, provider: &str, out_trade_no: &str, notify: bool) {
+        let Some(p) = provider_name(provider) else { return };
+        self.inner
+            .lock()
+            .pay_on_close
+            .insert((p, out_trade_no.to_string()), notify);
+    }
+
+    /// Ends a held Alipay refund (`REFUND_SUCCESS` from now on in the refund query) and sends
+    /// its notification.
+    pub async fn finish_alipay_refund(&self, out_request_no: &str) -> Result<SandboxNotification> {
+        alipay::finish_refund(&self.inner, out_request_no)
+            .await
+            .ok_or_else(|| anyhow!("no held Alipay refund {out_request_no}"))
+    }
+
+    /// Ends a held WeChat refund like [`finish_refund`](Self::finish_refund), but the
+    /// notification is lost: only the refund query tells.
+    pub fn finish_refund_silently(&self, out_refund_no: &str, status: &str) -> Result<()> {
+        wechat::settle_refund(&self.inner, out_refund_no, status)
+            .map(|_| ())
+            .ok_or_else(|| anyhow!("no WeChat refund {out_refund_no}"))
+    }
+
     /// Every API call is answered with this HTTP status (WeChat `SYSTEM_ERROR`; Alipay answers
     /// 200 with code `20000`, as its gateway does), until `None`.
     pub fn fail_with(&self, status: Option<u16>) {
@@ -451,6 +556,7 @@ fn router(inner: Arc<Inner>) -> Router {
         .nest("/wechatpay", wechat::router())
         .nest("/alipay", alipay::router())
         .nest("/cashier", cashier::router())
+        .nest_service("/wechat-mp", miniprogram::router())
         .with_state(inner)
 }
 
@@ -522,6 +628,84 @@ impl Inner {
         }
     }
 
+    /// What signs the next WeChat answer or notification: the key and the serial naming it.
+    /// `requested`: the `Wechatpay-Serial` of the request answered (during a switch the answer
+    /// follows it).
+    async fn wechat_signer(&self, answer: bool, requested: Option<&str>) -> (RsaPrivateKey, String) {
+        let switching = self.lock().key_switch;
+        let wrong = if answer {
+            self.wrong_answer_key.load(Ordering::SeqCst)
+        } else {
+            self.wrong_notification_key.load(Ordering::SeqCst)
+        };
+        if !switching || wrong {
+            let key = if answer {
+                self.answer_key(WECHAT_PAY).await
+            } else {
+                self.notification_key(WECHAT_PAY).await
+            };
+            return (key, self.wechat_serial());
+        }
+        let Ok((cert_key, cert_serial, _)) = self.switch_cert().await else {
+            return (self.own_key(WECHAT_PAY), self.wechat_serial());
+        };
+        let public = (
+            self.keys.wechat_platform_key.clone(),
+            self.keys.wechat_public_key_id.clone(),
+        );
+        let cert = (cert_key, cert_serial.clone());
+        match requested.map(str::trim) {
+            Some(r) if r == self.keys.wechat_public_key_id => public,
+            Some(r) if r.eq_ignore_ascii_case(&cert_serial) => cert,
+            _ => {
+                let n = {
+                    let mut s = self.lock();
+                    s.serials_named += 1;
+                    s.serials_named
+                };
+                if n.is_multiple_of(2) {
+                    cert
+                } else {
+                    public
+                }
+            }
+        }
+    }
+
+    /// The key-switch certificate: a second platform key and its self-signed certificate.
+    async fn switch_cert(&self) -> Result<(RsaPrivateKey, String, String), String> {
+        self.switch_cert
+            .get_or_try_init(|| async {
+                tokio::task::spawn_blocking(move || {
+                    let key = RsaPrivateKey::new(&mut rand_core::OsRng, 2048).map_err(|e| e.to_string())?;
+                    let serial = cert_serial(&key);
+                    let pem = super::certs::self_signed_platform_cert(
+                        &key,
+                        &serial,
+                        "fitorder sandbox WeChat Pay platform (switch)",
+                        1825,
+                    )
+                    .map_err(|e| e.to_string())?;
+                    Ok::<_, String>((key, serial, pem))
+                })
+                .await
+                .map_err(|e| e.to_string())?
+            })
+            .await
+            .cloned()
+    }
+
+    /// The certificates `/v3/certificates` lists: the platform key's, and during a key switch
+    /// the other key's.
+    async fn listed_certs(&self) -> Result<Vec<(String, String)>, String> {
+        let mut certs = vec![self.platform_cert().await?];
+        if self.lock().key_switch {
+            let (_, serial, pem) = self.switch_cert().await?;
+            certs.push((serial, pem));
+        }
+        Ok(certs)
+    }
+
     /// The self-signed platform certificate of the platform key: (serial, PEM).
     async fn platform_cert(&self) -> Result<(String, String), String> {
         self.platform_cert
@@ -556,14 +740,18 @@ impl Inner {
         event_type: &str,
         resource: &Value,
     ) -> SandboxNotification {
+        let (platform_key, serial) = self.wechat_signer(false, None).await;
         let signer = WechatSandbox {
-            platform_key: self.notification_key(WECHAT_PAY).await,
+            platform_key,
             apiv3_key: self.keys.apiv3_key,
             mch_id: self.keys.mch_id.clone(),
-            serial: self.wechat_serial(),
+            serial,
             app_id: self.keys.wechat_app_id.clone(),
         };
         let n = signer.notification(event_type, resource, Utc::now().timestamp());
+        if self.lose_notifications.load(Ordering::SeqCst) {
+            return self.lost(WECHAT_PAY, out_trade_no, event_type, url);
+        }
         let mut req = self
             .http
             .post(url)
@@ -606,6 +794,9 @@ impl Inner {
             app_id: self.keys.alipay_app_id.clone(),
         };
         let body = signer.notification(fields);
+        if self.lose_notifications.load(Ordering::SeqCst) {
+            return self.lost(ALIPAY, out_trade_no, event, url);
+        }
         let req = self
             .http
             .post(url)
@@ -629,6 +820,22 @@ impl Inner {
         };
         self.lock().notifications.push(sent.clone());
         sent
+    }
+}
+
+impl Inner {
+    fn lost(&self, provider: &str, no: &str, event: &str, url: &str) -> SandboxNotification {
+        let n = SandboxNotification {
+            provider: provider.into(),
+            out_trade_no: no.into(),
+            event: event.into(),
+            url: url.into(),
+            status: None,
+            reply: "lost on the way (SandboxProvider::lose_notifications)".into(),
+            acknowledged: false,
+        };
+        self.lock().notifications.push(n.clone());
+        n
     }
 }
 
@@ -659,6 +866,35 @@ pub enum PayError {
     NotPayable(String),
     #[error("the trade expired at {0}: it cannot be paid any more")]
     Expired(String),
+}
+
+/// A close arrived for a trade [`SandboxProvider::pay_during_close`] named: the member pays
+/// it first. Returns whether the payment notification is to be sent after the close's answer.
+pub(crate) fn paid_before_close(inner: &Inner, provider: &'static str, no: &str) -> Option<bool> {
+    let mut s = inner.lock();
+    let notify = s.pay_on_close.remove(&(provider, no.to_string()))?;
+    let t = s.trades.get_mut(&(provider, no.to_string()))?;
+    if !matches!(t.state.as_str(), "NOTPAY" | "USERPAYING" | "WAIT_BUYER_PAY") {
+        return None;
+    }
+    if provider == ALIPAY {
+        t.exists_at_provider = true;
+        t.txn_id.get_or_insert_with(alipay_trade_no);
+        t.state = "TRADE_SUCCESS".into();
+    } else {
+        t.state = "SUCCESS".into();
+        t.txn_id = Some(format!("42000{}", digits(23)));
+    }
+    t.paid_at = Some(Utc::now());
+    Some(notify)
+}
+
+/// Sends the payment notification of a trade paid during its close (after the close's answer).
+pub(crate) fn notify_paid_later(inner: Arc<Inner>, provider: &'static str, no: String) {
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let _ = pay_trade(&inner, provider, &no).await;
+    });
 }
 
 /// The Pay button: marks the trade paid (or finds it paid already) and sends the payment

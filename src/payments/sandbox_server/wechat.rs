@@ -245,6 +245,12 @@ fn authenticate(keys: &SandboxKeys, req: &mut Req, now: i64) -> Result<(), Strin
 /// Authenticates, runs `business`, records the call, answers signed, then runs what follows.
 async fn run(inner: Arc<Inner>, mut req: Req, api: &str, business: impl FnOnce(&Inner, &Req) -> Outcome) -> Response {
     let failure = inner.knobs().await;
+    let requested = req
+        .headers
+        .get("wechatpay-serial")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    inner.lock().request_serials.push(requested.clone());
     let verified = authenticate(&inner.keys, &mut req, Utc::now().timestamp());
     let outcome = match (&verified, failure) {
         (Err(why), _) => fail(
@@ -273,7 +279,12 @@ async fn run(inner: Arc<Inner>, mut req: Req, api: &str, business: impl FnOnce(&
             .and_then(|c| c.as_str())
             .map(str::to_string),
     });
-    let response = answer(&inner, outcome.status, outcome.body.as_ref()).await;
+    let unsigned = inner.lock().unsigned_errors;
+    let response = if unsigned {
+        unsigned_error_answer(outcome.status)
+    } else {
+        answer(&inner, outcome.status, outcome.body.as_ref(), requested.as_deref()).await
+    };
     if let Some(After::Refund { out_refund_no, flow }) = outcome.after {
         let inner = inner.clone();
         tokio::spawn(async move {
@@ -296,19 +307,33 @@ async fn run(inner: Arc<Inner>, mut req: Req, api: &str, business: impl FnOnce(&
     response
 }
 
-/// A signed answer: `Wechatpay-Signature` over `timestamp\nnonce\nbody\n`.
-async fn answer(inner: &Inner, status: StatusCode, body: Option<&Value>) -> Response {
+/// The unsigned-errors mode: `401 SIGN_ERROR` as WeChat Pay answers a request it refused
+/// before looking at it, without any `Wechatpay-*` header.
+fn unsigned_error_answer(_status: StatusCode) -> Response {
+    Response::builder()
+        .status(StatusCode::UNAUTHORIZED)
+        .header("content-type", "application/json; charset=utf-8")
+        .header("Request-ID", format!("08{}", digits(30)))
+        .body(Body::from(
+            error_json("SIGN_ERROR", "签名错误，请检查后再试").to_string(),
+        ))
+        .expect("a valid response")
+}
+
+/// A signed answer: `Wechatpay-Signature` over `timestamp\nnonce\nbody\n`, by the key the
+/// request's `Wechatpay-Serial` names during a key switch.
+async fn answer(inner: &Inner, status: StatusCode, body: Option<&Value>, requested: Option<&str>) -> Response {
     let text = body.map(|b| b.to_string()).unwrap_or_default();
     let timestamp = Utc::now().timestamp().to_string();
     let nonce = alnum(32);
-    let key = inner.answer_key(WECHAT_PAY).await;
+    let (key, serial) = inner.wechat_signer(true, requested).await;
     let signature = rsa_sign(&key, format!("{timestamp}\n{nonce}\n{text}\n").as_bytes());
     let mut builder = Response::builder()
         .status(status)
         .header("Wechatpay-Timestamp", timestamp)
         .header("Wechatpay-Nonce", nonce)
         .header("Wechatpay-Signature", signature)
-        .header("Wechatpay-Serial", inner.wechat_serial())
+        .header("Wechatpay-Serial", serial)
         .header("Wechatpay-Signature-Type", "WECHATPAY2-SHA256-RSA2048")
         .header("Request-ID", format!("08{}", digits(30)));
     if body.is_some() {
@@ -373,7 +398,12 @@ fn prepay_business(inner: &Inner, req: &Req, channel: &'static str) -> Outcome {
     if mchid.is_empty() {
         return param_error("/mchid", "mchid is required");
     }
-    if appid != keys.wechat_app_id || mchid != keys.mch_id {
+    let expected_appid = if channel == "WECHAT_APP" {
+        &keys.wechat_mobile_app_id
+    } else {
+        &keys.wechat_app_id
+    };
+    if appid != expected_appid || mchid != keys.mch_id {
         return fail(StatusCode::BAD_REQUEST, "APPID_MCHID_NOT_MATCH", "AppID和mch_id不匹配");
     }
     if mchid != req.mchid {
@@ -458,6 +488,9 @@ fn prepay_business(inner: &Inner, req: &Req, channel: &'static str) -> Outcome {
                     paid_at: None,
                     prepay_id: Some(prepay_id.clone()),
                     payer_openid: (!openid.is_empty()).then(|| openid.to_string()),
+                    payer_client_ip: Some(text("/scene_info/payer_client_ip"))
+                        .filter(|ip| !ip.is_empty())
+                        .map(str::to_string),
                     refunds: vec![],
                     cashier_url: cashier.clone(),
                     fingerprint,
@@ -500,7 +533,7 @@ fn state_desc(state: &str) -> &'static str {
 /// The transaction as the query answers it and the payment notification carries it.
 pub(super) fn transaction_resource(keys: &SandboxKeys, t: &SandboxTrade) -> Value {
     let mut v = json!({
-        "appid": keys.wechat_app_id,
+        "appid": if t.channel == "WECHAT_APP" { &keys.wechat_mobile_app_id } else { &keys.wechat_app_id },
         "mchid": keys.mch_id,
         "out_trade_no": t.out_trade_no,
         "trade_type": trade_type(&t.channel),
@@ -587,7 +620,10 @@ async fn close(
     body: Bytes,
 ) -> Response {
     let req = Req::new(Method::POST, &uri, headers, body);
-    run(
+    // The deadline race: the member pays just before the close arrives.
+    let notify_paid = super::paid_before_close(&inner, WECHAT_PAY, &no);
+    let later = (inner.clone(), no.clone());
+    let answered = run(
         inner,
         req,
         "/v3/pay/transactions/out-trade-no/{out_trade_no}/close",
@@ -613,7 +649,11 @@ async fn close(
             }
         },
     )
-    .await
+    .await;
+    if notify_paid == Some(true) {
+        super::notify_paid_later(later.0, WECHAT_PAY, later.1);
+    }
+    answered
 }
 
 // ----- refunds -----
@@ -800,19 +840,23 @@ async fn refund_query(
 
 /// Ends refund `out_refund_no` with `status` and sends its notification.
 pub(super) async fn finish_refund(inner: &Inner, out_refund_no: &str, status: &str) -> Option<SandboxNotification> {
-    {
-        let mut s = inner.lock();
-        let r = s
-            .trades
-            .values_mut()
-            .filter(|t| t.provider == WECHAT_PAY)
-            .find_map(|t| t.refunds.iter_mut().find(|r| r.out_refund_no == out_refund_no))?;
-        r.status = status.to_string();
-        if status == "SUCCESS" {
-            r.success_time = Some(Utc::now());
-        }
-    }
+    settle_refund(inner, out_refund_no, status)?;
     notify_refund(inner, out_refund_no).await
+}
+
+/// Ends refund `out_refund_no` with `status`, without a notification.
+pub(super) fn settle_refund(inner: &Inner, out_refund_no: &str, status: &str) -> Option<()> {
+    let mut s = inner.lock();
+    let r = s
+        .trades
+        .values_mut()
+        .filter(|t| t.provider == WECHAT_PAY)
+        .find_map(|t| t.refunds.iter_mut().find(|r| r.out_refund_no == out_refund_no))?;
+    r.status = status.to_string();
+    if status == "SUCCESS" {
+        r.success_time = Some(Utc::now());
+    }
+    Some(())
 }
 
 /// Sends `REFUND.<status>` for refund `out_refund_no` to its notify_url (or the trade's).
@@ -839,11 +883,11 @@ async fn notify_refund(inner: &Inner, out_refund_no: &str) -> Option<SandboxNoti
 /// (AEAD_AES_256_GCM, associated data `certificate`), as WeChat Pay lists them.
 async fn certificates(State(inner): State<Arc<Inner>>, OriginalUri(uri): OriginalUri, headers: HeaderMap) -> Response {
     let req = Req::new(Method::GET, &uri, headers, Bytes::new());
-    let cert = inner.platform_cert().await;
+    let certs = inner.listed_certs().await;
     run(inner, req, "/v3/certificates", move |inner, _| {
-        let listed = cert.and_then(|(serial, pem)| {
-            super::super::certs::encrypt_certificates_answer(&inner.keys.apiv3_key, &[(&serial, &pem)])
-                .map_err(|e| e.to_string())
+        let listed = certs.and_then(|certs| {
+            let pairs: Vec<(&str, &str)> = certs.iter().map(|(s, p)| (s.as_str(), p.as_str())).collect();
+            super::super::certs::encrypt_certificates_answer(&inner.keys.apiv3_key, &pairs).map_err(|e| e.to_string())
         });
         match listed.map(|body| serde_json::from_str::<Value>(&body)) {
             Ok(Ok(v)) => ok(v),

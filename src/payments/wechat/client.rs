@@ -101,6 +101,10 @@ impl WechatPay {
             .header("Accept", "application/json")
             .header("User-Agent", concat!("fitorder/", env!("CARGO_PKG_VERSION")))
             .header("X-Trace-Id", trace);
+        // The platform key we verify with: during WeChat's switch its answers follow it.
+        if let Some(serial) = self.keys.request_serial() {
+            req = req.header("Wechatpay-Serial", serial);
+        }
         if method != Method::GET {
             req = req.header("Content-Type", "application/json").body(payload);
         }
@@ -137,13 +141,15 @@ impl WechatPay {
         if self.keys.platform.key_for(serial).is_none() && !serial.is_empty() {
             self.unknown_serial(trace).await;
         }
-        self.verify_answer(
+        if let Err(e) = self.verify_answer(
             raw.timestamp.as_deref(),
             raw.nonce.as_deref(),
             raw.signature.as_deref(),
             raw.serial.as_deref(),
             &raw.body,
-        )?;
+        ) {
+            return Err(unsigned_error_answer(&raw).unwrap_or(e));
+        }
         let status = raw.status;
         let body = if raw.body.is_empty() {
             Value::Null
@@ -153,14 +159,28 @@ impl WechatPay {
         Ok(Answer { status, body })
     }
 
-    /// A serial we do not know: fetch the certificates at once, at most once a minute across
-    /// all instances (the others reload what the winner stored).
+    /// A serial we do not know, in either mode (during WeChat's switch from platform
+    /// certificates to the 微信支付公钥, or back, both sign): fetch the certificates at once, at
+    /// most once a minute across all instances; the others reload what the winner stored, at
+    /// most every few seconds. Decided in memory first: a flood of made-up serials costs no
+    /// database work beyond those gates.
     pub async fn unknown_serial(&self, trace: &str) {
-        if !self.keys.downloads_certificates() {
-            return;
-        }
-        if let Err(e) = self.refresh_certificates(true, trace).await {
-            tracing::warn!(error = %e, "refreshing the WeChat Pay platform certificates failed");
+        use crate::payments::platform_keys::UnknownSerialStep;
+        match self.keys.platform.unknown_serial_step(chrono::Utc::now()) {
+            UnknownSerialStep::Nothing => {}
+            UnknownSerialStep::Reload => {
+                let Some(pool) = &self.pool else { return };
+                if let Ok(mut conn) = pool.get().await {
+                    if let Err(e) = self.keys.platform.reload(&mut conn).await {
+                        tracing::warn!(error = %format!("{e:#}"), "reloading the WeChat Pay platform certificates failed");
+                    }
+                }
+            }
+            UnknownSerialStep::Fetch => {
+                if let Err(e) = self.refresh_certificates(true, trace).await {
+                    tracing::warn!(error = %e, "refreshing the WeChat Pay platform certificates failed");
+                }
+            }
         }
     }
 
@@ -259,7 +279,7 @@ impl WechatPay {
             other => return Err(ProviderError::Unsupported(format!("WeChat Pay has no channel {other}"))),
         };
         let mut body = json!({
-            "appid": self.keys.app_id,
+            "appid": self.keys.app_id_for(t.channel),
             "mchid": self.keys.mch_id,
             "description": truncate_bytes(t.description, 127),
             "out_trade_no": t.out_trade_no,
@@ -275,8 +295,11 @@ impl WechatPay {
                 body["payer"] = json!({ "openid": openid });
             }
             PayChannel::WechatH5 => {
+                let ip = t
+                    .client_ip
+                    .ok_or_else(|| ProviderError::Unsupported("H5 needs the payer's IP address".into()))?;
                 body["scene_info"] = json!({
-                    "payer_client_ip": t.client_ip.unwrap_or("127.0.0.1"),
+                    "payer_client_ip": ip,
                     "h5_info": {"type": "Wap"},
                 });
             }
@@ -320,7 +343,7 @@ impl WechatPay {
             PayChannel::WechatApp => Instruction {
                 wechat_app: Some(signing::app_params(
                     &k.merchant_key,
-                    &k.app_id,
+                    k.app_id_for(PayChannel::WechatApp),
                     &k.mch_id,
                     &field("prepay_id")?,
                     now,
@@ -367,18 +390,20 @@ impl WechatPay {
         })
     }
 
-    async fn close_trade(&self, out_trade_no: &str, trace: &str) -> Result<(), ProviderError> {
+    async fn close_trade(&self, out_trade_no: &str, trace: &str) -> Result<Closed, ProviderError> {
         let path = format!("/v3/pay/transactions/out-trade-no/{out_trade_no}/close");
         let answer = self
             .call(Method::POST, &path, Some(json!({"mchid": self.keys.mch_id})), trace)
             .await?;
         match (answer.status, answer.code()) {
-            (200..=299, _) | (_, "ORDER_NOT_EXIST") | (_, "ORDER_CLOSED") => Ok(()),
+            (200..=299, _) | (_, "ORDER_NOT_EXIST") | (_, "ORDER_CLOSED") => Ok(Closed::Closed),
+            // The member paid meanwhile: only the query says with what.
+            (_, "ORDERPAID") => Ok(Closed::NotOpen),
             _ => Err(answer.refused()),
         }
     }
 
-    async fn refund_trade(&self, r: &RefundRequest<'_>) -> Result<RefundAccepted, ProviderError> {
+    async fn refund_trade(&self, r: &RefundRequest<'_>) -> Result<RefundState, ProviderError> {
         let mut body = json!({
             "out_trade_no": r.out_trade_no,
             "out_refund_no": r.refund_no,
@@ -395,14 +420,52 @@ impl WechatPay {
         if answer.status != 200 {
             return Err(answer.refused());
         }
-        match answer.body["status"].as_str() {
-            Some(s @ ("SUCCESS" | "PROCESSING")) => Ok(RefundAccepted {
-                status: s.to_string(),
-                provider_refund_id: answer.body["refund_id"].as_str().map(str::to_string),
-            }),
-            other => Err(ProviderError::Refused(format!("refund status {other:?}"))),
+        refund_state(&answer.body, r)
+    }
+
+    /// `GET /v3/refund/domestic/refunds/{out_refund_no}`: what became of a refund.
+    async fn query_refund(&self, r: &RefundRequest<'_>) -> Result<RefundState, ProviderError> {
+        let path = format!("/v3/refund/domestic/refunds/{}", r.refund_no);
+        let answer = self.call(Method::GET, &path, None, r.trace_id).await?;
+        match (answer.status, answer.code()) {
+            (200, _) => refund_state(&answer.body, r),
+            (404, "RESOURCE_NOT_EXISTS" | "ORDER_NOT_EXIST") => Ok(RefundState::Unknown),
+            _ => Err(answer.refused()),
         }
     }
+}
+
+/// How long a WeChat refund answered `PROCESSING` waits for its `REFUND.SUCCESS` notification
+/// before it is asked of the refund query.
+pub const REFUND_RECHECK: Duration = Duration::from_secs(3600);
+
+/// A refund as WeChat Pay answers it (refund and refund query): done only on `SUCCESS`.
+fn refund_state(body: &Value, r: &RefundRequest<'_>) -> Result<RefundState, ProviderError> {
+    if body["out_refund_no"].as_str() != Some(r.refund_no) {
+        return Err(ProviderError::Refused("the answer is about another refund".into()));
+    }
+    if let Some(amount) = body["amount"]["refund"].as_i64() {
+        if amount != r.amount_cents {
+            return Err(ProviderError::Refused(format!(
+                "the refund {} is of {amount} fen, fitorder asked for {}",
+                r.refund_no, r.amount_cents
+            )));
+        }
+    }
+    let provider_refund_id = body["refund_id"].as_str().map(str::to_string);
+    Ok(match body["status"].as_str() {
+        Some("SUCCESS") => RefundState::Done { provider_refund_id },
+        Some("PROCESSING") => RefundState::Pending {
+            status: "PROCESSING".into(),
+            provider_refund_id,
+            recheck_in: Some(REFUND_RECHECK),
+        },
+        Some(s @ ("ABNORMAL" | "CLOSED")) => RefundState::Failed {
+            status: s.to_string(),
+            provider_refund_id,
+        },
+        other => return Err(ProviderError::Refused(format!("refund status {other:?}"))),
+    })
 }
 
 /// Downloads (a bill) may take minutes; API calls have the downstream timeout.
@@ -425,12 +488,15 @@ impl WechatPay {
             );
             let answer = self.call(Method::GET, &path, None, trace).await?;
             if answer.status != 200 {
+                let said = format!(
+                    "{} {}",
+                    answer.code(),
+                    answer.body["message"].as_str().unwrap_or_default()
+                );
                 return match answer.code() {
-                    "NO_STATEMENT_EXIST" | "STATEMENT_CREATING" => Ok(BillDownload::NotReady(format!(
-                        "{} {}",
-                        answer.code(),
-                        answer.body["message"].as_str().unwrap_or_default()
-                    ))),
+                    // A day without any trade has no bill; one being made is not ready.
+                    "NO_STATEMENT_EXIST" => Ok(BillDownload::NoBill(said)),
+                    "STATEMENT_CREATING" => Ok(BillDownload::NotReady(said)),
                     _ => Err(answer.refused()),
                 };
             }
@@ -483,6 +549,20 @@ impl WechatPay {
             "the bill's download URL lapsed three times in a row".into(),
         ))
     }
+}
+
+/// An error answer (4xx/5xx with WeChat's `{"code","message"}`) that does not verify: still no
+/// answer, but reported with its code and message (`401 SIGN_ERROR` is a merchant key or
+/// serial mistake, not an attack).
+fn unsigned_error_answer(raw: &Raw) -> Option<ProviderError> {
+    if raw.status < 400 {
+        return None;
+    }
+    let body: Value = serde_json::from_slice(&raw.body).ok()?;
+    let code = body["code"].as_str().filter(|c| !c.is_empty())?;
+    let e = unsigned_error(raw.status, code, body["message"].as_str().unwrap_or_default());
+    tracing::warn!(error = %e, "WeChat Pay answered an error without a valid signature");
+    Some(e)
 }
 
 /// At most `max` bytes of `s`, cut at a character boundary (WeChat counts bytes).
@@ -573,12 +653,16 @@ impl Gateway for WechatPay {
         self.query_trade(out_trade_no, trace_id).boxed()
     }
 
-    fn close<'a>(&'a self, out_trade_no: &'a str, trace_id: &'a str) -> BoxFuture<'a, Result<(), ProviderError>> {
+    fn close<'a>(&'a self, out_trade_no: &'a str, trace_id: &'a str) -> BoxFuture<'a, Result<Closed, ProviderError>> {
         self.close_trade(out_trade_no, trace_id).boxed()
     }
 
-    fn refund<'a>(&'a self, r: &'a RefundRequest<'a>) -> BoxFuture<'a, Result<RefundAccepted, ProviderError>> {
+    fn refund<'a>(&'a self, r: &'a RefundRequest<'a>) -> BoxFuture<'a, Result<RefundState, ProviderError>> {
         self.refund_trade(r).boxed()
+    }
+
+    fn refund_status<'a>(&'a self, r: &'a RefundRequest<'a>) -> BoxFuture<'a, Result<RefundState, ProviderError>> {
+        self.query_refund(r).boxed()
     }
 
     fn fetch_bill<'a>(

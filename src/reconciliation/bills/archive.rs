@@ -182,7 +182,7 @@ mod tests {
     use crate::reconciliation::bills::{parse_alipay, parse_wechat, BillSummary};
 
     fn samples() -> PathBuf {
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/provider-samples")
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/provider-samples")
     }
 
     fn tempdir() -> PathBuf {

@@ -2,7 +2,7 @@
 //! the WeChat Pay trade bill (交易账单) and the Alipay business detail (支付宝业务明细).
 //!
 //! `text` is the line and CSV reader both share, `wechat` and `alipay` are the two formats (in
-//! every shape the real samples in `../shared/provider-samples/` show, each parsed by a test in
+//! every shape the real samples in `tests/provider-samples/` show, each parsed by a test in
 //! `samples`), `write` writes bills for tests and the bench, and [`archive`] unpacks what the
 //! providers' download URLs deliver (gzip, zip) into the file a run reads.
 //!

@@ -1,4 +1,4 @@
-//! Every real bill in `../shared/provider-samples/` (provenance in its SOURCES.md), parsed. The
+//! Every real bill in `tests/provider-samples/` (provenance in its SOURCES.md), parsed. The
 //! expected totals were counted and added up by hand from each file, as each test's comment says;
 //! nothing here was produced by the parser first.
 
@@ -10,7 +10,7 @@ use encoding_rs::GBK;
 use super::{parse, BillError, BillKind, BillRow, BillSummary, Provider};
 
 fn sample(path: &str) -> Vec<u8> {
-    let dir: PathBuf = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/provider-samples");
+    let dir: PathBuf = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/provider-samples");
     std::fs::read(dir.join(path)).unwrap_or_else(|e| panic!("{path}: {e}"))
 }
 

@@ -52,6 +52,8 @@ pub struct Notification {
 
 pub struct World {
     http: reqwest::Client,
+    /// The providers' APIs: members who pay during the close pay there.
+    sandbox: fitorder::payments::sandbox_server::SandboxProvider,
     urls: Vec<String>,
     admin: String,
     store: String,
@@ -66,9 +68,14 @@ pub struct World {
 impl World {
     /// The studio: a store, six members with money in their wallets, a pack with stock and one
     /// without, two coach slots (3 and 8 seats) and a membership plan.
-    pub async fn set_up(http: &reqwest::Client, urls: &[String]) -> World {
+    pub async fn set_up(
+        http: &reqwest::Client,
+        urls: &[String],
+        sandbox: fitorder::payments::sandbox_server::SandboxProvider,
+    ) -> World {
         let mut w = World {
             http: http.clone(),
+            sandbox,
             urls: urls.to_vec(),
             admin: issue_token(SECRET, Role::Admin, "chaos", None, Duration::from_secs(3600)),
             store: String::new(),
@@ -149,6 +156,16 @@ impl World {
         w
     }
 
+    /// The trades of every order the run placed, as the provider holds them now.
+    pub fn provider_trades(&self) -> Vec<super::invariants::ProviderTrade> {
+        self.orders
+            .iter()
+            .flat_map(|(no, ..)| ["WECHAT_PAY", "ALIPAY"].map(|p| self.sandbox.trade(p, no)))
+            .flatten()
+            .map(Into::into)
+            .collect()
+    }
+
     fn url(&self, rng: &mut StdRng) -> String {
         self.urls[rng.random_range(0..self.urls.len())].clone()
     }
@@ -214,9 +231,14 @@ impl World {
                             ));
                             self.keys.push((no.clone(), input));
                         }
-                        // The member pays online (sometimes twice, late, or never).
+                        // The member pays online (sometimes twice, late, or never), or at the
+                        // provider's cashier just as the trade is closed (by expiry or a
+                        // cancel), its notification sometimes lost.
                         let pay = &r["data"]["placeOrder"]["payment"];
-                        if pay.is_object() && rng.random_bool(0.8) {
+                        if pay.is_object() && rng.random_bool(0.15) {
+                            let p = pay["provider"].as_str().unwrap_or_default();
+                            self.sandbox.pay_during_close(p, &no, rng.random_bool(0.5));
+                        } else if pay.is_object() && rng.random_bool(0.8) {
                             let n = Notification {
                                 alipay: pay["provider"] == "ALIPAY",
                                 order_no: no.clone(),

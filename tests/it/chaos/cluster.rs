@@ -13,7 +13,7 @@ use crate::harness::wait_ready;
 use crate::providers;
 
 /// The JWT secret the processes share with the test's tokens.
-pub const SECRET: &str = "chaos-secret";
+pub const SECRET: &str = "chaos-secret-5d7f9b1c3e5a7c9e1f3b";
 
 /// A PostgreSQL of our own, to restart mid-run.
 pub struct Database {
@@ -77,8 +77,10 @@ pub struct Proc {
 pub struct Cluster {
     env: Vec<(String, String)>,
     pub procs: Vec<Proc>,
-    /// The providers' APIs the processes call, up as long as they are.
-    _sandbox: fitorder::payments::sandbox_server::SandboxProvider,
+    /// The providers' APIs the processes call, up as long as they are. WeChat refunds answer
+    /// PROCESSING and finish a moment later, Alipay refunds answer `fund_change` N and finish a
+    /// moment later; members may pay during the close (`World`).
+    pub sandbox: fitorder::payments::sandbox_server::SandboxProvider,
 }
 
 fn free_port() -> u16 {
@@ -121,14 +123,20 @@ impl Cluster {
                 .unwrap();
         config.wechatpay.api_base = sandbox.wechat_api_base();
         config.alipay.api_base = sandbox.alipay_gateway();
+        sandbox.set_refund_flow(fitorder::payments::sandbox_server::RefundFlow::Processing);
+        sandbox.set_alipay_refund_flow(fitorder::payments::sandbox_server::AlipayRefundFlow::Later);
         env.extend(providers::env_of(&config));
+        let serving = free_port();
+        // The providers' notifications go to the first serving process (lost while it is down:
+        // then only queries tell).
+        env.push(("FITORDER_PUBLIC_URL".into(), format!("http://127.0.0.1:{serving}")));
         let mut cluster = Cluster {
             env,
-            _sandbox: sandbox,
+            sandbox,
             procs: vec![
                 Proc {
                     args: vec!["serve"],
-                    port: Some(free_port()),
+                    port: Some(serving),
                     child: None,
                 },
                 Proc {

@@ -22,8 +22,103 @@ pub async fn scalar(conn: &mut diesel_async::AsyncPgConnection, sql: &str) -> i6
     diesel::sql_query(sql).get_result::<V>(conn).await.unwrap().v
 }
 
+/// A trade as the provider (the sandbox) holds it at the end of the run.
+#[derive(Debug, Clone)]
+pub struct ProviderTrade {
+    /// `WECHAT_PAY` or `ALIPAY`.
+    pub provider: String,
+    pub out_trade_no: String,
+    pub txn_id: Option<String>,
+    /// The provider collected the money (whatever happened since).
+    pub paid: bool,
+    /// (refund number, status) of every refund the provider took.
+    pub refunds: Vec<(String, String)>,
+}
+
+impl From<fitorder::payments::sandbox_server::SandboxTrade> for ProviderTrade {
+    fn from(t: fitorder::payments::sandbox_server::SandboxTrade) -> ProviderTrade {
+        ProviderTrade {
+            paid: t.paid_at.is_some(),
+            refunds: t.refunds.into_iter().map(|r| (r.out_refund_no, r.status)).collect(),
+            provider: t.provider,
+            out_trade_no: t.out_trade_no,
+            txn_id: t.txn_id,
+        }
+    }
+}
+
+impl ProviderTrade {
+    fn finished(&self, refund_no: &str) -> bool {
+        self.refunds
+            .iter()
+            .any(|(no, status)| no == refund_no && matches!(status.as_str(), "SUCCESS" | "REFUND_SUCCESS"))
+    }
+}
+
+#[derive(diesel::QueryableByName)]
+struct RefundNo {
+    #[diesel(sql_type = diesel::sql_types::Text)]
+    refund_no: String,
+    #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::Text>)]
+    txn: Option<String>,
+}
+
+/// Paid at a provider ⇒ applied, or refunded and the refund confirmed by the provider; and a
+/// refund recorded done is one the provider finished.
+async fn check_provider_money(conn: &mut diesel_async::AsyncPgConnection, trades: &[ProviderTrade]) -> Vec<String> {
+    use diesel_async::RunQueryDsl;
+    let mut out = vec![];
+    for t in trades {
+        let done: Vec<RefundNo> = diesel::sql_query(
+            "SELECT payload->>'refundNo' AS refund_no, payload->>'providerTxnId' AS txn FROM compensation_events
+              WHERE kind = 'PROVIDER_REFUND' AND status = 'SUCCEEDED' AND payload->>'orderNo' = $1
+                AND payload->>'provider' = $2",
+        )
+        .bind::<diesel::sql_types::Text, _>(&t.out_trade_no)
+        .bind::<diesel::sql_types::Text, _>(&t.provider)
+        .load(conn)
+        .await
+        .unwrap_or_default();
+        for d in &done {
+            if !t.finished(&d.refund_no) {
+                out.push(format!(
+                    "refund {} of {} recorded done, but {} has not finished it",
+                    d.refund_no, t.out_trade_no, t.provider
+                ));
+            }
+        }
+        let Some(txn) = t.txn_id.as_deref().filter(|_| t.paid) else {
+            continue;
+        };
+        let applied = diesel::sql_query(
+            "SELECT count(*) AS v FROM payments p JOIN orders o ON o.id = p.order_id
+              WHERE o.order_no = $1 AND p.provider_txn_id = $2",
+        )
+        .bind::<diesel::sql_types::Text, _>(&t.out_trade_no)
+        .bind::<diesel::sql_types::Text, _>(txn)
+        .get_result::<V>(conn)
+        .await
+        .map(|v| v.v)
+        .unwrap_or(0);
+        let refunded = done
+            .iter()
+            .any(|d| d.txn.as_deref() == Some(txn) && t.finished(&d.refund_no));
+        if applied == 0 && !refunded {
+            out.push(format!(
+                "{} collected {} for {}, which is neither applied nor refunded with the provider's confirmation",
+                t.provider, txn, t.out_trade_no
+            ));
+        }
+    }
+    out
+}
+
 /// Reads the books; returns every violation found.
-pub async fn check_invariants(conn: &mut diesel_async::AsyncPgConnection, provider: &Provider) -> Vec<String> {
+pub async fn check_invariants(
+    conn: &mut diesel_async::AsyncPgConnection,
+    provider: &Provider,
+    trades: &[ProviderTrade],
+) -> Vec<String> {
     use diesel_async::RunQueryDsl;
     let checks = [
         // A status history with an illegal step, or one that does not end where the order is.
@@ -88,6 +183,7 @@ pub async fn check_invariants(conn: &mut diesel_async::AsyncPgConnection, provid
             Err(e) => out.push(format!("check failed to run: {e}: {sql}")),
         }
     }
+    out.extend(check_provider_money(conn, trades).await);
     // No callback lost: every payment the provider took was processed (its key claimed).
     for ((order_no, txn), _) in provider.paid.iter() {
         let key = format!("{order_no}:{txn}");
@@ -127,7 +223,7 @@ async fn the_invariant_checker_catches_broken_books() {
         .unwrap();
     let mut provider = Provider::default();
     assert!(
-        check_invariants(&mut conn, &provider).await.is_empty(),
+        check_invariants(&mut conn, &provider, &[]).await.is_empty(),
         "a clean book has no violations"
     );
     // Now break it, one invariant at a time (each in a transaction rolled back afterwards), and
@@ -184,7 +280,7 @@ async fn the_invariant_checker_catches_broken_books() {
                 .await
                 .unwrap_or_else(|e| panic!("{sql}: {e}"));
         }
-        let found = check_invariants(&mut conn, &clean).await;
+        let found = check_invariants(&mut conn, &clean, &[]).await;
         diesel::sql_query("ROLLBACK").execute(&mut conn).await.unwrap();
         assert!(
             found.iter().any(|f| f.contains(expected)),
@@ -197,13 +293,48 @@ async fn the_invariant_checker_catches_broken_books() {
             found.join("\n")
         );
         assert!(
-            check_invariants(&mut conn, &clean).await.is_empty(),
+            check_invariants(&mut conn, &clean, &[]).await.is_empty(),
             "rolled back, the book is clean again"
         );
     }
-    // The tenth: a payment the provider took that never reached fitorder.
+    // The provider's side: money it collected that fitorder neither applied nor refunded, and a
+    // refund recorded done that the provider never finished.
+    let collected = ProviderTrade {
+        provider: "WECHAT_PAY".into(),
+        out_trade_no: no.clone(),
+        txn_id: Some("4200000000000000000000000404".into()),
+        paid: true,
+        refunds: vec![],
+    };
+    let found = check_invariants(&mut conn, &clean, std::slice::from_ref(&collected))
+        .await
+        .join("\n");
+    assert!(found.contains("neither applied nor refunded"), "{found}");
+    diesel::sql_query("BEGIN").execute(&mut conn).await.unwrap();
+    diesel::sql_query(format!(
+        "UPDATE compensation_events SET kind = 'PROVIDER_REFUND',
+                payload = payload || '{{\"provider\": \"WECHAT_PAY\", \"orderNo\": \"{no}\", \"refundNo\": \"RF-not-finished\"}}'::jsonb
+          WHERE kind = 'AI_ACCESS_GRANT'"
+    ))
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    let unpaid = ProviderTrade {
+        paid: false,
+        ..collected.clone()
+    };
+    let found = check_invariants(&mut conn, &clean, &[unpaid.clone()]).await.join("\n");
+    assert!(found.contains("has not finished it"), "{found}");
+    let finished = ProviderTrade {
+        refunds: vec![("RF-not-finished".into(), "SUCCESS".into())],
+        ..unpaid
+    };
+    let found = check_invariants(&mut conn, &clean, &[finished]).await.join("\n");
+    assert!(!found.contains("has not finished it"), "{found}");
+    diesel::sql_query("ROLLBACK").execute(&mut conn).await.unwrap();
+    // A payment the provider took that never reached fitorder.
     provider.paid.insert((no.clone(), "T-never-sent".into()), 100);
-    let found = check_invariants(&mut conn, &provider).await.join("\n");
+    let found = check_invariants(&mut conn, &provider, &[]).await.join("\n");
     assert!(
         found.contains("never processed"),
         "the checker missed a lost callback:\n{found}"

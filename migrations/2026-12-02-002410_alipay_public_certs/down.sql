@@ -1,0 +1,1 @@
+DROP TABLE alipay_public_certs;

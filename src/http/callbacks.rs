@@ -42,12 +42,12 @@ fn warn_refused(provider: Provider, error: &str) {
     }
 }
 
-/// The address a callback came from: the connection's peer when the server records it
-/// (`ConnectInfo`); None otherwise (all such callbacks then share one sample).
-fn source_addr(extensions: &axum::http::Extensions) -> Option<std::net::IpAddr> {
-    extensions
-        .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
-        .map(|c| c.0.ip())
+/// The address a callback came from, for sampling unverified ones: the client behind our own
+/// proxies (`client_addr`, `FITORDER_TRUSTED_PROXIES`), else the connection's peer; None when
+/// the server recorded no peer (all such callbacks then share one sample).
+fn source_addr(s: &HttpState, extensions: &axum::http::Extensions, headers: &HeaderMap) -> Option<std::net::IpAddr> {
+    let peer = extensions.get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()?.0;
+    super::client_addr::client_addr(peer, headers, &s.app.config.trusted_proxies).or(Some(peer.ip()))
 }
 
 /// How a notification ended, for the provider's reply.
@@ -179,7 +179,7 @@ pub async fn wechat_notify(
     match handle(
         &s,
         Provider::WechatPay,
-        source_addr(&extensions),
+        source_addr(&s, &extensions, &headers),
         &headers,
         &body,
         &trace,
@@ -205,7 +205,16 @@ pub async fn alipay_notify(
     body: Bytes,
 ) -> Response {
     let failure = |status: StatusCode| (status, "failure").into_response();
-    match handle(&s, Provider::Alipay, source_addr(&extensions), &headers, &body, &trace).await {
+    match handle(
+        &s,
+        Provider::Alipay,
+        source_addr(&s, &extensions, &headers),
+        &headers,
+        &body,
+        &trace,
+    )
+    .await
+    {
         Handled::Processed => (StatusCode::OK, "success").into_response(),
         Handled::Unconfigured => failure(StatusCode::SERVICE_UNAVAILABLE),
         Handled::Malformed | Handled::Unreadable => failure(StatusCode::BAD_REQUEST),

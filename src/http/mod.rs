@@ -11,8 +11,8 @@ mod health;
 pub mod metrics;
 mod rejection;
 mod serve;
-pub mod ws_quota;
 mod workbench;
+pub mod ws_quota;
 
 pub use serve::{serve, serve_with, ServeLimits};
 

@@ -198,8 +198,20 @@ async fn unsigned_post(app: &TestApp, from: SocketAddr) -> StatusCode {
     app.router.clone().oneshot(req).await.unwrap().status()
 }
 
+const SCRAPE: &str = "scrape-token-business-limits";
+
 async fn unverified_counted(app: &TestApp) -> u64 {
-    let (_, body) = app.get("/metrics").await;
+    let req = Request::get("/metrics")
+        .header("authorization", format!("Bearer {SCRAPE}"))
+        .body(Body::empty())
+        .unwrap();
+    let resp = app.router.clone().oneshot(req).await.unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    let body = http_body_util::BodyExt::collect(resp.into_body())
+        .await
+        .unwrap()
+        .to_bytes()
+        .to_vec();
     String::from_utf8(body)
         .unwrap()
         .lines()
@@ -211,7 +223,11 @@ async fn unverified_counted(app: &TestApp) -> u64 {
 
 #[tokio::test]
 async fn thousands_of_unsigned_callbacks_leave_a_bounded_sample_and_are_all_counted() {
-    let app = TestApp::with_config(providers::configure).await;
+    let app = TestApp::with_config(|c| {
+        providers::configure(c);
+        c.metrics_token = Some(SCRAPE.into());
+    })
+    .await;
     let flood: SocketAddr = "203.0.113.9:40000".parse().unwrap();
     let before = unverified_counted(&app).await;
     for _ in 0..3_000 {

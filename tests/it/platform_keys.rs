@@ -18,7 +18,12 @@ fn sample(rel: &str) -> Vec<u8> {
     let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("tests/provider-samples")
         .join(rel);
-    std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e} (the provider samples: tests/provider-samples, sources in its SOURCES.md)", p.display()))
+    std::fs::read(&p).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e} (the provider samples: tests/provider-samples, sources in its SOURCES.md)",
+            p.display()
+        )
+    })
 }
 
 const GO_KEY: &[u8] = b"mockAPIv3Key1234";

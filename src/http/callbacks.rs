@@ -85,7 +85,7 @@ impl Handled {
 async fn handle(
     s: &HttpState,
     provider: Provider,
-    source: Option<std::net::IpAddr>,
+    extensions: &axum::http::Extensions,
     headers: &HeaderMap,
     body: &[u8],
     trace: &TraceId,
@@ -104,7 +104,7 @@ async fn handle(
             let msg = evidence_text(error.as_bytes(), Some(1024));
             warn_refused(provider, &msg);
             // A flood of unsigned posts leaves a sample, not a row each (the metric counts all).
-            if !s.app.unverified.keep(source) {
+            if !s.app.unverified.keep(source_addr(s, extensions, headers)) {
                 metrics::counter!("fitorder_callbacks_unverified_dropped_total", "provider" => provider.as_str())
                     .increment(1);
                 return if malformed {
@@ -176,16 +176,7 @@ pub async fn wechat_notify(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    match handle(
-        &s,
-        Provider::WechatPay,
-        source_addr(&s, &extensions, &headers),
-        &headers,
-        &body,
-        &trace,
-    )
-    .await
-    {
+    match handle(&s, Provider::WechatPay, &extensions, &headers, &body, &trace).await {
         Handled::Processed => StatusCode::NO_CONTENT.into_response(),
         Handled::Unconfigured => wechat_fail(StatusCode::SERVICE_UNAVAILABLE, "WeChat Pay is not configured"),
         Handled::Malformed | Handled::Unauthentic | Handled::Unreadable => {
@@ -205,16 +196,7 @@ pub async fn alipay_notify(
     body: Bytes,
 ) -> Response {
     let failure = |status: StatusCode| (status, "failure").into_response();
-    match handle(
-        &s,
-        Provider::Alipay,
-        source_addr(&s, &extensions, &headers),
-        &headers,
-        &body,
-        &trace,
-    )
-    .await
-    {
+    match handle(&s, Provider::Alipay, &extensions, &headers, &body, &trace).await {
         Handled::Processed => (StatusCode::OK, "success").into_response(),
         Handled::Unconfigured => failure(StatusCode::SERVICE_UNAVAILABLE),
         Handled::Malformed | Handled::Unreadable => failure(StatusCode::BAD_REQUEST),

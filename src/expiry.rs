@@ -1,5 +1,6 @@
-//! Expiry: unpaid online orders are canceled on time, exactly once, with their seat or stock
-//! released and frozen wallet money unfrozen in the same statement.
+//! Expiry: unpaid online orders (and OFFLINE orders a member placed) are canceled on time,
+//! exactly once, with their seat or stock released and frozen wallet money unfrozen in the same
+//! statement.
 //!
 //! Two triggers, one effect. The precise one sleeps until the earliest `expires_at` of the
 //! partial index (woken when an order is placed, on any instance); the fallback is the

@@ -42,12 +42,12 @@ fn warn_refused(provider: Provider, error: &str) {
     }
 }
 
-/// The address a callback came from: the connection's peer when the server records it
-/// (`ConnectInfo`); None otherwise (all such callbacks then share one sample).
-fn source_addr(extensions: &axum::http::Extensions) -> Option<std::net::IpAddr> {
-    extensions
-        .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
-        .map(|c| c.0.ip())
+/// The address a callback came from, for sampling unverified ones: the client behind our own
+/// proxies (`client_addr`, `FITORDER_TRUSTED_PROXIES`), else the connection's peer; None when
+/// the server recorded no peer (all such callbacks then share one sample).
+fn source_addr(s: &HttpState, extensions: &axum::http::Extensions, headers: &HeaderMap) -> Option<std::net::IpAddr> {
+    let peer = extensions.get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()?.0;
+    super::client_addr::client_addr(peer, headers, &s.app.config.trusted_proxies).or(Some(peer.ip()))
 }
 
 /// How a notification ended, for the provider's reply.
@@ -85,7 +85,7 @@ impl Handled {
 async fn handle(
     s: &HttpState,
     provider: Provider,
-    source: Option<std::net::IpAddr>,
+    extensions: &axum::http::Extensions,
     headers: &HeaderMap,
     body: &[u8],
     trace: &TraceId,
@@ -104,7 +104,7 @@ async fn handle(
             let msg = evidence_text(error.as_bytes(), Some(1024));
             warn_refused(provider, &msg);
             // A flood of unsigned posts leaves a sample, not a row each (the metric counts all).
-            if !s.app.unverified.keep(source) {
+            if !s.app.unverified.keep(source_addr(s, extensions, headers)) {
                 metrics::counter!("fitorder_callbacks_unverified_dropped_total", "provider" => provider.as_str())
                     .increment(1);
                 return if malformed {
@@ -176,16 +176,7 @@ pub async fn wechat_notify(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    match handle(
-        &s,
-        Provider::WechatPay,
-        source_addr(&extensions),
-        &headers,
-        &body,
-        &trace,
-    )
-    .await
-    {
+    match handle(&s, Provider::WechatPay, &extensions, &headers, &body, &trace).await {
         Handled::Processed => StatusCode::NO_CONTENT.into_response(),
         Handled::Unconfigured => wechat_fail(StatusCode::SERVICE_UNAVAILABLE, "WeChat Pay is not configured"),
         Handled::Malformed | Handled::Unauthentic | Handled::Unreadable => {
@@ -205,7 +196,7 @@ pub async fn alipay_notify(
     body: Bytes,
 ) -> Response {
     let failure = |status: StatusCode| (status, "failure").into_response();
-    match handle(&s, Provider::Alipay, source_addr(&extensions), &headers, &body, &trace).await {
+    match handle(&s, Provider::Alipay, &extensions, &headers, &body, &trace).await {
         Handled::Processed => (StatusCode::OK, "success").into_response(),
         Handled::Unconfigured => failure(StatusCode::SERVICE_UNAVAILABLE),
         Handled::Malformed | Handled::Unreadable => failure(StatusCode::BAD_REQUEST),

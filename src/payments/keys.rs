@@ -34,7 +34,8 @@ impl WechatKeys {
     /// The appids fitorder's trades are made under: a payment notification naming another is
     /// not ours.
     pub fn app_ids(&self) -> Vec<&str> {
-        vec![self.app_id.as_str()]
+        // The mini program / official account's, and the mobile app's (`WECHAT_APP` trades).
+        vec![self.app_id.as_str(), self.mobile_app_id.as_str()]
     }
 }
 

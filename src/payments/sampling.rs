@@ -37,7 +37,10 @@ impl UnverifiedSampler {
     pub fn keep(&self, source: Option<IpAddr>) -> bool {
         let key = source.map_or_else(|| "unknown".to_string(), |a| a.to_string());
         let wanted = self.per_address.check(&key).is_ok()
-            || self.over.fetch_add(1, Ordering::Relaxed) % UNVERIFIED_SAMPLE_EVERY == 0;
+            || self
+                .over
+                .fetch_add(1, Ordering::Relaxed)
+                .is_multiple_of(UNVERIFIED_SAMPLE_EVERY);
         wanted && self.total.check("all").is_ok()
     }
 }

@@ -189,10 +189,9 @@ pub fn notice(mch_id: &str, app_ids: &[&str], event_type: &str, plain: &str) -> 
         if t.amount.total <= 0 {
             return Err(WechatError::Unbookable("amount.total is not positive".into()));
         }
-        if !t
-            .success_time
+        if t.success_time
             .as_deref()
-            .is_some_and(|at| chrono::DateTime::parse_from_rfc3339(at).is_ok())
+            .is_none_or(|at| chrono::DateTime::parse_from_rfc3339(at).is_err())
         {
             return Err(WechatError::Unbookable("success_time is not an RFC 3339 time".into()));
         }

@@ -198,8 +198,20 @@ async fn unsigned_post(app: &TestApp, from: SocketAddr) -> StatusCode {
     app.router.clone().oneshot(req).await.unwrap().status()
 }
 
+const SCRAPE: &str = "scrape-token-business-limits";
+
 async fn unverified_counted(app: &TestApp) -> u64 {
-    let (_, body) = app.get("/metrics").await;
+    let req = Request::get("/metrics")
+        .header("authorization", format!("Bearer {SCRAPE}"))
+        .body(Body::empty())
+        .unwrap();
+    let resp = app.router.clone().oneshot(req).await.unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    let body = http_body_util::BodyExt::collect(resp.into_body())
+        .await
+        .unwrap()
+        .to_bytes()
+        .to_vec();
     String::from_utf8(body)
         .unwrap()
         .lines()
@@ -211,7 +223,11 @@ async fn unverified_counted(app: &TestApp) -> u64 {
 
 #[tokio::test]
 async fn thousands_of_unsigned_callbacks_leave_a_bounded_sample_and_are_all_counted() {
-    let app = TestApp::with_config(providers::configure).await;
+    let app = TestApp::with_config(|c| {
+        providers::configure(c);
+        c.metrics_token = Some(SCRAPE.into());
+    })
+    .await;
     let flood: SocketAddr = "203.0.113.9:40000".parse().unwrap();
     let before = unverified_counted(&app).await;
     for _ in 0..3_000 {
@@ -284,7 +300,12 @@ async fn tickets_of(app: &TestApp, no: &str) -> Vec<String> {
 
 #[tokio::test]
 async fn signed_wechat_notifications_that_are_not_our_payment_are_refused() {
-    let app = TestApp::with_config(providers::configure).await;
+    const MOBILE_APP_ID: &str = "wx5e2f1d0c9b8a7f60";
+    let app = TestApp::with_config(|c| {
+        providers::configure(c);
+        c.wechatpay.mobile_app_id = Some(MOBILE_APP_ID.into());
+    })
+    .await;
     let s = app.studio(0, None, 3).await;
     let w = providers::wechat();
     let no = order_of(&app, &s, &s.pack, "WECHAT_PAY").await;
@@ -327,6 +348,13 @@ async fn signed_wechat_notifications_that_are_not_our_payment_are_refused() {
     );
     assert_eq!(app.wechat_notify(&good).await.0, StatusCode::NO_CONTENT);
     assert_eq!(app.order(&no).await["status"], "PAID");
+    // A trade of the mobile app (`WECHAT_APP`) carries the mobile app's appid: ours too.
+    let app_order = order_of(&app, &s, &s.pack, "WECHAT_PAY").await;
+    let mut mobile = w.transaction(&app_order, "4200000000000000000000000007", 10_000);
+    mobile["appid"] = json!(MOBILE_APP_ID);
+    let n = w.notification("TRANSACTION.SUCCESS", &mobile, now);
+    assert_eq!(app.wechat_notify(&n).await.0, StatusCode::NO_CONTENT);
+    assert_eq!(app.order(&app_order).await["status"], "PAID");
 }
 
 #[tokio::test]

@@ -67,7 +67,18 @@ pub async fn graphql(
         );
     }
     match Params::from_json(&body) {
-        Ok(params) => run(&s, trace, peer.map(|Extension(axum::extract::ConnectInfo(p))| p), &headers, media, params, false).await,
+        Ok(params) => {
+            run(
+                &s,
+                trace,
+                peer.map(|Extension(axum::extract::ConnectInfo(p))| p),
+                &headers,
+                media,
+                params,
+                false,
+            )
+            .await
+        }
         Err(bad) => over_http::bad_request(media, bad),
     }
 }
@@ -92,7 +103,18 @@ pub async fn graphql_get(
     }
     let media = over_http::negotiate(&headers);
     match Params::from_url(raw.as_deref()) {
-        Ok(params) => run(&s, trace, peer.map(|Extension(axum::extract::ConnectInfo(p))| p), &headers, media, params, true).await,
+        Ok(params) => {
+            run(
+                &s,
+                trace,
+                peer.map(|Extension(axum::extract::ConnectInfo(p))| p),
+                &headers,
+                media,
+                params,
+                true,
+            )
+            .await
+        }
         Err(bad) => over_http::bad_request(media, bad),
     }
 }

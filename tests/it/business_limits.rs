@@ -505,7 +505,6 @@ async fn a_store_limited_admin_reads_no_chain_wide_runs_nor_storeless_tickets() 
     for q in [
         "{ reconciliationRuns(first: 5) { edges { node { id } } } }",
         "{ taskRuns(first: 5) { task } }",
-        "{ reconciliationHealing(from: \"2026-11-01T00:00:00Z\", to: \"2026-12-01T00:00:00Z\") { category } }",
     ] {
         assert_eq!(app.err_code(Some(&limited), q, json!({})).await, "FORBIDDEN", "{q}");
         let r = app.gql(Some(&app.admin_token()), q, json!({})).await;

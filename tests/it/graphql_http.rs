@@ -417,13 +417,14 @@ async fn trusted_documents_bind_members_while_staff_and_graphiql_keep_working() 
     let r = post(&app, Some(&admin), None, json!({"query": unknown, "extensions": pq})).await;
     assert!(r.json().get("data").is_some(), "{}", r.text);
 
-    // GraphiQL: the page, its schema before a token is pasted, a staff token's queries.
+    // GraphiQL: the page, and the schema with a staff token pasted (outside development mode
+    // introspection without a token is refused, manifest or not: security_round2).
     let r = get(&app, None, Some("text/html"), &[]).await;
     assert_eq!(r.status, StatusCode::OK);
     assert!(r.content_type().starts_with("text/html"));
     let r = post(
         &app,
-        None,
+        Some(&admin),
         None,
         json!({"query": "{ __schema { queryType { name } } }"}),
     )

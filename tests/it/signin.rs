@@ -215,7 +215,7 @@ async fn a_first_sign_in_binds_the_member_with_that_phone_and_later_ones_need_on
     let access = sess["accessToken"].as_str().unwrap();
     assert_eq!(me(&app, access).await.unwrap(), s.member);
     // The token is a fitorder member token naming its session.
-    let v = fitorder::auth::verify(&app.state.config.jwt_secret, access).unwrap();
+    let v = fitorder::auth::verify(&app.state.config.jwt_secret, &format!("Bearer {access}")).unwrap();
     assert_eq!(v.member_id, Some(s.member.parse().unwrap()));
     assert!(v.session.is_some());
     let exp: chrono::DateTime<chrono::Utc> = sess["accessTokenExpiresAt"].as_str().unwrap().parse().unwrap();

@@ -33,7 +33,9 @@ before(async () => {
   const keys = join(home, '.fitorder', 'dev-keys');
   mkdirSync(keys, { recursive: true });
   sandbox = await startSandbox(keys);
-  server = await startServer({ ...sandbox.env, ...downstreamEnv });
+  // One demo member places every order of these flows: the open-order cap and the placing rate
+  // (README, limits of the business) are lifted for it.
+  server = await startServer({ ...sandbox.env, ...downstreamEnv, FITORDER_MAX_OPEN_ORDERS: '1000', FITORDER_PLACE_RATE: '10000' });
   browser = await launchChromium();
 });
 

@@ -30,7 +30,12 @@ before(async () => {
   }
   dir = mkdtempSync(join(tmpdir(), 'fitorder-trusted-'));
   writeFileSync(join(dir, 'persisted-documents.json'), JSON.stringify(manifest, null, 2));
-  server = await startServer({ FITORDER_TRUSTED_DOCUMENTS: join(dir, 'persisted-documents.json') });
+  // GraphiQL fetches the schema before a token is pasted: outside development mode that takes
+  // FITORDER_PUBLIC_INTROSPECTION=1, which the manifest must not undo.
+  server = await startServer({
+    FITORDER_TRUSTED_DOCUMENTS: join(dir, 'persisted-documents.json'),
+    FITORDER_PUBLIC_INTROSPECTION: '1',
+  });
 });
 
 after(async () => {

@@ -67,18 +67,7 @@ pub async fn graphql(
         );
     }
     match Params::from_json(&body) {
-        Ok(params) => {
-            run(
-                &s,
-                trace,
-                peer.map(|Extension(axum::extract::ConnectInfo(p))| p),
-                &headers,
-                media,
-                params,
-                false,
-            )
-            .await
-        }
+        Ok(params) => run(&s, trace, peer, &headers, media, params, false).await,
         Err(bad) => over_http::bad_request(media, bad),
     }
 }
@@ -103,18 +92,7 @@ pub async fn graphql_get(
     }
     let media = over_http::negotiate(&headers);
     match Params::from_url(raw.as_deref()) {
-        Ok(params) => {
-            run(
-                &s,
-                trace,
-                peer.map(|Extension(axum::extract::ConnectInfo(p))| p),
-                &headers,
-                media,
-                params,
-                true,
-            )
-            .await
-        }
+        Ok(params) => run(&s, trace, peer, &headers, media, params, true).await,
         Err(bad) => over_http::bad_request(media, bad),
     }
 }
@@ -123,12 +101,13 @@ pub async fn graphql_get(
 async fn run(
     s: &HttpState,
     trace: TraceId,
-    peer: Option<std::net::SocketAddr>,
+    peer: Peer,
     headers: &HeaderMap,
     media: Media,
     params: Params,
     via_get: bool,
 ) -> Response {
+    let peer = peer.map(|Extension(axum::extract::ConnectInfo(p))| p);
     let header = headers.get("authorization").and_then(|v| v.to_str().ok());
     let viewer = match viewer_from(s, header).await {
         Ok(v) => v,

@@ -165,6 +165,9 @@ async fn place_pay_expire_deliver_and_subscribe_through_pgbouncer() {
             .env("FITORDER_DOOR_ACCESS_URL", &fake.url)
             .env("FITORDER_AI_ACCESS_URL", &fake.url)
             .env("FITORDER_DB_POOL_SIZE", "8")
+            // One member places every order here: past the open-order cap and the placing rate.
+            .env("FITORDER_MAX_OPEN_ORDERS", "100000")
+            .env("FITORDER_PLACE_RATE", "100000")
             .env("FITORDER_LOG_FORMAT", "json")
             // Both providers, their APIs at the app's sandbox.
             .envs(crate::providers::env_of(&app.state.config))

@@ -25,9 +25,6 @@ pub enum AppError {
     /// The request is malformed or asks for something impossible (negative amounts, too many
     /// sessions, a slot that already started).
     BadInput(String),
-    /// Bad input with a machine-readable `extensions.reason` (`TOO_MANY_OPEN_ORDERS`,
-    /// `RATE_LIMITED`): BAD_USER_INPUT, the reason telling the client what to do about it.
-    BadInputReason { reason: &'static str, message: String },
     /// Input refused for a reason the client acts on (`extensions.reason`: `PHONE_REQUIRED`,
     /// `STORE_REQUIRED`, `RATE_LIMITED`, ...); `BAD_USER_INPUT`. A rate limit also says when to
     /// come back (`extensions.retryAfter`, seconds, and the `Retry-After` header).
@@ -64,8 +61,7 @@ impl AppError {
             AppError::Unauthenticated(_) => "UNAUTHENTICATED",
             AppError::Forbidden(_) => "FORBIDDEN",
             AppError::NotFound(_) => "NOT_FOUND",
-            AppError::BadInput(_) | AppError::BadInputReason { .. } => "BAD_USER_INPUT",
-            AppError::Refused { .. } => "BAD_USER_INPUT",
+            AppError::BadInput(_) | AppError::Refused { .. } => "BAD_USER_INPUT",
             AppError::IllegalTransition { .. } => "ILLEGAL_TRANSITION",
             AppError::InsufficientFunds(_) => "INSUFFICIENT_FUNDS",
             AppError::SoldOut(_) => "SOLD_OUT",
@@ -143,7 +139,6 @@ impl AppError {
             | AppError::Conflict(m)
             | AppError::ProviderUnavailable(m)
             | AppError::Unavailable(m) => m.clone(),
-            AppError::BadInputReason { message, .. } => message.clone(),
             AppError::Refused { message, .. } => message.clone(),
             AppError::NotFound(what) => format!("{what} not found"),
             AppError::IllegalTransition { from, to } => {
@@ -324,9 +319,6 @@ impl ErrorExtensions for AppError {
             }
             if let AppError::ProviderUnavailable(_) = self {
                 ext.set("reason", "PROVIDER_UNAVAILABLE");
-            }
-            if let AppError::BadInputReason { reason, .. } = self {
-                ext.set("reason", *reason);
             }
             if let AppError::Refused {
                 reason,

@@ -68,13 +68,7 @@ pub fn check_place_rate(limiter: &crate::ratelimit::RateLimiter, viewer: &Viewer
     };
     limiter
         .check(&member.to_string())
-        .map_err(|wait| AppError::BadInputReason {
-            reason: "RATE_LIMITED",
-            message: format!(
-                "too many orders placed in a short time; try again in {} s",
-                wait.as_secs().max(1)
-            ),
-        })
+        .map_err(|wait| AppError::rate_limited("orders placed in a short time", wait))
 }
 
 /// Places an order, or returns the order already placed with this key.
@@ -295,13 +289,13 @@ async fn check_open_orders(conn: &mut AsyncPgConnection, config: &Config, member
         .get_result(conn)
         .await?;
     if open >= config.max_open_orders {
-        return Err(AppError::BadInputReason {
-            reason: "TOO_MANY_OPEN_ORDERS",
-            message: format!(
+        return Err(AppError::refused(
+            "TOO_MANY_OPEN_ORDERS",
+            format!(
                 "this member already has {open} unpaid orders (at most {}): pay or cancel one first",
                 config.max_open_orders
             ),
-        });
+        ));
     }
     Ok(())
 }

@@ -32,8 +32,6 @@ pub type AppSchema = Schema<query::Query, mutation::Mutation, subscription::Subs
 pub struct RequestContext {
     pub viewer: Option<Viewer>,
     pub trace: TraceId,
-    /// The caller's address (`http::client_addr`: the peer, or what a trusted proxy reports).
-    pub client_ip: Option<String>,
     /// The caller's address as a proxy in `FITORDER_TRUSTED_PROXIES` reported it; None when the
     /// request did not come through one. WeChat H5 payments take the payer's IP from here only.
     pub payer_ip: Option<String>,

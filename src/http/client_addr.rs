@@ -32,6 +32,12 @@ pub fn client_addr(peer: SocketAddr, headers: &HeaderMap, trusted: &[ipnet::IpNe
     None
 }
 
+/// Whether the peer is one of our trusted proxies (so what it reports is the caller's address,
+/// as `client_addr` reads it): the WeChat H5 payer's address is taken only from one.
+pub fn from_trusted_proxy(peer: SocketAddr, trusted: &[ipnet::IpNet]) -> bool {
+    is_trusted(canonical(peer.ip()), trusted)
+}
+
 fn is_trusted(ip: IpAddr, trusted: &[ipnet::IpNet]) -> bool {
     trusted.iter().any(|net| net.contains(&ip))
 }

@@ -228,8 +228,11 @@ async fn run(
         .data(RequestContext {
             viewer,
             trace,
-            client_ip: client_addr.map(|ip| ip.to_string()),
-            payer_ip: payer_ip(peer, headers, &s.app.config.trusted_proxies),
+            // The payer's address for WeChat H5 only as a trusted proxy reported it.
+            payer_ip: peer
+                .filter(|p| super::client_addr::from_trusted_proxy(*p, &s.app.config.trusted_proxies))
+                .and(client_addr)
+                .map(|ip| ip.to_string()),
             client_addr,
         })
         .data(DbLoader::new(s.app.pool.clone()))
@@ -568,7 +571,6 @@ async fn serve_ws(s: HttpState, socket: WebSocket, trace: TraceId) {
                 data.insert(RequestContext {
                     viewer: Some(viewer),
                     trace,
-                    client_ip: None,
                     payer_ip: None,
                     client_addr: None,
                 });
@@ -683,24 +685,4 @@ fn admit(documents: &super::persisted::PersistedDocuments, bytes: &[u8]) -> Opti
     }
     payload["query"] = serde_json::Value::String(text.to_string());
     serde_json::to_vec(&msg).ok().map(Some)
-}
-
-/// The caller's IP when a trusted proxy reported it (the payer's address for WeChat H5).
-fn payer_ip(
-    peer: Option<std::net::SocketAddr>,
-    headers: &axum::http::HeaderMap,
-    trusted: &[ipnet::IpNet],
-) -> Option<String> {
-    let peer = peer?;
-    let proxied = trusted.iter().any(|net| net.contains(&peer.ip()))
-        || match peer.ip() {
-            std::net::IpAddr::V6(v6) => v6
-                .to_ipv4_mapped()
-                .is_some_and(|v4| trusted.iter().any(|net| net.contains(&std::net::IpAddr::V4(v4)))),
-            _ => false,
-        };
-    if !proxied {
-        return None;
-    }
-    super::client_addr::client_addr(peer, headers, trusted).map(|ip| ip.to_string())
 }

@@ -1,36 +1,19 @@
 //! fitorder: the order backend of a chain of AI fitness studios.
 //!
-//! `domain` holds the pure rules (the state machine, money); `orders`, `catalog` and
-//! `compensation` the capabilities; `graphql` and `http` the API; `db` the database.
+//! The crates under `crates/` are the layers (ARCHITECTURE.md, "Layers"): `fitorder-domain`
+//! (the pure rules), `-base` (what all share), `-db`, `-providers` (the payment providers'
+//! clients), `-capabilities`, `-api` (GraphQL and HTTP) and `-dev` (the sandbox and other
+//! development tools). This package is the binary and its wiring ([`server`]); its library
+//! names the layers' modules in one place for the binary, the tests and the bench.
 
-pub mod alerts;
-pub mod anomalies;
-pub mod app;
-pub mod auth;
-pub mod catalog;
-pub mod compensation;
-pub mod config;
-pub mod db;
-pub mod domain;
-pub mod error;
-pub mod events;
-pub mod expiry;
-pub mod fuzzing;
-pub mod graphql;
-pub mod http;
-pub mod logging;
-pub mod miniprogram;
-pub mod orders;
-pub mod outbox;
-pub mod payments;
-pub mod ratelimit;
-pub mod reconciliation;
-pub mod seed;
+pub use fitorder_api::{graphql, http};
+pub use fitorder_base::{trace, error, config, auth, ratelimit, logging};
+pub use fitorder_capabilities::{app, tickets, alerts, wallet, outbox, compensation, orders, catalog, sessions, payments, ticket_resolution, expiry, reconciliation, timeline, anomalies, tasks};
+pub use fitorder_db as db;
+pub use fitorder_db::events;
+pub use fitorder_dev as dev;
+pub use fitorder_dev::{fuzzing, seed};
+pub use fitorder_domain as domain;
+pub use fitorder_providers::miniprogram;
+
 pub mod server;
-pub mod sessions;
-pub mod tasks;
-pub mod ticket_resolution;
-pub mod tickets;
-pub mod timeline;
-pub mod trace;
-pub mod wallet;

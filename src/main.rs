@@ -258,8 +258,8 @@ async fn reconcile(config: Config, rest: &[String]) -> Result<()> {
 /// `--keys`, until SIGINT or SIGTERM. Standard output gets the settings for fitorder, one
 /// `KEY=VALUE` a line (`set -a; . file` reads them), then `# ready`.
 async fn sandbox_provider(rest: &[String]) -> Result<()> {
-    use fitorder::payments::devkeys::{dev_sandbox_keys, DevKeys};
-    use fitorder::payments::sandbox_server::SandboxProvider;
+    use fitorder::dev::devkeys::{dev_sandbox_keys, DevKeys};
+    use fitorder::dev::sandbox_server::SandboxProvider;
     use std::io::Write;
     let addr = flag(rest, "--addr").unwrap_or_else(|| "127.0.0.1:8090".into());
     let dir = std::path::PathBuf::from(flag(rest, "--keys").unwrap_or_else(|| ".fitorder/dev-keys".into()));
@@ -294,7 +294,7 @@ async fn simulate_payment(config: Config, rest: &[String]) -> Result<()> {
         None => Provider::WechatPay,
     };
     let base = flag(rest, "--url").unwrap_or_else(|| format!("http://{}", config.addr));
-    let keys = fitorder::payments::devkeys::DevKeys::ensure(std::path::Path::new(".fitorder/dev-keys"))?;
+    let keys = fitorder::dev::devkeys::DevKeys::ensure(std::path::Path::new(".fitorder/dev-keys"))?;
     let http = reqwest::Client::new();
     let amount: i64 = match flag(rest, "--amount") {
         Some(a) => a.parse().context("--amount is in cents")?,

@@ -9,7 +9,7 @@ use diesel_async::{AsyncConnection, AsyncPgConnection};
 
 use crate::app::AppState;
 use crate::config::Config;
-use crate::db::dev_pg::DevPostgres;
+use crate::dev::dev_pg::DevPostgres;
 use crate::db::{self, redact};
 
 /// The database to use: `DATABASE_URL`, or the private cluster under `./.fitorder/pg`
@@ -93,7 +93,7 @@ async fn run_with_database(config: Config, opts: ServeOptions, url: &str, dev_mo
     let mut sandbox = None;
     if dev_mode && no_provider {
         let keys =
-            tokio::task::spawn_blocking(|| crate::payments::devkeys::DevKeys::ensure(Path::new(".fitorder/dev-keys")))
+            tokio::task::spawn_blocking(|| crate::dev::devkeys::DevKeys::ensure(Path::new(".fitorder/dev-keys")))
                 .await??;
         // The sandbox plays WeChat Pay and Alipay on loopback; workers of the same checkout
         // call the one `serve` runs.
@@ -105,7 +105,7 @@ async fn run_with_database(config: Config, opts: ServeOptions, url: &str, dev_mo
                 .with_context(|| format!("starting the provider sandbox on {addr}"))?;
             // Members sign in through the sandbox's stand-in of WeChat's mini-program API.
             if config.sign_in.app_id.is_none() {
-                use crate::payments::sandbox_server::miniprogram;
+                use crate::dev::sandbox_server::miniprogram;
                 config.sign_in.app_id = Some(miniprogram::DEV_MINIPROGRAM_APP_ID.into());
                 config.sign_in.secret = Some(miniprogram::DEV_MINIPROGRAM_SECRET.into());
                 config.sign_in.api_base = miniprogram::api_base(&s.base_url);
@@ -224,7 +224,7 @@ async fn run_with_database(config: Config, opts: ServeOptions, url: &str, dev_mo
 fn print_dev_banner(
     config: &Config,
     seeded: &crate::seed::Seeded,
-    sandbox: Option<&crate::payments::sandbox_server::SandboxProvider>,
+    sandbox: Option<&crate::dev::sandbox_server::SandboxProvider>,
 ) {
     use crate::auth::{issue_token, Role};
     let ttl = std::time::Duration::from_secs(30 * 24 * 3600);
@@ -253,10 +253,10 @@ fn print_dev_banner(
     );
     println!("  In GraphiQL, set the header {{\"Authorization\": \"Bearer <token>\"}}.");
     if let Some(s) = sandbox {
-        if config.sign_in.api_base == crate::payments::sandbox_server::miniprogram::api_base(&s.base_url) {
+        if config.sign_in.api_base == crate::dev::sandbox_server::miniprogram::api_base(&s.base_url) {
             println!(
                 "  Sign in as a member: {} hands out WeChat codes for SignInWithWechat (no token needed).",
-                crate::payments::sandbox_server::miniprogram::sign_in_page(&s.base_url)
+                crate::dev::sandbox_server::miniprogram::sign_in_page(&s.base_url)
             );
         }
         println!("  Provider sandbox (WeChat Pay + Alipay on loopback): {}", s.base_url);

@@ -261,7 +261,7 @@ fn wechat_signed_with_timestamp(
     event_type: &str,
     resource: &Value,
     ts: &str,
-) -> fitorder::payments::sandbox::WechatNotification {
+) -> fitorder::dev::sandbox::WechatNotification {
     use base64::Engine;
     use rsa::signature::{SignatureEncoding, Signer};
     let mut n = providers::wechat().notification(event_type, resource, chrono::Utc::now().timestamp());
@@ -313,7 +313,7 @@ async fn signed_wechat_notifications_that_are_not_our_payment_are_refused() {
     let paid = |r: &mut Value| {
         r["transaction_id"] = json!(format!("42{}", key()));
     };
-    let mut cases: Vec<(&str, fitorder::payments::sandbox::WechatNotification)> = vec![];
+    let mut cases: Vec<(&str, fitorder::dev::sandbox::WechatNotification)> = vec![];
     let mut usd = w.transaction(&no, "4200000000000000000000000001", 10_000);
     usd["amount"]["currency"] = json!("USD");
     cases.push(("USD", w.notification("TRANSACTION.SUCCESS", &usd, now)));

@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use axum::http::StatusCode;
-use fitorder::db::dev_pg::DevPostgres;
+use fitorder::dev::dev_pg::DevPostgres;
 use serde_json::json;
 
 use crate::harness::*;

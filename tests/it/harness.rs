@@ -46,7 +46,7 @@ async fn server() -> &'static Server {
                 Ok(url) if !url.is_empty() => with_db(&url, "postgres"),
                 _ => {
                     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/fitorder-test-pg");
-                    let dev = tokio::task::spawn_blocking(move || fitorder::db::dev_pg::DevPostgres::ensure(&dir))
+                    let dev = tokio::task::spawn_blocking(move || fitorder::dev::dev_pg::DevPostgres::ensure(&dir))
                         .await
                         .unwrap()
                         .expect("no TEST_DATABASE_URL and no local PostgreSQL to start");
@@ -159,7 +159,7 @@ pub const TEST_CLIENT_IP: &str = "198.51.100.20";
 
 pub struct TestApp {
     /// The provider sandbox (WeChat Pay and Alipay on loopback) this app's providers point at.
-    pub sandbox: fitorder::payments::sandbox_server::SandboxProvider,
+    pub sandbox: fitorder::dev::sandbox_server::SandboxProvider,
     pub state: AppState,
     pub router: Router,
     pub db_url: String,
@@ -168,14 +168,14 @@ pub struct TestApp {
 }
 
 /// A sandbox of this test's own (order numbers repeat across test databases).
-async fn sandbox() -> fitorder::payments::sandbox_server::SandboxProvider {
-    fitorder::payments::sandbox_server::SandboxProvider::start(crate::providers::sandbox_keys(), "127.0.0.1:0")
+async fn sandbox() -> fitorder::dev::sandbox_server::SandboxProvider {
+    fitorder::dev::sandbox_server::SandboxProvider::start(crate::providers::sandbox_keys(), "127.0.0.1:0")
         .await
         .expect("the provider sandbox starts")
 }
 
 /// Both providers configured whole, their APIs at `sandbox`.
-fn point_at(config: &mut Config, sandbox: &fitorder::payments::sandbox_server::SandboxProvider) {
+fn point_at(config: &mut Config, sandbox: &fitorder::dev::sandbox_server::SandboxProvider) {
     crate::providers::configure(config);
     config.wechatpay.api_base = sandbox.wechat_api_base();
     config.alipay.api_base = sandbox.alipay_gateway();

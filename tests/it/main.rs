@@ -44,7 +44,7 @@ mod signin;
 mod standin;
 // The bench's counting proxy of the PostgreSQL protocol, shared rather than copied.
 #[allow(dead_code)]
-#[path = "../../bench/src/sqlcount.rs"]
+#[path = "../../crates/bench/src/sqlcount.rs"]
 mod sqlcount;
 mod standin_bills;
 mod start_payment;

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use axum::http::StatusCode;
-use fitorder::payments::sandbox::WechatNotification;
+use fitorder::dev::sandbox::WechatNotification;
 use serde_json::{json, Value};
 
 use crate::harness::*;

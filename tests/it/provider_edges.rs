@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use chrono::Utc;
 use fitorder::domain::payment::Provider;
 use fitorder::domain::ReconciliationStatus;
-use fitorder::payments::sandbox_server::BillControls;
+use fitorder::dev::sandbox_server::BillControls;
 use fitorder::trace::TraceId;
 use serde_json::{json, Value};
 

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use fitorder::payments::sandbox_server::{AlipayRefundFlow, RefundFlow};
+use fitorder::dev::sandbox_server::{AlipayRefundFlow, RefundFlow};
 use serde_json::{json, Value};
 
 use crate::harness::*;
@@ -92,7 +92,7 @@ fn second_instance(app: &TestApp) -> fitorder::app::AppState {
 /// refund was "unsigned", expiry canceled without closing).
 #[tokio::test]
 async fn the_worker_and_expiry_use_the_one_provider_client_and_load_platform_certificates() {
-    use fitorder::payments::sandbox_server::WechatSerialMode;
+    use fitorder::dev::sandbox_server::WechatSerialMode;
     let app = TestApp::served_with(|c| {
         c.wechatpay.platform_public_key = None;
         c.wechatpay.public_key_id = None;

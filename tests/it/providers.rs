@@ -4,7 +4,7 @@
 use std::sync::OnceLock;
 
 use fitorder::config::Config;
-use fitorder::payments::sandbox::{AlipaySandbox, WechatSandbox};
+use fitorder::dev::sandbox::{AlipaySandbox, WechatSandbox};
 use rsa::pkcs8::{EncodePublicKey, LineEnding};
 use rsa::RsaPrivateKey;
 
@@ -159,9 +159,9 @@ pub const WECHAT_PUBLIC_KEY_ID: &str = "PUB_KEY_ID_00000000000000241011003972000
 
 /// The sandbox provider's keys: it signs as the test providers above (so an app configured
 /// with [`configure`] believes it) and checks our calls with the merchant/app public key.
-pub fn sandbox_keys() -> fitorder::payments::sandbox_server::SandboxKeys {
+pub fn sandbox_keys() -> fitorder::dev::sandbox_server::SandboxKeys {
     let k = keys();
-    fitorder::payments::sandbox_server::SandboxKeys {
+    fitorder::dev::sandbox_server::SandboxKeys {
         mch_id: MCH_ID.into(),
         wechat_app_id: WECHAT_APP_ID.into(),
         wechat_mobile_app_id: WECHAT_MOBILE_APP_ID.into(),

@@ -521,7 +521,7 @@ async fn the_daily_run_catches_up_missed_days_once() {
     // WeChat is still making bills now (STATEMENT_CREATING).
     b.app
         .sandbox
-        .set_bill_controls(fitorder::payments::sandbox_server::BillControls {
+        .set_bill_controls(fitorder::dev::sandbox_server::BillControls {
             not_ready: true,
             ..Default::default()
         });

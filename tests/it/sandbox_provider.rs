@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use base64::Engine;
 use chrono::Utc;
-use fitorder::payments::sandbox_server::{RefundFlow, SandboxProvider};
+use fitorder::dev::sandbox_server::{RefundFlow, SandboxProvider};
 use rsa::pkcs1v15::{Signature, SigningKey, VerifyingKey};
 use rsa::signature::{SignatureEncoding, Signer, Verifier};
 use rsa::{RsaPrivateKey, RsaPublicKey};
@@ -1076,7 +1076,7 @@ fn wechat_decrypt(resource: &Value) -> String {
 
 #[tokio::test]
 async fn certificates_list_the_platform_key_and_answers_can_name_the_certificate() {
-    use fitorder::payments::sandbox_server::WechatSerialMode;
+    use fitorder::dev::sandbox_server::WechatSerialMode;
     use rsa::pkcs8::{EncodePublicKey, LineEnding};
     let sb = sandbox().await;
     let me = providers::merchant_private();
@@ -1126,7 +1126,7 @@ async fn certificates_list_the_platform_key_and_answers_can_name_the_certificate
 /// naming its certificate, a Native order gets its code_url and is paid.
 #[tokio::test]
 async fn fitorder_in_certificate_mode_downloads_the_sandbox_certificate_and_is_paid() {
-    use fitorder::payments::sandbox_server::WechatSerialMode;
+    use fitorder::dev::sandbox_server::WechatSerialMode;
     let app = TestApp::served_with(|c| {
         c.wechatpay.platform_public_key = None;
         c.wechatpay.public_key_id = None;
@@ -1180,7 +1180,7 @@ async fn fitorder_in_certificate_mode_downloads_the_sandbox_certificate_and_is_p
 /// and an app configured so places a Native order at that sandbox and is paid from its cashier.
 #[tokio::test]
 async fn dev_keys_configure_both_providers_whole_against_their_sandbox() {
-    use fitorder::payments::devkeys::DevKeys;
+    use fitorder::dev::devkeys::DevKeys;
     let dir = std::env::temp_dir().join(format!("fitorder-devkeys-{}-{}", std::process::id(), key()));
     let d = dir.clone();
     let keys = tokio::task::spawn_blocking(move || DevKeys::ensure(&d))

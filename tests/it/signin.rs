@@ -762,7 +762,7 @@ async fn a_refresh_is_at_most_two_statements() {
 
 #[tokio::test]
 async fn in_development_mode_the_sandbox_plays_wechat_so_a_demo_member_can_sign_in() {
-    use fitorder::payments::sandbox_server::{miniprogram, SandboxProvider};
+    use fitorder::dev::sandbox_server::{miniprogram, SandboxProvider};
     let sandbox = SandboxProvider::start(crate::providers::sandbox_keys(), "127.0.0.1:0")
         .await
         .unwrap();

@@ -490,7 +490,7 @@ async fn a_refund_is_done_only_when_the_provider_accepts_it_in_a_signed_answer()
     .await;
     // PROCESSING until the test ends it (a genuine REFUND.SUCCESS would confirm it by itself).
     app.sandbox
-        .set_refund_flow(fitorder::payments::sandbox_server::RefundFlow::Hold);
+        .set_refund_flow(fitorder::dev::sandbox_server::RefundFlow::Hold);
     app.sandbox.sign_answers_with_wrong_key(true);
     let worker = fitorder::compensation::worker::Worker::new(app.state.clone());
     worker.run_once().await.unwrap();

@@ -53,7 +53,7 @@ pub struct Notification {
 pub struct World {
     http: reqwest::Client,
     /// The providers' APIs: members who pay during the close pay there.
-    sandbox: fitorder::payments::sandbox_server::SandboxProvider,
+    sandbox: fitorder::dev::sandbox_server::SandboxProvider,
     urls: Vec<String>,
     admin: String,
     store: String,
@@ -71,7 +71,7 @@ impl World {
     pub async fn set_up(
         http: &reqwest::Client,
         urls: &[String],
-        sandbox: fitorder::payments::sandbox_server::SandboxProvider,
+        sandbox: fitorder::dev::sandbox_server::SandboxProvider,
     ) -> World {
         let mut w = World {
             http: http.clone(),

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use fitorder::db::dev_pg::DevPostgres;
+use fitorder::dev::dev_pg::DevPostgres;
 
 use crate::fakes::FakeDownstream;
 use crate::harness::wait_ready;
@@ -80,7 +80,7 @@ pub struct Cluster {
     /// The providers' APIs the processes call, up as long as they are. WeChat refunds answer
     /// PROCESSING and finish a moment later, Alipay refunds answer `fund_change` N and finish a
     /// moment later; members may pay during the close (`World`).
-    pub sandbox: fitorder::payments::sandbox_server::SandboxProvider,
+    pub sandbox: fitorder::dev::sandbox_server::SandboxProvider,
 }
 
 fn free_port() -> u16 {
@@ -120,13 +120,13 @@ impl Cluster {
         ];
         // The providers' APIs: a sandbox in this process, both providers configured whole.
         let sandbox =
-            fitorder::payments::sandbox_server::SandboxProvider::start(providers::sandbox_keys(), "127.0.0.1:0")
+            fitorder::dev::sandbox_server::SandboxProvider::start(providers::sandbox_keys(), "127.0.0.1:0")
                 .await
                 .unwrap();
         config.wechatpay.api_base = sandbox.wechat_api_base();
         config.alipay.api_base = sandbox.alipay_gateway();
-        sandbox.set_refund_flow(fitorder::payments::sandbox_server::RefundFlow::Processing);
-        sandbox.set_alipay_refund_flow(fitorder::payments::sandbox_server::AlipayRefundFlow::Later);
+        sandbox.set_refund_flow(fitorder::dev::sandbox_server::RefundFlow::Processing);
+        sandbox.set_alipay_refund_flow(fitorder::dev::sandbox_server::AlipayRefundFlow::Later);
         env.extend(providers::env_of(&config));
         let serving = free_port();
         // The providers' notifications go to the first serving process (lost while it is down:

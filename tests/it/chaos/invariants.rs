@@ -35,8 +35,8 @@ pub struct ProviderTrade {
     pub refunds: Vec<(String, String)>,
 }
 
-impl From<fitorder::payments::sandbox_server::SandboxTrade> for ProviderTrade {
-    fn from(t: fitorder::payments::sandbox_server::SandboxTrade) -> ProviderTrade {
+impl From<fitorder::dev::sandbox_server::SandboxTrade> for ProviderTrade {
+    fn from(t: fitorder::dev::sandbox_server::SandboxTrade) -> ProviderTrade {
         ProviderTrade {
             paid: t.paid_at.is_some(),
             refunds: t.refunds.into_iter().map(|r| (r.out_refund_no, r.status)).collect(),

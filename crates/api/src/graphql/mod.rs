@@ -1,0 +1,266 @@
+//! The GraphQL API: the admin console's queries, the member app's mutations and the ops
+//! screen's subscriptions. The schema lives here, apart from the HTTP transport.
+
+mod connection;
+pub mod introspection;
+pub mod limits;
+mod loaders;
+mod mutation;
+mod outbox;
+mod query;
+mod subscription;
+mod types;
+
+use async_graphql::{Context, Schema};
+
+pub use connection::{decode_cursor, encode_cursor};
+pub use introspection::Introspection;
+pub use loaders::DbLoader;
+pub use types::TimelineEntry;
+
+use crate::app::AppState;
+use crate::auth::Viewer;
+use crate::db::DbConn;
+use crate::domain::Ctx;
+use crate::error::{AppError, AppResult};
+use crate::trace::TraceId;
+
+pub type AppSchema = Schema<query::Query, mutation::Mutation, subscription::Subscription>;
+
+/// Per request: who is asking (None: no token) and the trace id.
+#[derive(Clone)]
+pub struct RequestContext {
+    pub viewer: Option<Viewer>,
+    pub trace: TraceId,
+    /// The caller's address as a proxy in `FITORDER_TRUSTED_PROXIES` reported it; None when the
+    /// request did not come through one. WeChat H5 payments take the payer's IP from here only.
+    pub payer_ip: Option<String>,
+    /// The caller's address as `http::client_addr` believes it (`FITORDER_TRUSTED_PROXIES`):
+    /// what the sign-in rate limits count by.
+    pub client_addr: Option<std::net::IpAddr>,
+}
+
+pub fn build_schema(state: AppState) -> AppSchema {
+    let max_depth = state.config.max_depth;
+    build_schema_with_depth(state, max_depth)
+}
+
+/// Introspection documents (GraphiQL's asks for nine levels of `ofType`) need more depth than
+/// the API allows; the document bounds and the complexity limit stay the same.
+pub const INTROSPECTION_DEPTH: usize = 20;
+
+/// The schema that answers introspection-only documents (see [`is_introspection_only`]).
+pub fn build_introspection_schema(state: AppState) -> AppSchema {
+    build_schema_with_depth(state, INTROSPECTION_DEPTH)
+}
+
+/// Whether every operation of `query` selects only `__schema`, `__type` and `__typename`
+/// (parsed under the document bounds; false when it does not parse or is out of bounds).
+pub fn is_introspection_only(query: &str, limits: &limits::DocumentLimits) -> bool {
+    use async_graphql::parser::types::Selection;
+    if limits::check_text(query, limits).is_err() {
+        return false;
+    }
+    let Ok(doc) = async_graphql::parser::parse_query(query) else {
+        return false;
+    };
+    if limits::check_document(&doc, limits).is_err() {
+        return false;
+    }
+    let mut any = false;
+    for (_, op) in doc.operations.iter() {
+        for item in &op.node.selection_set.node.items {
+            match &item.node {
+                Selection::Field(f) if f.node.name.node.starts_with("__") => any = true,
+                _ => return false,
+            }
+        }
+    }
+    any
+}
+
+/// The mutations a caller without a token may run: signing in.
+pub const ANONYMOUS_MUTATIONS: [&str; 3] = ["signInWithWechat", "refreshSession", "signOut"];
+
+/// Whether the operation `query` runs (the one `operation_name` names, or its only one) is a
+/// mutation selecting only the sign-in mutations (and `__typename`): the one thing besides
+/// introspection that runs without a token. Parsed under the document bounds; false when it
+/// does not parse, is out of bounds, or names no single operation.
+pub fn is_sign_in_only(query: &str, operation_name: Option<&str>, limits: &limits::DocumentLimits) -> bool {
+    use async_graphql::parser::types::{DocumentOperations, OperationType, Selection};
+    if limits::check_text(query, limits).is_err() {
+        return false;
+    }
+    let Ok(doc) = async_graphql::parser::parse_query(query) else {
+        return false;
+    };
+    if limits::check_document(&doc, limits).is_err() {
+        return false;
+    }
+    let op = match (&doc.operations, operation_name) {
+        (DocumentOperations::Single(op), None) => op,
+        (DocumentOperations::Single(_), Some(_)) => return false,
+        (DocumentOperations::Multiple(ops), Some(name)) => match ops.get(name) {
+            Some(op) => op,
+            None => return false,
+        },
+        (DocumentOperations::Multiple(_), None) => return false,
+    };
+    if op.node.ty != OperationType::Mutation {
+        return false;
+    }
+    let mut any = false;
+    for item in &op.node.selection_set.node.items {
+        match &item.node {
+            Selection::Field(f) if ANONYMOUS_MUTATIONS.contains(&f.node.name.node.as_str()) => any = true,
+            Selection::Field(f) if f.node.name.node == "__typename" => {}
+            _ => return false,
+        }
+    }
+    any
+}
+
+fn build_schema_with_depth(state: AppState, max_depth: usize) -> AppSchema {
+    let max_complexity = state.config.max_complexity;
+    let mut state_limits = limits::DocumentLimits::from_config(&state.config);
+    state_limits.introspection = Some(introspection_budget());
+    Schema::build(query::Query, mutation::Mutation, subscription::Subscription)
+        .data(state)
+        .limit_depth(max_depth)
+        .limit_complexity(max_complexity)
+        .limit_recursive_depth(32)
+        .limit_directives(20)
+        .extension(limits::BoundDocuments(state_limits))
+        .extension(TraceIds)
+        .finish()
+}
+
+/// Put in a request's data, set once it got past parsing, validation and the choice of its
+/// operation to execution: the HTTP reply tells a request error (nothing ran) from an
+/// execution's errors by it.
+#[derive(Clone, Default)]
+pub struct ExecutionStarted(pub std::sync::Arc<std::sync::atomic::AtomicBool>);
+
+impl ExecutionStarted {
+    pub fn started(&self) -> bool {
+        self.0.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+/// The schema extension that gives every INTERNAL error the request's trace id
+/// (`extensions.traceId`): the caller reads a stable message and quotes the id; the detail is
+/// in the log under it.
+struct TraceIds;
+
+impl async_graphql::extensions::ExtensionFactory for TraceIds {
+    fn create(&self) -> std::sync::Arc<dyn async_graphql::extensions::Extension> {
+        std::sync::Arc::new(TraceIds)
+    }
+}
+
+fn stamp_trace(mut response: async_graphql::Response, trace: &str) -> async_graphql::Response {
+    let internal = async_graphql::Value::from("INTERNAL");
+    for err in &mut response.errors {
+        if let Some(ext) = err.extensions.as_mut() {
+            if ext.get("code") == Some(&internal) && ext.get("traceId").is_none() {
+                ext.set("traceId", trace);
+            }
+        }
+    }
+    response
+}
+
+#[async_graphql::async_trait::async_trait]
+impl async_graphql::extensions::Extension for TraceIds {
+    async fn execute(
+        &self,
+        ctx: &async_graphql::extensions::ExtensionContext<'_>,
+        operation_name: Option<&str>,
+        next: async_graphql::extensions::NextExecute<'_>,
+    ) -> async_graphql::Response {
+        if let Some(mark) = ctx.data_opt::<ExecutionStarted>() {
+            mark.0.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+        let response = next.run(ctx, operation_name).await;
+        match ctx.data_opt::<RequestContext>() {
+            Some(r) => stamp_trace(response, r.trace.as_str()),
+            None => response,
+        }
+    }
+
+    fn subscribe<'s>(
+        &self,
+        ctx: &async_graphql::extensions::ExtensionContext<'_>,
+        stream: futures_util::stream::BoxStream<'s, async_graphql::Response>,
+        next: async_graphql::extensions::NextSubscribe<'_>,
+    ) -> futures_util::stream::BoxStream<'s, async_graphql::Response> {
+        use futures_util::StreamExt;
+        let trace = ctx.data_opt::<RequestContext>().map(|r| r.trace.as_str().to_string());
+        let events = next.run(ctx, stream);
+        match trace {
+            Some(t) => events.map(move |r| stamp_trace(r, &t)).boxed(),
+            None => events,
+        }
+    }
+}
+
+/// What introspection may cost in one document: measured once on this schema.
+pub fn introspection_budget() -> introspection::IntrospectionBudget {
+    static BUDGET: std::sync::OnceLock<introspection::IntrospectionBudget> = std::sync::OnceLock::new();
+    *BUDGET.get_or_init(|| introspection::IntrospectionBudget::of_sdl(&sdl()))
+}
+
+/// The schema as SDL, as `schema/schema.graphql` holds it.
+pub fn sdl() -> String {
+    Schema::build(query::Query, mutation::Mutation, subscription::Subscription)
+        .finish()
+        .sdl()
+}
+
+pub fn state<'a>(ctx: &Context<'a>) -> &'a AppState {
+    ctx.data_unchecked::<AppState>()
+}
+
+pub fn request<'a>(ctx: &Context<'a>) -> &'a RequestContext {
+    ctx.data_unchecked::<RequestContext>()
+}
+
+/// The authenticated caller, or UNAUTHENTICATED.
+pub fn viewer<'a>(ctx: &Context<'a>) -> AppResult<&'a Viewer> {
+    request(ctx)
+        .viewer
+        .as_ref()
+        .ok_or_else(|| AppError::Unauthenticated("a bearer token is required".into()))
+}
+
+pub fn actor_ctx(ctx: &Context<'_>) -> AppResult<Ctx> {
+    Ok(Ctx {
+        actor: viewer(ctx)?.actor(),
+        trace: request(ctx).trace.clone(),
+    })
+}
+
+pub async fn conn(ctx: &Context<'_>) -> AppResult<DbConn> {
+    Ok(state(ctx).pool.get().await?)
+}
+
+/// An `ID` argument, written the one way ids are written (decimal digits, no sign, no leading
+/// zero, no spaces: `+2`, `02` and `" 2"` are not member 2), as tokens' subjects are.
+pub fn parse_id(id: &async_graphql::ID, what: &str) -> AppResult<i64> {
+    crate::auth::canonical_id(id.as_str()).ok_or_else(|| {
+        let shown: String = id.as_str().chars().take(40).collect();
+        AppError::bad(format!("{what} {shown:?} is not an id"))
+    })
+}
+
+/// GraphQL Int is 32-bit; amounts are stored as 64-bit cents. An amount that does not fit is
+/// an error, never a wrong number (a wallet topped up past 2^31 - 1 fen answers an error on its
+/// balance, not ¥21,474,836.47).
+pub fn int(v: i64) -> AppResult<i32> {
+    i32::try_from(v).map_err(|_| AppError::internal(format!("an amount of {v} does not fit GraphQL's 32-bit Int")))
+}
+
+/// A count (rows, a connection's total): past 2^31 - 1 it is shown as 2^31 - 1.
+pub fn count(v: i64) -> i32 {
+    i32::try_from(v).unwrap_or(if v < 0 { 0 } else { i32::MAX })
+}

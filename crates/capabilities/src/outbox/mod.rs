@@ -1,0 +1,107 @@
+//! The enqueue side of the transactional outbox: downstream [`Effect`]s written as
+//! `compensation_events` rows in the transaction of the change that causes them, and announced
+//! on commit. Used by orders, payments and tickets; it knows nothing of delivery, which is the
+//! compensation worker's (`compensation`, above payments).
+
+use diesel::prelude::*;
+use diesel::sql_types::Text;
+use diesel_async::{AsyncPgConnection, RunQueryDsl};
+
+use crate::db::models::Order;
+use crate::db::schema::compensation_events as ce;
+use crate::db::sql::StaticQuery;
+pub use crate::domain::effect::{AccessAction, AccessPayload, OrderRef, RefundPayload};
+pub use crate::domain::Effect;
+use crate::error::AppResult;
+use crate::events::{EVENTS_CHANNEL, OUTBOX_CHANNEL};
+use crate::trace::TraceId;
+
+/// `pg_notify(channel, payload)`: returns nothing anyone reads.
+#[derive(diesel::sql_types::SqlType, diesel::query_builder::QueryId)]
+#[diesel(postgres_type(name = "void"))]
+pub struct Void;
+
+diesel::define_sql_function! {
+    /// Sends a notification on `channel` when the transaction commits.
+    fn pg_notify(channel: Text, payload: Text) -> Void;
+}
+
+/// Door and AI-device access for a paid order.
+pub fn grants(order: &Order) -> [Effect; 2] {
+    let p = access(order, AccessAction::Grant);
+    [Effect::DoorAccessGrant(p.clone()), Effect::AiAccessGrant(p)]
+}
+
+/// Door and AI-device access taken away for a refunded order.
+pub fn revokes(order: &Order) -> [Effect; 2] {
+    let p = access(order, AccessAction::Revoke);
+    [Effect::DoorAccessRevoke(p.clone()), Effect::AiAccessRevoke(p)]
+}
+
+fn access(order: &Order, action: AccessAction) -> AccessPayload {
+    AccessPayload {
+        order: order.into(),
+        action,
+    }
+}
+
+/// Effects as the outbox writes them: a kind, a payload and an idempotency key per event, the
+/// arrays that `enqueue.sql` (and `orders/pay.sql`, which enqueues a payment's grants in its
+/// one statement) take.
+pub struct Encoded {
+    pub kinds: Vec<&'static str>,
+    pub payloads: Vec<serde_json::Value>,
+    pub keys: Vec<String>,
+}
+
+pub fn encode(effects: &[Effect]) -> Encoded {
+    Encoded {
+        kinds: effects.iter().map(|e| e.kind().as_str()).collect(),
+        payloads: effects.iter().map(Effect::payload_json).collect(),
+        keys: effects.iter().map(Effect::idempotency_key).collect(),
+    }
+}
+
+/// Writes `effects` about the order `order_id` as due events and announces them on commit, in
+/// one prepared statement (`enqueue.sql`). Each event's idempotency key is unique: the same
+/// effect twice is refused.
+pub async fn enqueue(
+    conn: &mut AsyncPgConnection,
+    order_id: i64,
+    effects: &[Effect],
+    trace: &TraceId,
+    max_attempts: i32,
+) -> AppResult<Vec<i64>> {
+    use diesel::sql_types::{Array, BigInt, Integer, Jsonb};
+    #[derive(diesel::QueryableByName)]
+    struct Enqueued {
+        #[diesel(sql_type = BigInt)]
+        id: i64,
+    }
+    let Encoded { kinds, payloads, keys } = encode(effects);
+    let rows: Vec<Enqueued> = StaticQuery::new(include_str!("enqueue.sql"))
+        .bind::<BigInt, _>(order_id) // $1
+        .bind::<Array<Text>, _>(&kinds) // $2
+        .bind::<Array<Jsonb>, _>(&payloads) // $3
+        .bind::<Array<Text>, _>(&keys) // $4
+        .bind::<Integer, _>(max_attempts) // $5
+        .bind::<Text, _>(trace.as_str()) // $6
+        .bind::<Text, _>(OUTBOX_CHANNEL) // $7
+        .bind::<Text, _>(EVENTS_CHANNEL) // $8
+        .load(conn)
+        .await?;
+    Ok(rows.into_iter().map(|r| r.id).collect())
+}
+
+/// Wakes the workers of every process and tells subscribers about each event; on commit.
+pub async fn announce(conn: &mut AsyncPgConnection, event_ids: &[i64]) -> AppResult<()> {
+    ce::table
+        .filter(ce::id.eq_any(event_ids))
+        .select((
+            pg_notify(OUTBOX_CHANNEL, ""),
+            pg_notify(EVENTS_CHANNEL, "comp:".into_sql::<Text>().concat(ce::id.cast::<Text>())),
+        ))
+        .execute(conn)
+        .await?;
+    Ok(())
+}

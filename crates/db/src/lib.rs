@@ -1,0 +1,138 @@
+//! The database: the connection pools, the embedded migrations, the schema and its rows, and
+//! the LISTEN loop ([`events`]). Rank 2 (ARCHITECTURE.md, "Layers").
+
+pub mod events;
+pub mod models;
+pub mod schema;
+pub mod sql;
+
+// The lower layers, under the names every crate of the workspace uses (`crate::domain::…`).
+use fitorder_domain as domain;
+#[allow(unused_imports)]
+use fitorder_base::{trace, error, config, auth, ratelimit, logging};
+use crate as db;
+
+use anyhow::{Context, Result};
+use diesel_async::pooled_connection::deadpool::{Object, Pool};
+use diesel_async::pooled_connection::{AsyncDieselConnectionManager, ManagerConfig};
+use diesel_async::AsyncPgConnection;
+use diesel_migrations::{embed_migrations, EmbeddedMigrations, MigrationHarness};
+
+pub type DbPool = Pool<AsyncPgConnection>;
+pub type DbConn = Object<AsyncPgConnection>;
+
+pub const MIGRATIONS: EmbeddedMigrations = embed_migrations!("../../migrations");
+
+/// A pool whose checkouts give up after a few seconds, so a database that is down or a pool
+/// that is exhausted answers INTERNAL quickly instead of hanging the request.
+pub fn pool(url: &str, size: usize) -> Result<DbPool> {
+    pool_with(url, size, DEFAULT_STATEMENT_TIMEOUT)
+}
+
+/// No statement of a request or a task runs longer than this: a slow query fails cleanly.
+pub const DEFAULT_STATEMENT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// A pool whose connections refuse statements running longer than `statement_timeout`.
+pub fn pool_with(url: &str, size: usize, statement_timeout: std::time::Duration) -> Result<DbPool> {
+    build_pool(url, size, statement_timeout, false)
+}
+
+/// A small pool for evidence rows (raw callbacks) whose commits do not wait for the disk: the
+/// business transaction that follows commits synchronously and flushes them with it, and a
+/// duplicate's record that a crash would lose changes nothing.
+pub fn evidence_pool(url: &str, size: usize, statement_timeout: std::time::Duration) -> Result<DbPool> {
+    build_pool(url, size, statement_timeout, true)
+}
+
+fn build_pool(url: &str, size: usize, statement_timeout: std::time::Duration, async_commit: bool) -> Result<DbPool> {
+    let mut config = ManagerConfig::default();
+    // No test query on every checkout (it doubled the round trips of short requests): a
+    // connection that broke is discarded when it reports the error, and the next checkout gets
+    // a fresh one.
+    config.recycling_method = diesel_async::pooled_connection::RecyclingMethod::Fast;
+    let ms = statement_timeout.as_millis().max(1);
+    config.custom_setup = Box::new(move |url| {
+        let url = url.to_string();
+        Box::pin(async move {
+            use diesel_async::{AsyncConnection, SimpleAsyncConnection};
+            let mut conn = AsyncPgConnection::establish(&url).await?;
+            // The session's settings in one round trip (`ms` is a number, nothing to quote).
+            let mut setup = format!("SET statement_timeout = {ms}");
+            if async_commit {
+                setup.push_str("; SET synchronous_commit = off");
+            }
+            conn.batch_execute(&setup)
+                .await
+                .map_err(diesel::ConnectionError::CouldntSetupConfiguration)?;
+            Ok(conn)
+        })
+    });
+    let manager = AsyncDieselConnectionManager::<AsyncPgConnection>::new_with_config(url, config);
+    Pool::builder(manager)
+        .max_size(size)
+        .wait_timeout(Some(std::time::Duration::from_secs(5)))
+        .create_timeout(Some(std::time::Duration::from_secs(5)))
+        .recycle_timeout(Some(std::time::Duration::from_secs(5)))
+        .runtime(deadpool::Runtime::Tokio1)
+        .build()
+        .context("building the database pool")
+}
+
+/// Applies every pending migration. Safe to call from several processes at once: an advisory
+/// lock makes the second one wait and then find nothing to do.
+///
+/// diesel-async's migration harness blocks in place, which needs a multi-threaded runtime; it
+/// runs on a thread of its own so that any caller (a test's current-thread runtime too) can
+/// await it.
+pub async fn migrate(url: &str) -> Result<()> {
+    let url = url.to_string();
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    std::thread::spawn(move || {
+        let result = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .map_err(anyhow::Error::from)
+            .and_then(|rt| rt.block_on(migrate_here(&url)));
+        let _ = tx.send(result);
+    });
+    rx.await.context("the migration thread died")?
+}
+
+async fn migrate_here(url: &str) -> Result<()> {
+    use diesel_async::{AsyncConnection, RunQueryDsl};
+    let mut conn = AsyncPgConnection::establish(url)
+        .await
+        .with_context(|| format!("connecting to {}", redact(url)))?;
+    diesel::select(sql::pg_advisory_lock(sql::lock_keys::MIGRATIONS))
+        .execute(&mut conn)
+        .await?;
+    let mut harness = diesel_async::AsyncMigrationHarness::new(conn);
+    let result = harness
+        .run_pending_migrations(MIGRATIONS)
+        .map(|applied| applied.len())
+        .map_err(|e| anyhow::anyhow!("migration failed: {e}"));
+    let mut conn = harness.into_inner();
+    diesel::select(sql::pg_advisory_unlock(sql::lock_keys::MIGRATIONS))
+        .execute(&mut conn)
+        .await?;
+    let applied = result?;
+    if applied > 0 {
+        tracing::info!(applied, "migrations applied");
+    }
+    Ok(())
+}
+
+/// A URL without its password, for logs and messages.
+pub fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let userinfo = &url[scheme + 3..at];
+            match userinfo.split_once(':') {
+                Some((user, _)) => format!("{}{}:***{}", &url[..scheme + 3], user, &url[at..]),
+                None => url.to_string(),
+            }
+        }
+        _ => url.to_string(),
+    }
+}

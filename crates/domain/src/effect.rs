@@ -1,0 +1,338 @@
+//! The downstream effects of the transactional outbox, as data: what a change asks of the world
+//! (open the door, tell the AI devices, send money back through the provider) with the payload
+//! each needs. Writing, storing and delivering them is elsewhere (`outbox`, `compensation`);
+//! here is only what they are, so every layer can name them.
+//!
+//! The list in [`for_each_effect!`] is the one place an effect is declared. From it come
+//! [`Effect`] (the variant with its payload), [`CompensationKind`] (the text in
+//! `compensation_events.kind`), the encoding of both columns, the idempotency key, and the
+//! GraphQL enum (in `graphql::outbox`). Adding an effect is: a line in the list (and its payload
+//! type, if it needs a new one), its arm in the delivery `match` (`compensation::downstream`,
+//! which the compiler asks for), and a migration widening the `compensation_events.kind`
+//! CHECK (which a test compares with the list).
+
+use std::fmt;
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+use super::payment::Provider;
+
+/// Calls `$m! { Variant(Payload) = "KIND", … }` with the list of effects. Every enum of effect
+/// kinds is made from it, so none can miss one. Exported for the GraphQL mirror (`fitorder-api`).
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __for_each_effect {
+    ($m:ident) => {
+        $m! {
+            /// Gives the member of a paid order door access at the store.
+            DoorAccessGrant(AccessPayload) = "DOOR_ACCESS_GRANT",
+            /// Takes door access away again for a refunded order.
+            DoorAccessRevoke(AccessPayload) = "DOOR_ACCESS_REVOKE",
+            /// Gives the member of a paid order access to the store's AI devices.
+            AiAccessGrant(AccessPayload) = "AI_ACCESS_GRANT",
+            /// Takes AI-device access away again for a refunded order.
+            AiAccessRevoke(AccessPayload) = "AI_ACCESS_REVOKE",
+            /// Sends online money back to the payer through the provider's refund API.
+            ProviderRefund(RefundPayload) = "PROVIDER_REFUND",
+        }
+    };
+}
+pub use __for_each_effect as for_each_effect;
+
+macro_rules! define_effects {
+    ($($(#[doc = $doc:literal])* $variant:ident($payload:ty) = $kind:literal,)*) => {
+        /// One downstream effect with what its delivery needs. Stored as two columns of
+        /// `compensation_events`: the kind ([`Effect::kind`]) and the payload as JSON
+        /// ([`Effect::payload_json`]); read back with [`Effect::decode`].
+        #[derive(Debug, Clone, PartialEq, Eq)]
+        pub enum Effect {
+            $($(#[doc = $doc])* $variant($payload),)*
+        }
+
+        /// What an effect does, without its payload: the text in `compensation_events.kind`.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum CompensationKind {
+            $($(#[doc = $doc])* $variant,)*
+        }
+
+        impl CompensationKind {
+            pub const ALL: &'static [CompensationKind] = &[$(CompensationKind::$variant,)*];
+
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $(CompensationKind::$variant => $kind,)*
+                }
+            }
+        }
+
+        impl Effect {
+            pub fn kind(&self) -> CompensationKind {
+                match self {
+                    $(Effect::$variant(_) => CompensationKind::$variant,)*
+                }
+            }
+
+            fn payload(&self) -> &dyn Payload {
+                match self {
+                    $(Effect::$variant(p) => p,)*
+                }
+            }
+
+            /// The payload column.
+            pub fn payload_json(&self) -> serde_json::Value {
+                match self {
+                    $(Effect::$variant(p) => encode(p),)*
+                }
+            }
+
+            /// The effect of a stored row: its kind and payload columns.
+            pub fn decode(kind: &str, payload: &serde_json::Value) -> Result<Effect, DecodeError> {
+                match kind {
+                    $($kind => decode(kind, payload).map(Effect::$variant),)*
+                    other => Err(DecodeError::UnknownKind(other.to_string())),
+                }
+            }
+        }
+    };
+}
+for_each_effect!(define_effects);
+
+fn encode<P: Serialize>(p: &P) -> serde_json::Value {
+    // Plain structs of strings and integers: serializing cannot fail.
+    serde_json::to_value(p).expect("an effect payload serializes")
+}
+
+fn decode<P: DeserializeOwned>(kind: &str, payload: &serde_json::Value) -> Result<P, DecodeError> {
+    P::deserialize(payload).map_err(|e| DecodeError::Payload {
+        kind: kind.to_string(),
+        why: e.to_string(),
+    })
+}
+
+impl Effect {
+    /// The key the downstream deduplicates by, unique per event: `<orderNo>:<KIND>` (one grant
+    /// and one revoke per order and kind), with the payload's own part appended when it has one
+    /// (`<orderNo>:PROVIDER_REFUND:<refundNo>`).
+    pub fn idempotency_key(&self) -> String {
+        let p = self.payload();
+        let base = format!("{}:{}", p.order().order_no, self.kind());
+        match p.key_part() {
+            Some(part) => format!("{base}:{part}"),
+            None => base,
+        }
+    }
+
+    /// The order the effect is about.
+    pub fn order(&self) -> &OrderRef {
+        self.payload().order()
+    }
+}
+
+impl CompensationKind {
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.iter().copied().find(|k| k.as_str() == s)
+    }
+}
+
+impl fmt::Display for CompensationKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A stored row that is no effect this build knows.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DecodeError {
+    #[error("unknown event kind {0}")]
+    UnknownKind(String),
+    #[error("the payload of a {kind} event does not read: {why}")]
+    Payload { kind: String, why: String },
+}
+
+/// What every payload has: the order it is about, and the part of the idempotency key beyond
+/// the order and the kind (for effects that happen more than once per order).
+trait Payload {
+    fn order(&self) -> &OrderRef;
+    fn key_part(&self) -> Option<&str> {
+        None
+    }
+}
+
+/// The order an effect is about, as the payload names it (ids as strings, as the downstreams
+/// receive them).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OrderRef {
+    pub order_no: String,
+    pub member_id: String,
+    pub store_id: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum AccessAction {
+    Grant,
+    Revoke,
+}
+
+/// Door and AI-device access: who, where, and whether it is granted or revoked.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AccessPayload {
+    #[serde(flatten)]
+    pub order: OrderRef,
+    pub action: AccessAction,
+}
+
+impl Payload for AccessPayload {
+    fn order(&self) -> &OrderRef {
+        &self.order
+    }
+}
+
+/// A refund through the provider's API: of how much of which payment, under which refund number.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RefundPayload {
+    #[serde(flatten)]
+    pub order: OrderRef,
+    pub provider: Provider,
+    pub refund_no: String,
+    pub amount_cents: i64,
+    /// What the payment being refunded collected (the providers ask for it).
+    pub total_cents: i64,
+    pub provider_txn_id: Option<String>,
+    pub reason: String,
+}
+
+impl Payload for RefundPayload {
+    fn order(&self) -> &OrderRef {
+        &self.order
+    }
+    fn key_part(&self) -> Option<&str> {
+        Some(&self.refund_no)
+    }
+}
+
+/// Where an event is in its delivery: the text in `compensation_events.status`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CompensationStatus {
+    /// Not attempted yet (or replayed).
+    Pending,
+    /// Failed at least once; due again at `next_attempt_at`.
+    Retrying,
+    /// Delivered.
+    Succeeded,
+    /// Gave up at the attempt limit; a ticket is open, ops may replay it.
+    Dead,
+}
+
+impl CompensationStatus {
+    pub const ALL: &'static [CompensationStatus] = &[
+        CompensationStatus::Pending,
+        CompensationStatus::Retrying,
+        CompensationStatus::Succeeded,
+        CompensationStatus::Dead,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CompensationStatus::Pending => "PENDING",
+            CompensationStatus::Retrying => "RETRYING",
+            CompensationStatus::Succeeded => "SUCCEEDED",
+            CompensationStatus::Dead => "DEAD",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.iter().copied().find(|k| k.as_str() == s)
+    }
+}
+
+impl fmt::Display for CompensationStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn order() -> OrderRef {
+        OrderRef {
+            order_no: "FO1".into(),
+            member_id: "7".into(),
+            store_id: "3".into(),
+        }
+    }
+
+    fn refund() -> RefundPayload {
+        RefundPayload {
+            order: order(),
+            provider: Provider::Alipay,
+            refund_no: "RF9".into(),
+            amount_cents: 6000,
+            total_cents: 10000,
+            provider_txn_id: None,
+            reason: "moving".into(),
+        }
+    }
+
+    /// The JSON of rows written before the payloads were typed, field by field: they must read.
+    #[test]
+    fn payloads_keep_the_field_names_of_rows_already_written() {
+        let grant = json!({"orderNo": "FO1", "memberId": "7", "storeId": "3", "action": "GRANT"});
+        let e = Effect::decode("AI_ACCESS_GRANT", &grant).unwrap();
+        assert_eq!(
+            e,
+            Effect::AiAccessGrant(AccessPayload {
+                order: order(),
+                action: AccessAction::Grant
+            })
+        );
+        assert_eq!(e.payload_json(), grant);
+        let refund_json = json!({"orderNo": "FO1", "memberId": "7", "storeId": "3", "provider": "ALIPAY",
+            "refundNo": "RF9", "amountCents": 6000, "totalCents": 10000, "providerTxnId": null, "reason": "moving"});
+        let e = Effect::decode("PROVIDER_REFUND", &refund_json).unwrap();
+        assert_eq!(e, Effect::ProviderRefund(refund()));
+        assert_eq!(e.payload_json(), refund_json);
+        // Written without the transaction id at all: still the same refund.
+        let mut without = refund_json.clone();
+        without.as_object_mut().unwrap().remove("providerTxnId");
+        assert_eq!(Effect::decode("PROVIDER_REFUND", &without).unwrap(), e);
+    }
+
+    #[test]
+    fn keys_are_the_order_and_kind_and_the_refund_number() {
+        let grant = Effect::DoorAccessGrant(AccessPayload {
+            order: order(),
+            action: AccessAction::Grant,
+        });
+        assert_eq!(grant.idempotency_key(), "FO1:DOOR_ACCESS_GRANT");
+        assert_eq!(
+            Effect::ProviderRefund(refund()).idempotency_key(),
+            "FO1:PROVIDER_REFUND:RF9"
+        );
+    }
+
+    #[test]
+    fn every_kind_round_trips_and_strangers_are_refused() {
+        for kind in CompensationKind::ALL {
+            assert_eq!(CompensationKind::parse(kind.as_str()), Some(*kind));
+        }
+        for status in CompensationStatus::ALL {
+            assert_eq!(CompensationStatus::parse(status.as_str()), Some(*status));
+        }
+        assert_eq!(
+            Effect::decode("DOOR_UNLOCK", &json!({})),
+            Err(DecodeError::UnknownKind("DOOR_UNLOCK".into()))
+        );
+        assert!(matches!(
+            Effect::decode("PROVIDER_REFUND", &json!({"orderNo": "FO1"})),
+            Err(DecodeError::Payload { .. })
+        ));
+    }
+}

@@ -1,0 +1,27 @@
+//! The payment providers' clients: WeChat Pay and Alipay (their keys, certificates, signatures,
+//! trades, refunds, bills and notifications), one trait for both ([`api::ProviderApi`]), and
+//! WeChat's mini-program API that members sign in with. Rank 3 (ARCHITECTURE.md, "Layers").
+
+pub mod alipay;
+pub mod api;
+pub mod certs;
+pub mod crypto;
+pub mod keys;
+pub mod miniprogram;
+pub mod platform_keys;
+pub mod provider;
+pub mod sampling;
+pub mod seen;
+pub mod wechat;
+
+pub use provider::{evidence_header, evidence_text, Notice};
+
+// The lower layers, under the names every crate of the workspace uses (`crate::domain::…`).
+use fitorder_domain as domain;
+#[allow(unused_imports)]
+use fitorder_base::{trace, error, config, auth, ratelimit, logging};
+use fitorder_db as db;
+#[allow(unused_imports)]
+use fitorder_db::events;
+// `crate::payments::wechat::…` reads the same here and in the capabilities' `payments`.
+use crate as payments;

@@ -7,12 +7,14 @@
 //! names the layers' modules in one place for the binary, the tests and the bench.
 
 pub use fitorder_api::{graphql, http};
-pub use fitorder_base::{trace, error, config, auth, ratelimit, logging};
-pub use fitorder_capabilities::{app, tickets, alerts, wallet, outbox, compensation, orders, catalog, sessions, payments, ticket_resolution, expiry, reconciliation, timeline, anomalies, tasks};
+pub use fitorder_base::{auth, config, error, logging, ratelimit, trace};
+pub use fitorder_capabilities::{
+    alerts, anomalies, app, catalog, compensation, expiry, orders, outbox, payments, reconciliation, sessions, tasks,
+    ticket_resolution, tickets, timeline, wallet,
+};
 pub use fitorder_db as db;
 pub use fitorder_db::events;
 pub use fitorder_dev as dev;
-pub use fitorder_dev::{fuzzing, seed};
 pub use fitorder_domain as domain;
 pub use fitorder_providers::miniprogram;
 

@@ -143,7 +143,7 @@ fn run(args: Vec<String>) -> Result<()> {
                             fitorder::db::migrate(&url).await?;
                             let pool = fitorder::db::pool(&url, 2)?;
                             let mut conn = pool.get().await?;
-                            let s = fitorder::seed::seed(&mut conn)
+                            let s = fitorder::dev::seed::seed(&mut conn)
                                 .await
                                 .map_err(|e| anyhow::anyhow!("{}", e.message()))?;
                             println!(

@@ -9,8 +9,8 @@ use diesel_async::{AsyncConnection, AsyncPgConnection};
 
 use crate::app::AppState;
 use crate::config::Config;
-use crate::dev::dev_pg::DevPostgres;
 use crate::db::{self, redact};
+use crate::dev::dev_pg::DevPostgres;
 
 /// The database to use: `DATABASE_URL`, or the private cluster under `./.fitorder/pg`
 /// (started here, stopped by the returned handle's `stop`).
@@ -144,7 +144,7 @@ async fn run_with_database(config: Config, opts: ServeOptions, url: &str, dev_mo
     }
     if dev_mode {
         let mut conn = state.pool.get().await?;
-        let seeded = crate::seed::seed(&mut conn)
+        let seeded = crate::dev::seed::seed(&mut conn)
             .await
             .map_err(|e| anyhow::anyhow!("{}", e.message()))?;
         print_dev_banner(&config, &seeded, sandbox.as_ref());
@@ -223,7 +223,7 @@ async fn run_with_database(config: Config, opts: ServeOptions, url: &str, dev_mo
 
 fn print_dev_banner(
     config: &Config,
-    seeded: &crate::seed::Seeded,
+    seeded: &crate::dev::seed::Seeded,
     sandbox: Option<&crate::dev::sandbox_server::SandboxProvider>,
 ) {
     use crate::auth::{issue_token, Role};

@@ -1,5 +1,5 @@
 #![no_main]
 //! The pagination cursor decoder.
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
-    fitorder::fuzzing::cursor(data);
+    fitorder::dev::fuzzing::cursor(data);
 });

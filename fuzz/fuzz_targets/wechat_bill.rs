@@ -1,5 +1,5 @@
 #![no_main]
 //! The WeChat Pay trade bill parser: never panics, never loops, whatever the bytes.
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
-    fitorder::fuzzing::wechat_bill(data);
+    fitorder::dev::fuzzing::wechat_bill(data);
 });

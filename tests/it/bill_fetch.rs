@@ -2,10 +2,10 @@
 //! loopback playing WeChat Pay and Alipay), and healing the differences that are safe to heal.
 
 use chrono::{TimeZone, Utc};
+use fitorder::dev::sandbox_server::BillControls;
 use fitorder::domain::payment::Provider;
 use fitorder::domain::ReconciliationStatus;
 use fitorder::payments::provider::{BillArchive, BillDownload};
-use fitorder::dev::sandbox_server::BillControls;
 use fitorder::reconciliation::{self, statement_path};
 use fitorder::trace::TraceId;
 use serde_json::json;

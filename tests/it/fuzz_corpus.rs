@@ -18,7 +18,7 @@ fn replay(dir: &str, f: fn(&[u8])) -> usize {
 
 #[test]
 fn the_fuzz_corpora_replay_cleanly() {
-    use fitorder::fuzzing::*;
+    use fitorder::dev::fuzzing::*;
     assert!(replay("wechat_bill", wechat_bill) >= 1);
     assert!(replay("alipay_bill", alipay_bill) >= 2);
     assert!(replay("wechat_notification", wechat_notification) >= 3);

@@ -26,7 +26,10 @@ async fn every_playground_operation_runs_for_its_audience() {
     let app = TestApp::new().await;
     let seeded = {
         let mut c = app.conn().await;
-        fitorder::seed::seed(&mut c).await.map_err(|e| e.message()).unwrap()
+        fitorder::dev::seed::seed(&mut c)
+            .await
+            .map_err(|e| e.message())
+            .unwrap()
     };
     let member = seeded.member_ids[0].to_string();
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("playground");

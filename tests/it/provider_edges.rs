@@ -6,9 +6,9 @@
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
+use fitorder::dev::sandbox_server::BillControls;
 use fitorder::domain::payment::Provider;
 use fitorder::domain::ReconciliationStatus;
-use fitorder::dev::sandbox_server::BillControls;
 use fitorder::trace::TraceId;
 use serde_json::{json, Value};
 

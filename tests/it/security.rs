@@ -43,7 +43,10 @@ async fn every_operation_against_every_role() {
     let app = TestApp::new().await;
     let seeded = {
         let mut c = app.conn().await;
-        fitorder::seed::seed(&mut c).await.map_err(|e| e.message()).unwrap()
+        fitorder::dev::seed::seed(&mut c)
+            .await
+            .map_err(|e| e.message())
+            .unwrap()
     };
     let member = seeded.member_ids[0].to_string();
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("playground");

@@ -774,7 +774,10 @@ async fn in_development_mode_the_sandbox_plays_wechat_so_a_demo_member_can_sign_
     .await;
     let seeded = {
         let mut c = app.conn().await;
-        fitorder::seed::seed(&mut c).await.map_err(|e| e.message()).unwrap()
+        fitorder::dev::seed::seed(&mut c)
+            .await
+            .map_err(|e| e.message())
+            .unwrap()
     };
     let http = reqwest::Client::new();
     let page = http

@@ -197,7 +197,7 @@ async fn domain_table_and_trigger_agree_on_every_pair() {
             assert_eq!(
                 body.src.contains(&pair),
                 from.allowed_next().contains(&to),
-                "{pair} differs between the trigger and src/domain/order_status.rs"
+                "{pair} differs between the trigger and crates/domain/src/order_status.rs"
             );
         }
     }

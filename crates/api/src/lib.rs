@@ -6,13 +6,16 @@ pub mod graphql;
 pub mod http;
 
 // The lower layers, under the names every crate of the workspace uses (`crate::domain::…`).
-use fitorder_domain as domain;
 #[allow(unused_imports)]
-use fitorder_base::{trace, error, config, auth, ratelimit, logging};
+use fitorder_base::{auth, config, error, logging, ratelimit, trace};
+#[allow(unused_imports)]
+use fitorder_capabilities::{
+    alerts, anomalies, app, catalog, compensation, expiry, orders, outbox, payments, reconciliation, sessions, tasks,
+    ticket_resolution, tickets, timeline, wallet,
+};
 use fitorder_db as db;
 #[allow(unused_imports)]
 use fitorder_db::events;
+use fitorder_domain as domain;
 #[allow(unused_imports)]
 use fitorder_providers::miniprogram;
-#[allow(unused_imports)]
-use fitorder_capabilities::{app, tickets, alerts, wallet, outbox, compensation, orders, catalog, sessions, payments, ticket_resolution, expiry, reconciliation, timeline, anomalies, tasks};

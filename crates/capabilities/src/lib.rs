@@ -22,11 +22,11 @@ pub mod timeline;
 pub mod wallet;
 
 // The lower layers, under the names every crate of the workspace uses (`crate::domain::…`).
-use fitorder_domain as domain;
 #[allow(unused_imports)]
-use fitorder_base::{trace, error, config, auth, ratelimit, logging};
+use fitorder_base::{auth, config, error, logging, ratelimit, trace};
 use fitorder_db as db;
 #[allow(unused_imports)]
 use fitorder_db::events;
+use fitorder_domain as domain;
 #[allow(unused_imports)]
 use fitorder_providers::miniprogram;

@@ -7,10 +7,10 @@ pub mod schema;
 pub mod sql;
 
 // The lower layers, under the names every crate of the workspace uses (`crate::domain::…`).
-use fitorder_domain as domain;
-#[allow(unused_imports)]
-use fitorder_base::{trace, error, config, auth, ratelimit, logging};
 use crate as db;
+#[allow(unused_imports)]
+use fitorder_base::{auth, config, error, logging, ratelimit, trace};
+use fitorder_domain as domain;
 
 use anyhow::{Context, Result};
 use diesel_async::pooled_connection::deadpool::{Object, Pool};

@@ -17,11 +17,11 @@ pub mod wechat;
 pub use provider::{evidence_header, evidence_text, Notice};
 
 // The lower layers, under the names every crate of the workspace uses (`crate::domain::…`).
-use fitorder_domain as domain;
 #[allow(unused_imports)]
-use fitorder_base::{trace, error, config, auth, ratelimit, logging};
+use fitorder_base::{auth, config, error, logging, ratelimit, trace};
 use fitorder_db as db;
 #[allow(unused_imports)]
 use fitorder_db::events;
+use fitorder_domain as domain;
 // `crate::payments::wechat::…` reads the same here and in the capabilities' `payments`.
 use crate as payments;

@@ -119,10 +119,9 @@ impl Cluster {
             ("RUST_LOG".into(), "error".into()),
         ];
         // The providers' APIs: a sandbox in this process, both providers configured whole.
-        let sandbox =
-            fitorder::dev::sandbox_server::SandboxProvider::start(providers::sandbox_keys(), "127.0.0.1:0")
-                .await
-                .unwrap();
+        let sandbox = fitorder::dev::sandbox_server::SandboxProvider::start(providers::sandbox_keys(), "127.0.0.1:0")
+            .await
+            .unwrap();
         config.wechatpay.api_base = sandbox.wechat_api_base();
         config.alipay.api_base = sandbox.alipay_gateway();
         sandbox.set_refund_flow(fitorder::dev::sandbox_server::RefundFlow::Processing);

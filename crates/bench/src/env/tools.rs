@@ -31,7 +31,9 @@ pub fn find_binary() -> Result<PathBuf> {
         }
     }
     let built = std::fs::metadata(&bin)?.modified()?;
-    let newest_source = newest_mtime(&repo_root().join("src")).max(newest_mtime(&repo_root().join("crates"))).max(newest_mtime(&repo_root().join("migrations")));
+    let newest_source = newest_mtime(&repo_root().join("src"))
+        .max(newest_mtime(&repo_root().join("crates")))
+        .max(newest_mtime(&repo_root().join("migrations")));
     if newest_source.is_some_and(|t| t > built) {
         println!(
             "warning: {} is older than the sources; run `cargo build --release` to measure the current code",

@@ -713,9 +713,14 @@ impl Inner {
                 let key = self.keys.wechat_platform_key.clone();
                 tokio::task::spawn_blocking(move || {
                     let serial = cert_serial(&key);
-                    crate::payments::certs::self_signed_platform_cert(&key, &serial, "fitorder sandbox WeChat Pay platform", 1825)
-                        .map(|pem| (serial, pem))
-                        .map_err(|e| e.to_string())
+                    crate::payments::certs::self_signed_platform_cert(
+                        &key,
+                        &serial,
+                        "fitorder sandbox WeChat Pay platform",
+                        1825,
+                    )
+                    .map(|pem| (serial, pem))
+                    .map_err(|e| e.to_string())
                 })
                 .await
                 .map_err(|e| e.to_string())?
@@ -899,11 +904,7 @@ pub fn notify_paid_later(inner: Arc<Inner>, provider: &'static str, no: String) 
 
 /// The Pay button: marks the trade paid (or finds it paid already) and sends the payment
 /// notification.
-pub async fn pay_trade(
-    inner: &Inner,
-    provider: &'static str,
-    no: &str,
-) -> Result<SandboxNotification, PayError> {
+pub async fn pay_trade(inner: &Inner, provider: &'static str, no: &str) -> Result<SandboxNotification, PayError> {
     let now = Utc::now();
     let trade = {
         let mut s = inner.lock();

@@ -8,7 +8,6 @@ use anyhow::{bail, Result};
 use fitorder::app::AppState;
 use fitorder::config::Config;
 use fitorder::events::EventHub;
-use fitorder::payments::api::ProviderApi;
 use fitorder::payments::keys::ProviderKeys;
 use tokio_postgres::Client;
 
@@ -169,11 +168,10 @@ pub async fn run(bench: &mut Bench, s: &Sizes) -> Result<Row> {
         EventHub::detached(),
         ours_url.clone(),
     );
-    let api = ProviderApi::new(state.config.clone(), state.keys.clone());
     say!("B3: expire_due ...");
     let cpu0 = CpuSplit::sample(0);
     let t = Instant::now();
-    let settled = fitorder::expiry::expire_due(&state, &api)
+    let settled = fitorder::expiry::expire_due(&state)
         .await
         .map_err(|e| anyhow::anyhow!("expire_due: {}", e.message()))?;
     let ours = t.elapsed();

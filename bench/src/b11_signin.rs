@@ -108,7 +108,12 @@ fn refresh_token_of(v: &Value, field: &str) -> Result<String> {
     v["data"][field]["refreshToken"]
         .as_str()
         .map(str::to_string)
-        .with_context(|| format!("{field} answered {}", v.to_string().chars().take(300).collect::<String>()))
+        .with_context(|| {
+            format!(
+                "{field} answered {}",
+                v.to_string().chars().take(300).collect::<String>()
+            )
+        })
 }
 
 fn rate(o: &Outcome) -> String {
@@ -193,14 +198,20 @@ pub async fn run(bench: &mut Bench, s: &Sizes) -> Result<Row> {
     let warm: Vec<Prepared> = warm_codes[100..].iter().map(|c| exchange(c)).collect();
     load::run(Arc::new(warm), s.concurrency, Until::Exhausted, 200, false).await?;
 
-    say!("B11: the stand-in's own rate, {n} jscode2session exchanges, {} connections ...", s.concurrency);
+    say!(
+        "B11: the stand-in's own rate, {n} jscode2session exchanges, {} connections ...",
+        s.concurrency
+    );
     let direct: Vec<Prepared> = codes(bench, &openids, n).await?.iter().map(|c| exchange(c)).collect();
     let cpu_a = CpuSplit::sample(0);
     let standin = load::run(Arc::new(direct), s.concurrency, Until::Exhausted, 200, false).await?;
     let cpu_b = CpuSplit::sample(0);
     say!("B11: stand-in {}", rate(&standin));
 
-    say!("B11: {n} signInWithWechat of bound members, {} connections ...", s.concurrency);
+    say!(
+        "B11: {n} signInWithWechat of bound members, {} connections ...",
+        s.concurrency
+    );
     let reqs: Vec<Prepared> = codes(bench, &openids, n)
         .await?
         .iter()
@@ -246,13 +257,24 @@ pub async fn run(bench: &mut Bench, s: &Sizes) -> Result<Row> {
             .map(|c| graphql(&counted.base, &sign_in, "SignInWithWechat", json!({"code": c})))
             .collect();
         // The first opens the pool's connection and prepares; the others are counted.
-        let mut tokens = vec![refresh_token_of(&answers(&sign_ins[..1]).await?[0], "signInWithWechat")?];
+        let mut tokens = vec![refresh_token_of(
+            &answers(&sign_ins[..1]).await?[0],
+            "signInWithWechat",
+        )?];
         let before = counter.counts();
         for r in &sign_ins[1..] {
-            tokens.push(refresh_token_of(&answers(std::slice::from_ref(r)).await?[0], "signInWithWechat")?);
+            tokens.push(refresh_token_of(
+                &answers(std::slice::from_ref(r)).await?[0],
+                "signInWithWechat",
+            )?);
         }
         let per_sign_in = counter.counts().since(&before);
-        let first = graphql(&counted.base, &refresh, "RefreshSession", json!({"refreshToken": tokens[0]}));
+        let first = graphql(
+            &counted.base,
+            &refresh,
+            "RefreshSession",
+            json!({"refreshToken": tokens[0]}),
+        );
         refresh_token_of(&answers(&[first]).await?[0], "refreshSession")?;
         let before = counter.counts();
         for t in &tokens[1..] {

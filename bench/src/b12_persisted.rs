@@ -92,7 +92,10 @@ pub async fn run(bench: &mut Bench, s: &Sizes) -> Result<Row> {
     }
     drop(db);
     let doc = member_operation("query MyOrders(")?;
-    let hash: String = Sha256::digest(doc.as_bytes()).iter().map(|b| format!("{b:02x}")).collect();
+    let hash: String = Sha256::digest(doc.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
     let variables = json!({"first": 20});
     let text_body = json!({"query": doc, "operationName": "MyOrders", "variables": variables});
     let hash_body = json!({
@@ -136,11 +139,28 @@ pub async fn run(bench: &mut Bench, s: &Sizes) -> Result<Row> {
     }
     let total = by_text["data"]["orders"]["totalCount"].as_i64().unwrap_or(0);
 
-    let texts = Arc::new(tokens.iter().map(|t| request(&server.base, t, &text_body)).collect::<Vec<_>>());
-    let hashes = Arc::new(tokens.iter().map(|t| request(&server.base, t, &hash_body)).collect::<Vec<_>>());
+    let texts = Arc::new(
+        tokens
+            .iter()
+            .map(|t| request(&server.base, t, &text_body))
+            .collect::<Vec<_>>(),
+    );
+    let hashes = Arc::new(
+        tokens
+            .iter()
+            .map(|t| request(&server.base, t, &hash_body))
+            .collect::<Vec<_>>(),
+    );
     // Warm-up of both.
     for reqs in [&texts, &hashes] {
-        load::run(reqs.clone(), s.concurrency, Until::Elapsed(Duration::from_millis(500)), 200, true).await?;
+        load::run(
+            reqs.clone(),
+            s.concurrency,
+            Until::Elapsed(Duration::from_millis(500)),
+            200,
+            true,
+        )
+        .await?;
     }
     let slice = Duration::from_secs_f64((s.orders_secs as f64 / ROUNDS as f64).max(1.0));
     say!(

@@ -27,6 +27,8 @@ mod report;
 mod seed;
 mod sqlcount;
 
+mod b11_signin;
+mod b12_persisted;
 mod b1_callbacks;
 mod b3_expiry;
 mod b4_reconcile;
@@ -34,8 +36,6 @@ mod b5_orders;
 mod b6_outbox;
 mod b7_subscriptions;
 mod b9_prepay;
-mod b11_signin;
-mod b12_persisted;
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;

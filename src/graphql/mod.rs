@@ -180,7 +180,11 @@ pub fn check_bounded(
 /// one over HTTP answers a path-less error).
 pub fn finish_bounded(response: async_graphql::Response, trace: &str) -> (async_graphql::Response, bool) {
     let started = response.data != async_graphql::Value::Null || response.errors.iter().any(|e| !e.path.is_empty());
-    let mut response = if started { stamp_trace(response, trace) } else { response };
+    let mut response = if started {
+        stamp_trace(response, trace)
+    } else {
+        response
+    };
     limits::code_uncoded(&mut response);
     (response, started)
 }

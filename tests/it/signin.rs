@@ -404,7 +404,10 @@ async fn a_refresh_is_at_most_two_statements_and_a_bound_sign_in_three() {
     let (member, _, mut token) = signed_in_member(&counted, &wechat, openid).await;
     // The first refresh and sign-in prepare their statements on the connection; then counted.
     let r = refresh(&counted, &token).await;
-    token = r["data"]["refreshSession"]["refreshToken"].as_str().unwrap().to_string();
+    token = r["data"]["refreshSession"]["refreshToken"]
+        .as_str()
+        .unwrap()
+        .to_string();
     let r = sign_in(&counted, &wechat.login(openid).await, None, None).await;
     assert!(r.get("errors").is_none(), "{r:#}");
     let n = 3;
@@ -413,7 +416,10 @@ async fn a_refresh_is_at_most_two_statements_and_a_bound_sign_in_three() {
         let r = refresh(&counted, &token).await;
         assert!(r.get("errors").is_none(), "{r:#}");
         assert_eq!(r["data"]["refreshSession"]["member"]["id"], member.as_str());
-        token = r["data"]["refreshSession"]["refreshToken"].as_str().unwrap().to_string();
+        token = r["data"]["refreshSession"]["refreshToken"]
+            .as_str()
+            .unwrap()
+            .to_string();
     }
     let refreshes = counter.counts().since(&before);
     // The token spent and the new one stored in one statement, the member (`member { id }`) in one.

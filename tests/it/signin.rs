@@ -386,6 +386,64 @@ async fn a_refresh_token_works_once_and_presented_again_ends_the_whole_session()
 }
 
 #[tokio::test]
+async fn a_refresh_is_at_most_two_statements_and_a_bound_sign_in_three() {
+    use crate::sqlcount::{upstream_of, via, SqlCounter};
+    if !python() {
+        return;
+    }
+    let wechat = WechatStandIn::start();
+    let app = app_with(&wechat).await;
+    // A second instance of the app on the same database, talking through the counting proxy.
+    let counter = SqlCounter::start(upstream_of(&app.db_url).unwrap()).await.unwrap();
+    let counted = TestApp::on_database(&via(&app.db_url, counter.port).unwrap(), |c| {
+        sign_in_config(c, &wechat);
+        c.db_pool_size = 1;
+    })
+    .await;
+    let openid = "oStandInCount001";
+    let (member, _, mut token) = signed_in_member(&counted, &wechat, openid).await;
+    // The first refresh and sign-in prepare their statements on the connection; then counted.
+    let r = refresh(&counted, &token).await;
+    token = r["data"]["refreshSession"]["refreshToken"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let r = sign_in(&counted, &wechat.login(openid).await, None, None).await;
+    assert!(r.get("errors").is_none(), "{r:#}");
+    let n = 3;
+    let before = counter.counts();
+    for _ in 0..n {
+        let r = refresh(&counted, &token).await;
+        assert!(r.get("errors").is_none(), "{r:#}");
+        assert_eq!(r["data"]["refreshSession"]["member"]["id"], member.as_str());
+        token = r["data"]["refreshSession"]["refreshToken"]
+            .as_str()
+            .unwrap()
+            .to_string();
+    }
+    let refreshes = counter.counts().since(&before);
+    // The token spent and the new one stored in one statement, the member (`member { id }`) in one.
+    assert!(
+        refreshes.all() <= 2 * n as u64 && refreshes.transaction_control == 0 && refreshes.parses == 0,
+        "refreshSession: {}",
+        refreshes.per(n, "refresh")
+    );
+    let before = counter.counts();
+    for _ in 0..n {
+        let r = sign_in(&counted, &wechat.login(openid).await, None, None).await;
+        assert!(r.get("errors").is_none(), "{r:#}");
+    }
+    let sign_ins = counter.counts().since(&before);
+    // A bound member's sign-in: the session opened in one statement, then the document's
+    // `member { … store { … } }` in one each.
+    assert!(
+        sign_ins.all() <= 3 * n as u64 && sign_ins.parses == 0,
+        "signInWithWechat: {}",
+        sign_ins.per(n, "sign-in")
+    );
+}
+
+#[tokio::test]
 async fn two_presentations_of_one_refresh_token_at_once_end_the_session() {
     if !python() {
         return;

@@ -312,12 +312,21 @@ pub async fn run(bench: &mut Bench, args: &Args) -> Result<Row> {
         per_100.per(n, "request"),
         per_10.per(n, "request")
     ));
-    r.note(cpu1.since(&cpu0).describe("fitorder server", ours.elapsed));
+    let cpu = cpu1.since(&cpu0);
+    r.note(format!(
+        "{}; server CPU per page {:.2} ms, PostgreSQL CPU per page {:.2} ms",
+        cpu.describe("fitorder server", ours.elapsed),
+        1e3 * cpu.subject / ours.ok.max(1) as f64,
+        1e3 * cpu.postgres / ours.ok.max(1) as f64
+    ));
+    let base_cpu = cpu3.since(&cpu2);
     r.note(format!(
         "baseline: {} tokio-postgres connections, prepared statements: count, page of 101, then members, stores, \
-         compensation events, tickets by `= ANY($1)` pipelined; rows decoded, no JSON. {}",
+         compensation events, tickets by `= ANY($1)` pipelined; rows decoded, no JSON. {}; PostgreSQL CPU per page \
+         {:.2} ms",
         s.concurrency,
-        cpu3.since(&cpu2).describe("", base.elapsed)
+        base_cpu.describe("", base.elapsed),
+        1e3 * base_cpu.postgres / base.ok.max(1) as f64
     ));
     r.note(format!("server VmHWM after B5: {:.1} MB", hwm as f64 / 1024.0));
     if ours.failures() > 0 {

@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 use anyhow::Result;
 use bytes::Bytes;
 
-/// One request, prepared before the clock starts.
+/// One request, prepared before the clock starts: a POST of `body`, or a GET when `body` is
+/// empty.
 #[derive(Clone)]
 pub struct Prepared {
     pub url: String,
@@ -122,7 +123,11 @@ pub async fn run(
                     Some(d) if Instant::now() >= d => break,
                     Some(_) => &requests[i % requests.len()],
                 };
-                let mut builder = http.post(&req.url).body(req.body.clone());
+                let mut builder = if req.body.is_empty() {
+                    http.get(&req.url)
+                } else {
+                    http.post(&req.url).body(req.body.clone())
+                };
                 for (k, v) in &req.headers {
                     builder = builder.header(k, v);
                 }

@@ -27,6 +27,8 @@ mod report;
 mod seed;
 mod sqlcount;
 
+mod b11_signin;
+mod b12_persisted;
 mod b1_callbacks;
 mod b3_expiry;
 mod b4_reconcile;
@@ -92,6 +94,8 @@ pub struct Sizes {
     pub orders_secs: u64,
     pub listing_orders: i64,
     pub count_requests: usize,
+    /// B11: sign-ins (and as many refreshes, and stand-in exchanges).
+    pub sign_ins: usize,
     /// B6: pending outbox events.
     pub outbox_events: i64,
     /// B7: WebSocket subscribers and events sent to them.
@@ -116,6 +120,7 @@ impl Sizes {
             orders_secs: 20,
             listing_orders: 20_000,
             count_requests: 50,
+            sign_ins: 4_000,
             outbox_events: 50_000,
             subscribers: 1_000,
             subscriber_events: 3,
@@ -137,6 +142,7 @@ impl Sizes {
             orders_secs: 4,
             listing_orders: 2_000,
             count_requests: 20,
+            sign_ins: 500,
             outbox_events: 5_000,
             subscribers: 200,
             subscriber_events: 1,
@@ -154,7 +160,9 @@ pub struct Args {
 }
 
 /// Every benchmark, in the report's order.
-pub const ALL: [&str; 11] = ["B1", "B1b", "B2", "B3", "B4", "B5", "B6", "B7", "B8", "B9", "B10"];
+pub const ALL: [&str; 13] = [
+    "B1", "B1b", "B2", "B3", "B4", "B5", "B6", "B7", "B8", "B9", "B10", "B11", "B12",
+];
 
 fn parse_args() -> Result<Args> {
     let mut args = Args {
@@ -303,6 +311,22 @@ async fn run_all(bench: &mut Bench, args: &Args) -> Result<Vec<Row>> {
             b5_orders::run(bench, args)
                 .await
                 .unwrap_or_else(|e| Row::failed("B5", &e)),
+        );
+    }
+    if args.wants("B11") {
+        settle(bench, "B11").await;
+        rows.push(
+            b11_signin::run(bench, s)
+                .await
+                .unwrap_or_else(|e| Row::failed("B11", &e)),
+        );
+    }
+    if args.wants("B12") {
+        settle(bench, "B12").await;
+        rows.push(
+            b12_persisted::run(bench, s)
+                .await
+                .unwrap_or_else(|e| Row::failed("B12", &e)),
         );
     }
     if args.wants("B7") {

@@ -206,11 +206,23 @@ impl Extension for BoundDocumentsExtension {
         next: NextPrepareRequest<'_>,
     ) -> ServerResult<Request> {
         check_text(&request.query, &self.0)?;
-        // Parsed once here; async-graphql reuses the parsed document.
-        let doc = async_graphql::parser::parse_query(&request.query).map_err(|e| syntax_refusal(&e))?;
-        check_document(&doc, &self.0)?;
-        check_no_nul(&doc, &request.variables)?;
-        request.set_parsed_query(doc);
+        // A request may come parsed (the HTTP route keeps documents parsed by hash): that tree
+        // is checked, not parsed again. `parsed_query` parses the text when there is none, so
+        // with the text set aside it answers whether there is one.
+        let query = std::mem::take(&mut request.query);
+        let parsed = request.parsed_query().is_ok();
+        request.query = query;
+        if !parsed {
+            // Parsed once here; async-graphql reuses the parsed document.
+            let doc = async_graphql::parser::parse_query(&request.query).map_err(|e| syntax_refusal(&e))?;
+            request.set_parsed_query(doc);
+        }
+        let variables = std::mem::take(&mut request.variables);
+        let checked = request
+            .parsed_query()
+            .and_then(|doc| check_document(doc, &self.0).and_then(|()| check_no_nul(doc, &variables)));
+        request.variables = variables;
+        checked?;
         next.run(ctx, request).await
     }
 
@@ -219,15 +231,20 @@ impl Extension for BoundDocumentsExtension {
     /// they are the caller's input, `BAD_USER_INPUT`. Every error of ours has its code already.
     async fn request(&self, ctx: &ExtensionContext<'_>, next: NextRequest<'_>) -> async_graphql::Response {
         let mut response = next.run(ctx).await;
-        for err in &mut response.errors {
-            let coded = err.extensions.as_ref().is_some_and(|e| e.get("code").is_some());
-            if !coded {
-                err.extensions
-                    .get_or_insert_with(Default::default)
-                    .set("code", "BAD_USER_INPUT");
-            }
-        }
+        code_uncoded(&mut response);
         response
+    }
+}
+
+/// async-graphql's own refusals (see [`BoundDocumentsExtension::request`]): `BAD_USER_INPUT`.
+pub fn code_uncoded(response: &mut async_graphql::Response) {
+    for err in &mut response.errors {
+        let coded = err.extensions.as_ref().is_some_and(|e| e.get("code").is_some());
+        if !coded {
+            err.extensions
+                .get_or_insert_with(Default::default)
+                .set("code", "BAD_USER_INPUT");
+        }
     }
 }
 

@@ -17,14 +17,144 @@ use crate::error::AppError;
 
 pub struct DbLoader {
     pool: DbPool,
+    /// What a page already loaded for its rows' fields (see [`Prefetched`]).
+    prefetched: std::sync::Mutex<Prefetched>,
 }
 
 impl DbLoader {
     pub fn new(pool: DbPool) -> DataLoader<DbLoader> {
         // A slightly longer gathering window than the default 1 ms, so that a page of 100
         // orders resolving its nested fields still lands in one batch per kind.
-        DataLoader::new(DbLoader { pool }, tokio::spawn).delay(std::time::Duration::from_millis(3))
+        DataLoader::new(
+            DbLoader {
+                pool,
+                prefetched: Default::default(),
+            },
+            tokio::spawn,
+        )
+        .delay(std::time::Duration::from_millis(3))
     }
+
+    fn prefetched(&self) -> std::sync::MutexGuard<'_, Prefetched> {
+        self.prefetched.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// The relations of a page of orders, loaded by the `orders` query right after the page (the
+/// page's ids in one statement per relation the document selects) instead of through a
+/// DataLoader's gathering window. Only a query fills it (never a mutation: nothing it holds can
+/// change under the request), and a field finds its rows here before it asks the loader.
+#[derive(Default)]
+pub struct Prefetched {
+    members: HashMap<i64, Member>,
+    stores: HashMap<i64, Store>,
+    /// By order id; an order of the page without rows has an empty list.
+    compensation: HashMap<i64, Vec<CompensationEvent>>,
+    tickets: HashMap<i64, Vec<ExceptionTicket>>,
+}
+
+/// What of an order page's relations a document selects (`edges { node { … } }`).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PageRelations {
+    pub member: bool,
+    pub store: bool,
+    pub compensation: bool,
+    pub tickets: bool,
+}
+
+impl PageRelations {
+    pub fn any(&self) -> bool {
+        self.member || self.store || self.compensation || self.tickets
+    }
+}
+
+/// The compensation events of orders, for lists: every column but the payload, of which only
+/// `orderNo` (all a `CompensationEvent` answers of it) is read.
+const ORDER_COMPENSATION_SQL: &str = include_str!("order_compensation.sql");
+
+async fn compensation_of(
+    conn: &mut diesel_async::AsyncPgConnection,
+    ids: &[i64],
+) -> Result<Vec<CompensationEvent>, LoadError> {
+    use diesel::sql_types::{Array, BigInt};
+    Ok(crate::db::sql::StaticQuery::new(ORDER_COMPENSATION_SQL)
+        .bind::<Array<BigInt>, _>(ids)
+        .load(conn)
+        .await?)
+}
+
+/// Loads the relations `rel` names of the orders `page` into the request's loader, one
+/// statement per relation, on the connection the page was read on.
+pub async fn prefetch_order_page(
+    ctx: &Context<'_>,
+    conn: &mut diesel_async::AsyncPgConnection,
+    page: &[Order],
+    rel: PageRelations,
+) -> Result<(), AppError> {
+    if page.is_empty() || !rel.any() {
+        return Ok(());
+    }
+    let ids: Vec<i64> = page.iter().map(|o| o.id).collect();
+    let mut got = Prefetched::default();
+    if rel.member {
+        let mut wanted: Vec<i64> = page.iter().map(|o| o.member_id).collect();
+        wanted.sort_unstable();
+        wanted.dedup();
+        let rows: Vec<Member> = members::table
+            .filter(members::id.eq_any(wanted))
+            .select(Member::as_select())
+            .load(conn)
+            .await?;
+        got.members = rows.into_iter().map(|r| (r.id, r)).collect();
+    }
+    if rel.store {
+        let mut wanted: Vec<i64> = page.iter().map(|o| o.store_id).collect();
+        wanted.sort_unstable();
+        wanted.dedup();
+        let rows: Vec<Store> = stores::table
+            .filter(stores::id.eq_any(wanted))
+            .select(Store::as_select())
+            .load(conn)
+            .await?;
+        got.stores = rows.into_iter().map(|r| (r.id, r)).collect();
+    }
+    if rel.compensation {
+        got.compensation = ids.iter().map(|id| (*id, vec![])).collect();
+        for r in compensation_of(conn, &ids).await.map_err(LoadError::into_app)? {
+            got.compensation.entry(r.order_id).or_default().push(r);
+        }
+    }
+    if rel.tickets {
+        got.tickets = ids.iter().map(|id| (*id, vec![])).collect();
+        let rows: Vec<ExceptionTicket> = exception_tickets::table
+            .filter(exception_tickets::order_id.eq_any(&ids))
+            .order(exception_tickets::id.asc())
+            .select(ExceptionTicket::as_select())
+            .load(conn)
+            .await?;
+        for r in rows {
+            if let Some(order_id) = r.order_id {
+                got.tickets.entry(order_id).or_default().push(r);
+            }
+        }
+    }
+    let mut held = loader(ctx).loader().prefetched();
+    held.members.extend(got.members);
+    held.stores.extend(got.stores);
+    held.compensation.extend(got.compensation);
+    held.tickets.extend(got.tickets);
+    Ok(())
+}
+
+/// The compensation events of order `id` if its page loaded them (taken: an order is resolved
+/// once per place in the response; another place asks the loader).
+pub fn prefetched_compensation(ctx: &Context<'_>, id: i64) -> Option<Vec<CompensationEvent>> {
+    loader(ctx).loader().prefetched().compensation.remove(&id)
+}
+
+/// The tickets of order `id` if its page loaded them (taken, as the compensation events).
+pub fn prefetched_tickets(ctx: &Context<'_>, id: i64) -> Option<Vec<ExceptionTicket>> {
+    loader(ctx).loader().prefetched().tickets.remove(&id)
 }
 
 /// A batch that could not be loaded, as the error it was (a busy pool stays UNAVAILABLE).
@@ -153,13 +283,23 @@ macro_rules! many_by {
         }
     };
 }
-many_by!(
-    OrderCompensation,
-    compensation_events,
-    order_id,
-    CompensationEvent,
-    |r| r.order_id
-);
+impl Loader<OrderCompensation> for DbLoader {
+    type Value = Vec<CompensationEvent>;
+    type Error = LoadError;
+    async fn load(
+        &self,
+        keys: &[OrderCompensation],
+    ) -> Result<HashMap<OrderCompensation, Vec<CompensationEvent>>, LoadError> {
+        let ids: Vec<i64> = keys.iter().map(|k| k.0).collect();
+        let mut conn = self.pool.get().await?;
+        let mut map: HashMap<OrderCompensation, Vec<CompensationEvent>> = HashMap::new();
+        for r in compensation_of(&mut conn, &ids).await? {
+            map.entry(OrderCompensation(r.order_id)).or_default().push(r);
+        }
+        Ok(map)
+    }
+}
+
 many_by!(
     EventAttempts,
     compensation_attempts,
@@ -253,6 +393,9 @@ impl Loader<MemberCredits> for DbLoader {
 }
 
 pub async fn load_store(ctx: &Context<'_>, id: i64) -> Result<StoreNode, AppError> {
+    if let Some(s) = loader(ctx).loader().prefetched().stores.get(&id) {
+        return Ok(StoreNode(s.clone()));
+    }
     loader(ctx)
         .load_one(StoreId(id))
         .await
@@ -262,6 +405,9 @@ pub async fn load_store(ctx: &Context<'_>, id: i64) -> Result<StoreNode, AppErro
 }
 
 pub async fn load_member(ctx: &Context<'_>, id: i64) -> Result<MemberNode, AppError> {
+    if let Some(m) = loader(ctx).loader().prefetched().members.get(&id) {
+        return Ok(MemberNode(m.clone()));
+    }
     loader(ctx)
         .load_one(MemberId(id))
         .await

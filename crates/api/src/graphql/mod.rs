@@ -121,18 +121,72 @@ pub fn is_sign_in_only(query: &str, operation_name: Option<&str>, limits: &limit
 }
 
 fn build_schema_with_depth(state: AppState, max_depth: usize) -> AppSchema {
+    let state_limits = document_limits(&state.config);
+    schema_builder(state, max_depth)
+        .extension(limits::BoundDocuments(state_limits))
+        .extension(TraceIds)
+        .finish()
+}
+
+fn schema_builder(
+    state: AppState,
+    max_depth: usize,
+) -> async_graphql::SchemaBuilder<query::Query, mutation::Mutation, subscription::Subscription> {
     let max_complexity = state.config.max_complexity;
-    let mut state_limits = limits::DocumentLimits::from_config(&state.config);
-    state_limits.introspection = Some(introspection_budget());
     Schema::build(query::Query, mutation::Mutation, subscription::Subscription)
         .data(state)
         .limit_depth(max_depth)
         .limit_complexity(max_complexity)
         .limit_recursive_depth(32)
         .limit_directives(20)
-        .extension(limits::BoundDocuments(state_limits))
-        .extension(TraceIds)
-        .finish()
+}
+
+/// The bounds every document is held to (the schema extension's, introspection's weight included).
+pub fn document_limits(config: &crate::config::Config) -> limits::DocumentLimits {
+    let mut l = limits::DocumentLimits::from_config(config);
+    l.introspection = Some(introspection_budget());
+    l
+}
+
+/// The schema of [`build_schema`] without its schema extensions, for the HTTP route's queries
+/// and mutations, which does their work itself, once a request: [`check_bounded`] before,
+/// [`finish_bounded`] after. An extension of any kind (even one that only wraps the whole
+/// execution) sends every field of a response through async-graphql's extension chain, which
+/// was a large part of the server's CPU on a page of 100 orders (~3,000 fields).
+pub fn build_http_schema(state: AppState) -> AppSchema {
+    let max_depth = state.config.max_depth;
+    schema_builder(state, max_depth).finish()
+}
+
+/// What the schema extension `limits::BoundDocuments` checks of a request before it runs, for a
+/// document already parsed (the HTTP route's, kept by hash).
+pub fn check_bounded(
+    text: &str,
+    doc: &async_graphql::parser::types::ExecutableDocument,
+    variables: &async_graphql::Variables,
+    limits: &limits::DocumentLimits,
+) -> async_graphql::ServerResult<()> {
+    limits::check_text(text, limits)?;
+    limits::check_document(doc, limits)?;
+    limits::check_no_nul(doc, variables)
+}
+
+/// What the schema extensions do to an answer of [`build_http_schema`]'s schema: every
+/// INTERNAL error of an execution gets the trace id (`TraceIds`), every error without a code
+/// is the caller's input (`BoundDocuments`). Answers whether the request was executed (got
+/// past parsing, validation and the choice of its operation), as [`ExecutionStarted`] tells
+/// on the other schema: an error of an execution has a path (a field's), a refusal before it
+/// none, and an execution that answered data did run. Not for subscriptions (an execution of
+/// one over HTTP answers a path-less error).
+pub fn finish_bounded(response: async_graphql::Response, trace: &str) -> (async_graphql::Response, bool) {
+    let started = response.data != async_graphql::Value::Null || response.errors.iter().any(|e| !e.path.is_empty());
+    let mut response = if started {
+        stamp_trace(response, trace)
+    } else {
+        response
+    };
+    limits::code_uncoded(&mut response);
+    (response, started)
 }
 
 /// Put in a request's data, set once it got past parsing, validation and the choice of its

@@ -9,7 +9,7 @@ use diesel::sql_types::Bool;
 use diesel_async::RunQueryDsl;
 
 use super::connection::{self, decode_cursor, page_size, Connection};
-use super::loaders::load_member;
+use super::loaders::{load_member, prefetch_order_page, PageRelations};
 use super::outbox::{CompensationKind, CompensationStatus};
 use super::types::*;
 use super::{conn, parse_id, viewer};
@@ -55,10 +55,19 @@ pub struct CompensationFilter {
 }
 
 /// One page of a connection: the total under the filter, then `first + 1` rows after the cursor,
-/// newest first (the extra row tells whether there is a next page).
+/// newest first (the extra row tells whether there is a next page). The total is counted only
+/// when the document selects `totalCount` (0 in its place otherwise, never read). `@rows` hands
+/// the rows and the total to an expression of the caller's instead of building the connection.
 macro_rules! page {
-    ($c:ident, $make:ident, $table:ident, $model:ident, $node:ident, $first:ident, $after:ident) => {{
-        let total: i64 = $make()?.count().get_result(&mut $c).await?;
+    ($ctx:ident, $c:ident, $make:ident, $table:ident, $model:ident, $node:ident, $first:ident, $after:ident) => {{
+        page!(@rows $ctx, $c, $make, $table, $model, $first, $after, |rows, total| Ok(connection::build(rows, $first, $after, total, |r| r.id, $node)))
+    }};
+    (@rows $ctx:ident, $c:ident, $make:ident, $table:ident, $model:ident, $first:ident, $after:ident, |$rows:ident, $total:ident| $then:expr) => {{
+        let $total: i64 = if $ctx.look_ahead().field("totalCount").exists() {
+            $make()?.count().get_result(&mut $c).await?
+        } else {
+            0
+        };
         let mut page = $make()?;
         if let Some(id) = $after {
             page = page.filter($table::id.lt(id));
@@ -69,7 +78,8 @@ macro_rules! page {
             .select(models::$model::as_select())
             .load(&mut $c)
             .await?;
-        Ok(connection::build(rows, $first, $after, total, |r| r.id, $node))
+        let $rows = rows;
+        $then
     }};
 }
 
@@ -190,7 +200,20 @@ impl Query {
             Ok(p)
         };
         let mut c = conn(ctx).await?;
-        page!(c, make, orders, Order, OrderNode, first, after)
+        let node = ctx.look_ahead().field("edges").field("node");
+        let rel = PageRelations {
+            member: node.field("member").exists(),
+            store: node.field("store").exists(),
+            compensation: node.field("compensation").exists(),
+            // Members read no tickets (the field answers an empty list without a load).
+            tickets: v.role != Role::Member && node.field("tickets").exists(),
+        };
+        page!(@rows ctx, c, make, orders, Order, first, after, |rows, total| {
+            // The page's relations now, one statement each, before its fields resolve.
+            let shown = &rows[..rows.len().min(first as usize)];
+            prefetch_order_page(ctx, &mut c, shown, rel).await?;
+            Ok(connection::build(rows, first, after, total, |r| r.id, OrderNode))
+        })
     }
 
     /// A member: members may read only themselves, store-limited staff only their stores'.
@@ -240,7 +263,7 @@ impl Query {
             Ok(p)
         };
         let mut c = conn(ctx).await?;
-        page!(c, make, memberships, Membership, MembershipNode, first, after)
+        page!(ctx, c, make, memberships, Membership, MembershipNode, first, after)
     }
 
     async fn exception_ticket(&self, ctx: &Context<'_>, id: ID) -> AppResult<Option<ExceptionTicketNode>> {
@@ -298,6 +321,7 @@ impl Query {
         };
         let mut c = conn(ctx).await?;
         page!(
+            ctx,
             c,
             make,
             exception_tickets,
@@ -347,6 +371,7 @@ impl Query {
         };
         let mut c = conn(ctx).await?;
         page!(
+            ctx,
             c,
             make,
             compensation_events,
@@ -374,6 +399,7 @@ impl Query {
         };
         let mut c = conn(ctx).await?;
         page!(
+            ctx,
             c,
             make,
             reconciliation_runs,

@@ -219,12 +219,21 @@ async fn run(
         return over_http::not_run(media, None, missing);
     }
 
+    // Queries and mutations run on the schema without extensions, bounded here instead (the
+    // document is parsed already); introspection and subscriptions on the one with them.
+    let lean = !introspection && kind != OperationType::Subscription;
+    let variables = async_graphql::Variables::from_json(serde_json::Value::Object(variables));
+    if lean {
+        let bounds = crate::graphql::document_limits(&s.app.config);
+        if let Err(e) = crate::graphql::check_bounded(&doc.text, &doc.parsed, &variables, &bounds) {
+            return over_http::not_run(media, None, vec![e]);
+        }
+    }
+    let trace_id = trace.as_str().to_string();
     let client_addr = peer.and_then(|p| super::client_addr::client_addr(p, headers, &s.app.config.trusted_proxies));
     let started = ExecutionStarted::default();
     let mut request = async_graphql::Request::new(doc.text.to_string())
-        .variables(async_graphql::Variables::from_json(serde_json::Value::Object(
-            variables,
-        )))
+        .variables(variables)
         .data(RequestContext {
             viewer,
             trace,
@@ -242,12 +251,14 @@ async fn run(
     }
     // Parsed once per document: a hash (or the same text) again reuses the tree.
     request.set_parsed_query(doc.parsed.clone());
-    let response = if introspection {
-        s.introspection.execute(request).await
+    let (response, started) = if introspection {
+        (s.introspection.execute(request).await, started.started())
+    } else if lean {
+        crate::graphql::finish_bounded(s.http_schema.execute(request).await, &trace_id)
     } else {
-        s.schema.execute(request).await
+        (s.schema.execute(request).await, started.started())
     };
-    if !started.started() && response.is_err() {
+    if !started && response.is_err() {
         return over_http::not_run(media, None, response.errors);
     }
     let mut resp = over_http::executed(media, &response);

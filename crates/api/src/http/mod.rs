@@ -33,6 +33,9 @@ use crate::graphql::{build_schema, AppSchema};
 pub struct HttpState {
     pub app: AppState,
     pub schema: AppSchema,
+    /// The same schema without schema extensions, for queries and mutations over HTTP
+    /// (`graphql::build_http_schema`).
+    pub http_schema: AppSchema,
     /// Introspection-only documents: the same schema with room for introspection's depth, and
     /// answers kept (the schema does not change while the process runs).
     pub introspection: crate::graphql::Introspection,
@@ -49,6 +52,7 @@ pub struct HttpState {
 pub fn router(app: AppState) -> Router {
     metrics::install();
     let schema = build_schema(app.clone());
+    let http_schema = crate::graphql::build_http_schema(app.clone());
     let introspection = crate::graphql::Introspection::new(crate::graphql::build_introspection_schema(app.clone()));
     let limit = app.config.max_body_bytes;
     let bounds = body::BodyBounds {
@@ -67,6 +71,7 @@ pub fn router(app: AppState) -> Router {
     let state = HttpState {
         app,
         schema,
+        http_schema,
         introspection,
         keys,
         documents,
@@ -118,6 +123,7 @@ pub fn ops_router(app: AppState) -> Router {
     let keys = app.keys.clone();
     let state = HttpState {
         app,
+        http_schema: schema.clone(),
         schema,
         introspection,
         keys,

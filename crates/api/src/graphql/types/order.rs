@@ -128,6 +128,9 @@ impl OrderNode {
             .collect())
     }
     async fn compensation(&self, ctx: &Context<'_>) -> AppResult<Vec<CompensationEventNode>> {
+        if let Some(rows) = prefetched_compensation(ctx, self.0.id) {
+            return Ok(rows.into_iter().map(CompensationEventNode).collect());
+        }
         Ok(loader(ctx)
             .load_one(OrderCompensation(self.0.id))
             .await
@@ -141,6 +144,9 @@ impl OrderNode {
         if request(ctx).viewer.as_ref().is_some_and(|v| v.role == Role::Member) {
             // Tickets are staff's working material, not the member's.
             return Ok(vec![]);
+        }
+        if let Some(rows) = prefetched_tickets(ctx, self.0.id) {
+            return Ok(rows.into_iter().map(ExceptionTicketNode).collect());
         }
         Ok(loader(ctx)
             .load_one(OrderTickets(self.0.id))

@@ -10,7 +10,6 @@
 
 pub mod alipay;
 pub mod api;
-pub mod certs;
 pub mod closing;
 pub mod crypto;
 pub mod devkeys;

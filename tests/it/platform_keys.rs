@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use chrono::{TimeDelta, Utc};
 use diesel_async::RunQueryDsl;
-use fitorder::payments::certs::{PlatformCert, VerifyError};
+use fitorder::payments::platform_keys::{PlatformCert, VerifyError};
 use fitorder::payments::platform_keys::{self, SharedKeyring};
 use rsa::pkcs8::DecodePublicKey;
 use rsa::RsaPublicKey;

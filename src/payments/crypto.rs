@@ -85,8 +85,7 @@ pub fn verify_bytes(key: &RsaPublicKey, message: &[u8], raw: &[u8]) -> bool {
             .verify(&ring::signature::RSA_PKCS1_2048_8192_SHA256, message, raw)
             .is_ok()
     } else {
-        Signature::try_from(raw)
-            .is_ok_and(|sig| VerifyingKey::<Sha256>::new(key.clone()).verify(message, &sig).is_ok())
+        Signature::try_from(raw).is_ok_and(|sig| VerifyingKey::<Sha256>::new(key.clone()).verify(message, &sig).is_ok())
     };
     if ok {
         VERIFIED.insert(seen);
@@ -334,8 +333,8 @@ pub(crate) mod test_samples {
     use std::path::PathBuf;
     use std::process::Command;
 
-    use rsa::pkcs8::DecodePublicKey;
     use super::parse_certificate;
+    use rsa::pkcs8::DecodePublicKey;
     use rsa::RsaPublicKey;
     use serde_json::Value;
 

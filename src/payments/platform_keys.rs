@@ -879,11 +879,17 @@ mod tests {
         first.await;
         // Done: refused at once until the interval has passed, then one more.
         let s = TimeDelta::seconds;
-        assert!(k.unknown_serial(t0 + s(UNKNOWN_REFRESH_MIN_INTERVAL_SECS - 1), never).is_none());
+        assert!(k
+            .unknown_serial(t0 + s(UNKNOWN_REFRESH_MIN_INTERVAL_SECS - 1), never)
+            .is_none());
         let again = k.unknown_serial(t0 + s(UNKNOWN_REFRESH_MIN_INTERVAL_SECS + 1), || async {}.boxed());
         again.expect("a refresh a while later").await;
         assert_eq!((k.unknown_serials_seen(), k.unknown_serial_refreshes()), (103, 2));
-        assert_eq!(k.unknown_serial_db_visits(), 0, "counted by whoever goes to the database");
+        assert_eq!(
+            k.unknown_serial_db_visits(),
+            0,
+            "counted by whoever goes to the database"
+        );
     }
 
     #[test]
@@ -1063,10 +1069,7 @@ mod tests {
                 s(case, "/headers/Wechatpay-Nonce"),
             );
             let sig = s(case, "/headers/Wechatpay-Signature");
-            assert_eq!(
-                answer_message(ts, nonce, &body),
-                s(case, "/verify_message").as_bytes()
-            );
+            assert_eq!(answer_message(ts, nonce, &body), s(case, "/verify_message").as_bytes());
             assert!(verify_wechat_signature(key, ts, nonce, &body, sig));
             for at in [0, body.len() / 2, body.len() - 1] {
                 assert!(
@@ -1169,11 +1172,7 @@ mod tests {
         let go_pub = pem_key("wechat/keys/wechatpay_go_pubkey_F5765756002FDD77.pem");
         let only_pub = Keyring::new().with_public_key(s(&go, "/serial_or_pubkey_id"), go_pub);
         let key = only_pub.key_for(s(&go, "/serial_or_pubkey_id")).unwrap();
-        assert!(crypto::verify(
-            key,
-            s(&go, "/message").as_bytes(),
-            s(&go, "/signature")
-        ));
+        assert!(crypto::verify(key, s(&go, "/message").as_bytes(), s(&go, "/signature")));
         assert!(only_pub.key_for("D7CE59D1F522D701").is_none());
 
         // A certificate kept under the serial the gunsluo SDK maps it to verifies its notifications.

@@ -207,10 +207,21 @@ async fn forged_serials_cost_one_refresh_and_no_pool_checkouts_and_a_rotated_one
     let (after, _) = pool_checkouts(&app.state.pool).await;
     let sampled = (app.sql_i64(evidence).await - evidence_before) as usize;
     assert!(keyring.unknown_serials_seen() >= 60);
-    assert_eq!(keyring.unknown_serial_refreshes() - refreshes, 1, "one refresh for 60 forgeries");
-    assert!(fetches(&app) - fetched <= 1, "{} certificate downloads", fetches(&app) - fetched);
+    assert_eq!(
+        keyring.unknown_serial_refreshes() - refreshes,
+        1,
+        "one refresh for 60 forgeries"
+    );
+    assert!(
+        fetches(&app) - fetched <= 1,
+        "{} certificate downloads",
+        fetches(&app) - fetched
+    );
     let refresh_visits = (keyring.unknown_serial_db_visits() - seen) as usize;
-    assert!(refresh_visits <= 2, "the refresh went to the database {refresh_visits} times");
+    assert!(
+        refresh_visits <= 2,
+        "the refresh went to the database {refresh_visits} times"
+    );
     let checkouts = after - before - reading;
     assert!(
         checkouts <= refresh_visits + sampled,

@@ -713,9 +713,14 @@ impl Inner {
                 let key = self.keys.wechat_platform_key.clone();
                 tokio::task::spawn_blocking(move || {
                     let serial = cert_serial(&key);
-                    crate::payments::platform_keys::self_signed_platform_cert(&key, &serial, "fitorder sandbox WeChat Pay platform", 1825)
-                        .map(|pem| (serial, pem))
-                        .map_err(|e| e.to_string())
+                    crate::payments::platform_keys::self_signed_platform_cert(
+                        &key,
+                        &serial,
+                        "fitorder sandbox WeChat Pay platform",
+                        1825,
+                    )
+                    .map(|pem| (serial, pem))
+                    .map_err(|e| e.to_string())
                 })
                 .await
                 .map_err(|e| e.to_string())?

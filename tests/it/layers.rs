@@ -36,7 +36,6 @@ const RANKS: &[(&str, u8, u8)] = &[
     ("payments::wechat", 3, 0),
     ("payments::alipay", 3, 0),
     ("payments::crypto", 3, 0),
-    ("payments::certs", 3, 0),
     ("payments::platform_keys", 3, 0),
     ("payments::seen", 3, 0),
     ("payments::sampling", 3, 0),

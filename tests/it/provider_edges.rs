@@ -136,6 +136,115 @@ async fn forged_notifications_naming_unknown_serials_cost_bounded_database_work(
     assert!(fetches <= 1, "{fetches} certificate downloads");
 }
 
+/// Every checkout `pool` has served so far, read from deadpool's object metrics: each
+/// connection was created by one checkout and recycled by each later one. Reading takes every
+/// connection once; the second number is how many checkouts that took (count them out of the
+/// next reading).
+async fn pool_checkouts(pool: &fitorder::db::DbPool) -> (usize, usize) {
+    let size = pool.status().size;
+    let mut held = Vec::with_capacity(size);
+    for _ in 0..size {
+        held.push(pool.get().await.unwrap());
+    }
+    let served: usize = held
+        .iter()
+        .map(|c| fitorder::db::DbConn::metrics(c).recycle_count + 1)
+        .sum();
+    (served - size, size)
+}
+
+/// A flood of forged notifications naming made-up serials, while WeChat Pay is switching to a
+/// platform certificate fitorder has not seen: the forgeries are refused from memory — one
+/// refresh in all (one fetch of `/v3/certificates`), no pool checkout beyond that refresh's and
+/// the sampled evidence rows — and the certificate WeChat really signs with is accepted.
+#[tokio::test]
+async fn forged_serials_cost_one_refresh_and_no_pool_checkouts_and_a_rotated_one_is_accepted() {
+    let app = TestApp::served().await;
+    app.sandbox.set_wechat_key_switch(true).await.unwrap();
+    let s = app.studio(0, None, 3).await;
+    let keyring = app.state.providers.wechat().unwrap().keys().platform.clone();
+    let fetches = |app: &TestApp| {
+        app.sandbox
+            .calls()
+            .iter()
+            .filter(|c| c.api == "/v3/certificates")
+            .count()
+    };
+    let (fetched, refreshes, seen) = (
+        fetches(&app),
+        keyring.unknown_serial_refreshes(),
+        keyring.unknown_serial_db_visits(),
+    );
+    let evidence = "SELECT count(*) AS v FROM payment_callbacks";
+    let evidence_before = app.sql_i64(evidence).await;
+    let (before, reading) = pool_checkouts(&app.state.pool).await;
+    let now = Utc::now().timestamp().to_string();
+    for i in 0..60 {
+        let serial = if i % 3 == 0 {
+            format!("PUB_KEY_ID_{}", fitorder::payments::crypto::nonce(34))
+        } else {
+            fitorder::payments::crypto::nonce(40)
+        };
+        let (status, _, body) = app
+            .post(
+                "/pay/wechat/notify",
+                &[
+                    ("content-type", "application/json"),
+                    ("wechatpay-timestamp", now.as_str()),
+                    ("wechatpay-nonce", "n0nce"),
+                    ("wechatpay-serial", serial.as_str()),
+                    ("wechatpay-signature", "Zm9yZ2Vk"),
+                ],
+                br#"{"id":"x","event_type":"TRANSACTION.SUCCESS","resource":{}}"#.to_vec(),
+            )
+            .await;
+        assert_eq!(status.as_u16(), 401, "{serial}: {body:?}");
+    }
+    // The one refresh may still be storing what it fetched: let it end before counting.
+    if let Some(refresh) = keyring.unknown_serial_refresh() {
+        tokio::time::timeout(Duration::from_secs(30), refresh).await.unwrap();
+    }
+    let (after, _) = pool_checkouts(&app.state.pool).await;
+    let sampled = (app.sql_i64(evidence).await - evidence_before) as usize;
+    assert!(keyring.unknown_serials_seen() >= 60);
+    assert_eq!(
+        keyring.unknown_serial_refreshes() - refreshes,
+        1,
+        "one refresh for 60 forgeries"
+    );
+    assert!(
+        fetches(&app) - fetched <= 1,
+        "{} certificate downloads",
+        fetches(&app) - fetched
+    );
+    let refresh_visits = (keyring.unknown_serial_db_visits() - seen) as usize;
+    assert!(
+        refresh_visits <= 2,
+        "the refresh went to the database {refresh_visits} times"
+    );
+    let checkouts = after - before - reading;
+    assert!(
+        checkouts <= refresh_visits + sampled,
+        "60 forged notifications took {checkouts} pool checkouts: the refresh's {refresh_visits} and \
+         {sampled} sampled evidence rows allowed"
+    );
+
+    // The platform certificate WeChat switched to (fetched by that refresh: WeChat lists a new
+    // certificate before it signs with it) verifies the notifications it signs at once.
+    let cert_serial = app.sandbox.wechat_switch_cert_serial().await.unwrap();
+    assert!(keyring.key_for(&cert_serial).is_some(), "{cert_serial} was fetched");
+    let fetched = fetches(&app);
+    for _ in 0..4 {
+        let r = place(&app, &s, "WECHAT_NATIVE").await;
+        assert!(r.get("errors").is_none(), "{r:#}");
+        let no = order_no(&r);
+        // Notifications alternate between the 微信支付公钥 and the new certificate.
+        app.sandbox.pay("WECHAT_PAY", &no).await.unwrap();
+        assert_eq!(app.order(&no).await["status"], "PAID");
+    }
+    assert_eq!(fetches(&app), fetched, "nothing more to fetch");
+}
+
 #[tokio::test]
 async fn app_trades_are_made_under_the_mobile_app_id_the_others_under_the_mini_programs() {
     let app = TestApp::new().await;

@@ -2,9 +2,6 @@
 //! other non-empty field, sorted by key, joined as `k=v` with `&`.
 
 use base64::Engine;
-use rsa::pkcs1v15::{Signature, VerifyingKey};
-use rsa::signature::Verifier;
-use sha2::Sha256;
 
 pub mod certs;
 pub mod client;
@@ -85,13 +82,11 @@ pub fn verify_with(
     let sig = base64::engine::general_purpose::STANDARD
         .decode(sig.trim())
         .map_err(|_| AlipayError::BadSignature)?;
-    let sig = Signature::try_from(sig.as_slice()).map_err(|_| AlipayError::BadSignature)?;
     let content = signed_content(fields);
-    if !candidates.iter().any(|key| {
-        VerifyingKey::<Sha256>::new(key.clone())
-            .verify(content.as_bytes(), &sig)
-            .is_ok()
-    }) {
+    if !candidates
+        .iter()
+        .any(|key| super::crypto::verify_bytes(key, content.as_bytes(), &sig))
+    {
         return Err(AlipayError::BadSignature);
     }
     if field(fields, "app_id") != Some(keys.app_id.as_str()) {
@@ -151,24 +146,6 @@ pub fn notice(fields: &[(String, String)]) -> Result<Notice, AlipayError> {
             what: status,
         }),
     }
-}
-
-/// Certificate mode: the Alipay public key from its public-key certificate, and the SNs
-/// requests carry (`app_cert_sn`, `alipay_root_cert_sn`) and answers must name.
-pub fn cert_mode(
-    app_cert: &str,
-    public_cert: &str,
-    root_cert: &str,
-) -> anyhow::Result<(rsa::RsaPublicKey, super::keys::AlipayCertSns)> {
-    use super::certs;
-    use anyhow::Context;
-    let sns = super::keys::AlipayCertSns {
-        app_cert_sn: certs::alipay_cert_sn(app_cert).context("ALIPAY_APP_CERT")?,
-        alipay_root_cert_sn: certs::alipay_root_cert_sn(root_cert).context("ALIPAY_ROOT_CERT")?,
-        alipay_cert_sn: certs::alipay_cert_sn(public_cert).context("ALIPAY_PUBLIC_CERT")?,
-    };
-    let key = certs::alipay_public_key_from_cert(public_cert).context("ALIPAY_PUBLIC_CERT")?;
-    Ok((key, sns))
 }
 
 #[cfg(test)]

@@ -4,7 +4,6 @@
 
 pub mod alipay;
 pub mod api;
-pub mod certs;
 pub mod crypto;
 pub mod keys;
 pub mod miniprogram;

@@ -1,9 +1,6 @@
 //! WeChat Pay API v3 notifications: RSA-SHA256 signatures over `timestamp\nnonce\nbody\n`,
 //! AEAD_AES_256_GCM resources.
 
-use aes_gcm::aead::{Aead, Payload};
-use aes_gcm::{Aes256Gcm, KeyInit, Nonce};
-use base64::Engine;
 use serde::Deserialize;
 
 pub mod client;
@@ -124,12 +121,9 @@ pub fn verify(keys: &WechatKeys, h: &Headers<'_>, body: &[u8], now: i64) -> Resu
         return Err(WechatError::StaleTimestamp);
     }
     // The key is the one the serial names: the 微信支付公钥 or a platform certificate.
-    let key = keys.platform.key_for(serial.trim()).ok_or(WechatError::BadSignature)?;
-    if crate::payments::crypto::verify(&key, &signing::answer_message(ts, nonce, body), sig) {
-        Ok(())
-    } else {
-        Err(WechatError::BadSignature)
-    }
+    keys.platform
+        .verify(serial, ts, nonce, body, sig)
+        .map_err(|_| WechatError::BadSignature)
 }
 
 pub fn parse_envelope(body: &[u8]) -> Result<Envelope, WechatError> {
@@ -141,22 +135,8 @@ pub fn decrypt(apiv3_key: &[u8; 32], r: &Resource) -> Result<String, WechatError
     if r.algorithm != "AEAD_AES_256_GCM" {
         return Err(WechatError::BadEnvelope(format!("unknown algorithm {}", r.algorithm)));
     }
-    let data = base64::engine::general_purpose::STANDARD
-        .decode(r.ciphertext.trim())
-        .map_err(|_| WechatError::Undecryptable)?;
-    let nonce: [u8; 12] = r.nonce.as_bytes().try_into().map_err(|_| WechatError::Undecryptable)?;
-    if data.len() < 16 {
-        return Err(WechatError::Undecryptable);
-    }
-    let cipher = Aes256Gcm::new_from_slice(apiv3_key).map_err(|_| WechatError::Undecryptable)?;
-    let plain = cipher
-        .decrypt(
-            &Nonce::from(nonce),
-            Payload {
-                msg: &data,
-                aad: r.associated_data.as_deref().unwrap_or("").as_bytes(),
-            },
-        )
+    let ad = r.associated_data.as_deref().unwrap_or("");
+    let plain = super::platform_keys::aead_decrypt(apiv3_key, r.nonce.as_bytes(), ad.as_bytes(), &r.ciphertext)
         .map_err(|_| WechatError::Undecryptable)?;
     String::from_utf8(plain).map_err(|_| WechatError::Undecryptable)
 }

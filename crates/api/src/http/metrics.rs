@@ -158,6 +158,7 @@ pub const FAMILIES: &[(&str, &str, &[&str])] = &[
     ("fitorder_trades_started_total", "counter", &["channel"]),
     ("fitorder_transitions_total", "counter", &["from", "to"]),
     ("fitorder_wechat_access_token_fetches_total", "counter", &[]),
+    ("fitorder_wechat_unknown_serials_total", "counter", &["outcome"]),
 ];
 /// How often a scrape may query the outbox backlog.
 pub const BACKLOG_EVERY: std::time::Duration = std::time::Duration::from_secs(15);

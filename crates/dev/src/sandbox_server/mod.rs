@@ -679,7 +679,7 @@ impl Inner {
                 tokio::task::spawn_blocking(move || {
                     let key = RsaPrivateKey::new(&mut rand_core::OsRng, 2048).map_err(|e| e.to_string())?;
                     let serial = cert_serial(&key);
-                    let pem = crate::payments::certs::self_signed_platform_cert(
+                    let pem = crate::payments::platform_keys::self_signed_platform_cert(
                         &key,
                         &serial,
                         "fitorder sandbox WeChat Pay platform (switch)",
@@ -713,7 +713,7 @@ impl Inner {
                 let key = self.keys.wechat_platform_key.clone();
                 tokio::task::spawn_blocking(move || {
                     let serial = cert_serial(&key);
-                    crate::payments::certs::self_signed_platform_cert(
+                    crate::payments::platform_keys::self_signed_platform_cert(
                         &key,
                         &serial,
                         "fitorder sandbox WeChat Pay platform",

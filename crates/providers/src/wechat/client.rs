@@ -14,11 +14,15 @@ use super::signing::{self, Merchant};
 use crate::domain::payment::{PayChannel, Provider};
 use crate::payments::crypto;
 use crate::payments::keys::WechatKeys;
+use crate::payments::platform_keys::VerifyError;
 use crate::payments::provider::*;
 
 /// Answers older or newer than this are refused, as the official SDKs do.
 const MAX_ANSWER_SKEW_SECONDS: i64 = 300;
 
+/// Cheap to clone (the HTTP client, the keys and the pool are shared handles): a refresh an
+/// unknown serial starts runs on a clone in a task of its own.
+#[derive(Clone)]
 pub struct WechatPay {
     http: reqwest::Client,
     keys: Arc<WechatKeys>,
@@ -142,7 +146,7 @@ impl WechatPay {
         let raw = self.send(method, path, body, trace).await?;
         let serial = raw.serial.as_deref().unwrap_or_default();
         if self.keys.platform.key_for(serial).is_none() && !serial.is_empty() {
-            self.unknown_serial(trace).await;
+            self.unknown_serial(self.timeout, trace).await;
         }
         if let Err(e) = self.verify_answer(
             raw.timestamp.as_deref(),
@@ -163,27 +167,27 @@ impl WechatPay {
     }
 
     /// A serial we do not know, in either mode (during WeChat's switch from platform
-    /// certificates to the 微信支付公钥, or back, both sign): fetch the certificates at once, at
-    /// most once a minute across all instances; the others reload what the winner stored, at
-    /// most every few seconds. Decided in memory first: a flood of made-up serials costs no
-    /// database work beyond those gates.
-    pub async fn unknown_serial(&self, trace: &str) {
-        use crate::payments::platform_keys::UnknownSerialStep;
-        match self.keys.platform.unknown_serial_step(chrono::Utc::now()) {
-            UnknownSerialStep::Nothing => {}
-            UnknownSerialStep::Reload => {
-                let Some(pool) = &self.pool else { return };
-                if let Ok(mut conn) = pool.get().await {
-                    if let Err(e) = self.keys.platform.reload(&mut conn).await {
-                        tracing::warn!(error = %format!("{e:#}"), "reloading the WeChat Pay platform certificates failed");
-                    }
-                }
-            }
-            UnknownSerialStep::Fetch => {
-                if let Err(e) = self.refresh_certificates(true, trace).await {
+    /// certificates to the 微信支付公钥, or back, both sign). Decided in memory, no database work
+    /// here: the refresh in flight is waited for (at most `wait`), or one is started when none
+    /// was in the last [`UNKNOWN_REFRESH_MIN_INTERVAL_SECS`] — in a task of its own, on a clone,
+    /// so it runs to its end whoever waits — or nothing happens. The refresh fetches the
+    /// certificates when it wins the claim (once a minute across all instances), else reloads
+    /// what the winner stored. Afterwards the caller looks the serial up again in memory.
+    ///
+    /// [`UNKNOWN_REFRESH_MIN_INTERVAL_SECS`]: crate::payments::platform_keys::UNKNOWN_REFRESH_MIN_INTERVAL_SECS
+    pub async fn unknown_serial(&self, wait: Duration, trace: &str) {
+        let refresh = self.keys.platform.unknown_serial(chrono::Utc::now(), || {
+            let me = self.clone();
+            let trace = trace.to_string();
+            async move {
+                if let Err(e) = me.refresh_certificates(true, &trace).await {
                     tracing::warn!(error = %e, "refreshing the WeChat Pay platform certificates failed");
                 }
             }
+            .boxed()
+        });
+        if let Some(refresh) = refresh {
+            let _ = tokio::time::timeout(wait, refresh).await;
         }
     }
 
@@ -196,6 +200,12 @@ impl WechatPay {
             return Ok(0);
         };
         let db = |e: &dyn std::fmt::Display| ProviderError::Unreachable(format!("database: {e}"));
+        let visit = || {
+            if forced {
+                self.keys.platform.count_unknown_serial_db_visit();
+            }
+        };
+        visit();
         let mut conn = pool.get().await.map_err(|e| db(&e))?;
         if forced
             && !self
@@ -214,7 +224,7 @@ impl WechatPay {
         if raw.status != 200 {
             return Err(ProviderError::Refused(format!("/v3/certificates: HTTP {}", raw.status)));
         }
-        let fetched = crate::payments::certs::decrypt_certificates(&self.keys.apiv3_key, &raw.body)
+        let fetched = crate::payments::platform_keys::decrypt_certificates(&self.keys.apiv3_key, &raw.body)
             .map_err(|e| ProviderError::Unsigned(format!("/v3/certificates: {e}")))?;
         let mut ring = self.keys.platform.snapshot();
         for c in &fetched {
@@ -229,6 +239,7 @@ impl WechatPay {
         };
         ring.verify(serial, ts, nonce, &raw.body, sig)
             .map_err(|e| ProviderError::Unsigned(format!("/v3/certificates: {e}")))?;
+        visit();
         let mut conn = pool.get().await.map_err(|e| db(&e))?;
         let n = self
             .keys
@@ -253,11 +264,10 @@ impl WechatPay {
                 "the answer carries no Wechatpay-Signature".into(),
             ));
         };
-        let key = self
-            .keys
-            .platform
-            .key_for(serial)
-            .ok_or_else(|| ProviderError::Unsigned(format!("unknown Wechatpay-Serial {serial}")))?;
+        let unknown = |serial: &str| ProviderError::Unsigned(format!("unknown Wechatpay-Serial {serial}"));
+        if self.keys.platform.key_for(serial).is_none() {
+            return Err(unknown(serial));
+        }
         let at: i64 = ts
             .trim()
             .parse()
@@ -267,10 +277,13 @@ impl WechatPay {
                 "Wechatpay-Timestamp more than 5 minutes off".into(),
             ));
         }
-        if !crypto::verify(&key, &signing::answer_message(ts, nonce, body), sig) {
-            return Err(ProviderError::Unsigned("Wechatpay-Signature does not verify".into()));
-        }
-        Ok(())
+        self.keys
+            .platform
+            .verify(serial, ts, nonce, body, sig)
+            .map_err(|e| match e {
+                VerifyError::UnknownSerial(serial) => unknown(&serial),
+                VerifyError::BadSignature => ProviderError::Unsigned("Wechatpay-Signature does not verify".into()),
+            })
     }
 
     async fn prepay(&self, t: &TradeRequest<'_>) -> Result<Instruction, ProviderError> {
@@ -597,9 +610,12 @@ impl WechatPay {
             "Wechatpay-Timestamp": evidence_header(h.timestamp), "Wechatpay-Nonce": evidence_header(h.nonce),
             "Wechatpay-Serial": evidence_header(h.serial), "Wechatpay-Signature": evidence_header(h.signature),
         });
+        // An unknown serial costs no database work here (see `unknown_serial`): a forged one is
+        // refused from memory, a new certificate of WeChat's is fetched by the one refresh.
         if let Some(serial) = h.serial {
             if self.keys.platform.key_for(serial.trim()).is_none() {
-                self.unknown_serial(trace).await;
+                self.unknown_serial(crate::payments::platform_keys::UNKNOWN_SERIAL_WAIT, trace)
+                    .await;
             }
         }
         let now = chrono::Utc::now().timestamp();

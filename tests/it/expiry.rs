@@ -458,7 +458,10 @@ async fn expiry_and_cancel_write_the_same_history_and_releases() {
         let (actor, reason) = if i == 0 {
             ("member:", "")
         } else {
-            ("system:expiry", "AND t.reason = 'TIMEOUT' AND o.cancel_reason = 'TIMEOUT'")
+            (
+                "system:expiry",
+                "AND t.reason = 'TIMEOUT' AND o.cancel_reason = 'TIMEOUT'",
+            )
         };
         // Born WAIT_PAY with its audit row, then one cancel, nothing else.
         assert_eq!(

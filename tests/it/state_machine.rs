@@ -278,7 +278,9 @@ fn status_changes_audit_rows_and_releases_are_written_only_by_the_transition() {
     // The writer writes all of them (so this test would see it if it moved).
     for what in ["orders.status", "order_transitions", "seat release", "wallet unfreeze"] {
         assert!(
-            found.iter().any(|(f, w)| f.ends_with("orders/transition.sql") && *w == what),
+            found
+                .iter()
+                .any(|(f, w)| f.ends_with("orders/transition.sql") && *w == what),
             "orders/transition.sql no longer writes {what}: {found:#?}"
         );
     }
@@ -290,21 +292,54 @@ fn status_changes_audit_rows_and_releases_are_written_only_by_the_transition() {
         pay_status_sets[0]
     );
     // Each writer is run by one module.
-    let runners = |f: &str| includes.iter().filter(|(i, _)| i == f).map(|(_, r)| r.clone()).collect::<Vec<_>>();
+    let runners = |f: &str| {
+        includes
+            .iter()
+            .filter(|(i, _)| i == f)
+            .map(|(_, r)| r.clone())
+            .collect::<Vec<_>>()
+    };
     let t = runners("transition.sql");
-    assert!(t.len() == 1 && t[0].ends_with("orders/mod.rs"), "transition.sql is run by: {t:?}");
+    assert!(
+        t.len() == 1 && t[0].ends_with("orders/mod.rs"),
+        "transition.sql is run by: {t:?}"
+    );
     let p = runners("pay.sql");
-    assert!(p.len() == 1 && p[0].ends_with("orders/lifecycle.rs"), "pay.sql is run by: {p:?}");
+    assert!(
+        p.len() == 1 && p[0].ends_with("orders/lifecycle.rs"),
+        "pay.sql is run by: {p:?}"
+    );
 
     // The scanner itself: it sees the forms it claims to see.
     let probe = |s: &str| sql_writes(&unqualify_sql(&collapse(&s.to_lowercase()))).to_vec();
-    assert_eq!(probe("UPDATE orders o\n SET updated_at = now(), status = 'X' WHERE id = 1"), ["orders.status"]);
-    assert_eq!(probe("UPDATE orders SET sessions_used = 1 WHERE status = 'PAID'"), Vec::<&str>::new());
-    assert_eq!(probe("INSERT INTO orders (member_id, status) VALUES (1, 'PAID')"), ["orders.status"]);
-    assert_eq!(probe("insert into order_transitions (order_id) values (1)"), ["order_transitions"]);
-    assert_eq!(probe("UPDATE coach_slots s SET remaining = s.remaining + 1"), ["seat release"]);
-    assert_eq!(probe("SELECT 1 FROM wallet_ledger WHERE kind = 'UNFREEZE'"), Vec::<&str>::new());
-    assert_eq!(probe("INSERT INTO wallet_ledger (kind) SELECT 'UNFREEZE'"), ["wallet unfreeze"]);
+    assert_eq!(
+        probe("UPDATE orders o\n SET updated_at = now(), status = 'X' WHERE id = 1"),
+        ["orders.status"]
+    );
+    assert_eq!(
+        probe("UPDATE orders SET sessions_used = 1 WHERE status = 'PAID'"),
+        Vec::<&str>::new()
+    );
+    assert_eq!(
+        probe("INSERT INTO orders (member_id, status) VALUES (1, 'PAID')"),
+        ["orders.status"]
+    );
+    assert_eq!(
+        probe("insert into order_transitions (order_id) values (1)"),
+        ["order_transitions"]
+    );
+    assert_eq!(
+        probe("UPDATE coach_slots s SET remaining = s.remaining + 1"),
+        ["seat release"]
+    );
+    assert_eq!(
+        probe("SELECT 1 FROM wallet_ledger WHERE kind = 'UNFREEZE'"),
+        Vec::<&str>::new()
+    );
+    assert_eq!(
+        probe("INSERT INTO wallet_ledger (kind) SELECT 'UNFREEZE'"),
+        ["wallet unfreeze"]
+    );
     let rs = |s: &str| diesel_writes(s);
     assert_eq!(
         rs("diesel::update(orders::table.find(id)).set((orders::status.eq(OrderStatus::Paid), x)).execute(c).await"),
@@ -322,7 +357,10 @@ fn status_changes_audit_rows_and_releases_are_written_only_by_the_transition() {
         rs("diesel::update(coach_slots::table.find(s)).set(coach_slots::remaining.eq(coach_slots::remaining + 1))"),
         ["seat release"]
     );
-    assert_eq!(rs("WalletMove { kind: WalletMoveKind::Unfreeze, .. }"), ["wallet unfreeze"]);
+    assert_eq!(
+        rs("WalletMove { kind: WalletMoveKind::Unfreeze, .. }"),
+        ["wallet unfreeze"]
+    );
 }
 
 /// The text without its comments (`--` or `//` to the end of the line; in SQL `/* */` blocks
@@ -413,7 +451,10 @@ fn has_word(s: &str, word: &str) -> bool {
 fn sql_writes(sql: &str) -> Vec<&'static str> {
     let mut out = vec![];
     for set in update_set_clauses(sql, "orders") {
-        if set.split(',').any(|a| a.trim_start().starts_with("status =") || a.trim_start().starts_with("status=")) {
+        if set
+            .split(',')
+            .any(|a| a.trim_start().starts_with("status =") || a.trim_start().starts_with("status="))
+        {
             out.push("orders.status");
         }
     }
@@ -425,7 +466,11 @@ fn sql_writes(sql: &str) -> Vec<&'static str> {
             }
         }
     }
-    for w in ["insert into order_transitions", "update order_transitions", "delete from order_transitions"] {
+    for w in [
+        "insert into order_transitions",
+        "update order_transitions",
+        "delete from order_transitions",
+    ] {
         if sql.contains(w) {
             out.push("order_transitions");
         }
@@ -445,7 +490,11 @@ fn sql_writes(sql: &str) -> Vec<&'static str> {
 
 /// The writes diesel calls in a Rust text make.
 fn diesel_writes(code: &str) -> Vec<&'static str> {
-    let tight: String = code.chars().filter(|c| !c.is_whitespace()).collect::<String>().to_lowercase();
+    let tight: String = code
+        .chars()
+        .filter(|c| !c.is_whitespace())
+        .collect::<String>()
+        .to_lowercase();
     // `order_transitions as ot` aliases.
     let mut audit_tables = vec!["order_transitions::table".to_string()];
     for (at, _) in tight.match_indices("order_transitionsas") {
@@ -465,10 +514,15 @@ fn diesel_writes(code: &str) -> Vec<&'static str> {
                 .min()
                 .unwrap_or(chain.len())];
             let target = &chain[..chain.find([')', '.']).unwrap_or(chain.len())];
-            if (target == "orders::table" || target.ends_with("::orders::table")) && chain.contains("orders::status.eq(") {
+            if (target == "orders::table" || target.ends_with("::orders::table"))
+                && chain.contains("orders::status.eq(")
+            {
                 out.push("orders.status");
             }
-            if audit_tables.iter().any(|t| target == t || target.ends_with(&format!("::{t}"))) {
+            if audit_tables
+                .iter()
+                .any(|t| target == t || target.ends_with(&format!("::{t}")))
+            {
                 out.push("order_transitions");
             }
         }

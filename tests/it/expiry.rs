@@ -423,3 +423,87 @@ async fn three_hundred_due_orders_three_instances_a_slow_provider_each_trade_ask
     eprintln!("300 due orders settled in {took:?}");
     assert!(took < Duration::from_secs(60), "took {took:?}");
 }
+
+/// Expiry cancels through the one writer of status changes: an expired order's history, seat
+/// release and unfreeze are those of a member's cancel (same statement), born with the same
+/// audit row as every order, written once per order even in one batch of several.
+#[tokio::test]
+async fn expiry_and_cancel_write_the_same_history_and_releases() {
+    let app = short(1_300).await;
+    let s = app.studio(10_000, Some(3), 3).await;
+    let mut nos = vec![];
+    for _ in 0..3 {
+        let placed = app
+            .place(
+                &s.member,
+                json!({"idempotencyKey": key(), "storeId": s.store, "item": {"classPackId": s.pack},
+                       "paymentMethod": "MIXED", "walletAmountCents": 1_000}),
+            )
+            .await;
+        nos.push(placed["order"]["orderNo"].as_str().unwrap().to_string());
+    }
+    assert_eq!(app.sql_i64("SELECT stock::bigint AS v FROM class_packs").await, 0);
+    app.ok(
+        &app.member_token(&s.member),
+        "mutation($no: String!) { cancelOrder(orderNo: $no) { status } }",
+        json!({"no": nos[0]}),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(1_400)).await;
+    assert_eq!(expire(&app).await, 2, "both left expire in one batch");
+    assert_eq!(app.sql_i64("SELECT stock::bigint AS v FROM class_packs").await, 3);
+    let o = app.order(&nos[0]).await;
+    assert_eq!(o["member"]["wallet"], json!({"balanceCents": 10000, "frozenCents": 0}));
+    for (i, no) in nos.iter().enumerate() {
+        let (actor, reason) = if i == 0 {
+            ("member:", "")
+        } else {
+            (
+                "system:expiry",
+                "AND t.reason = 'TIMEOUT' AND o.cancel_reason = 'TIMEOUT'",
+            )
+        };
+        // Born WAIT_PAY with its audit row, then one cancel, nothing else.
+        assert_eq!(
+            app.sql_i64(&format!(
+                "SELECT count(*) AS v FROM order_transitions t JOIN orders o ON o.id = t.order_id
+                  WHERE o.order_no = '{no}'"
+            ))
+            .await,
+            2,
+            "{no}"
+        );
+        assert_eq!(
+            app.sql_i64(&format!(
+                "SELECT count(*) AS v FROM order_transitions t JOIN orders o ON o.id = t.order_id
+                  WHERE o.order_no = '{no}' AND t.from_status IS NULL AND t.to_status = 'WAIT_PAY'
+                    AND t.reason = 'order placed' AND t.actor LIKE 'member:%'"
+            ))
+            .await,
+            1,
+            "{no}: the birth"
+        );
+        assert_eq!(
+            app.sql_i64(&format!(
+                "SELECT count(*) AS v FROM order_transitions t JOIN orders o ON o.id = t.order_id
+                  WHERE o.order_no = '{no}' AND t.from_status = 'WAIT_PAY' AND t.to_status = 'CANCELED'
+                    AND t.actor LIKE '{actor}%' {reason}"
+            ))
+            .await,
+            1,
+            "{no}: the cancel"
+        );
+        // One unfreeze of its frozen part, by whoever canceled it.
+        assert_eq!(
+            app.sql_i64(&format!(
+                "SELECT count(*) AS v FROM wallet_ledger l JOIN orders o ON o.id = l.order_id
+                  WHERE o.order_no = '{no}' AND l.kind = 'UNFREEZE' AND l.balance_delta = 1000
+                    AND l.frozen_delta = -1000 AND l.actor LIKE '{actor}%'"
+            ))
+            .await,
+            1,
+            "{no}: the unfreeze"
+        );
+    }
+    assert_eq!(expire(&app).await, 0, "nothing twice");
+}

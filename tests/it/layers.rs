@@ -1065,11 +1065,6 @@ const TABLES: &[(&str, &[(&str, &str)])] = &[
 /// Writes that break [`TABLES`] but are being fixed on another branch: (module prefix, table).
 /// An entry nothing matches any more fails the test.
 const PENDING_WRITES: &[(&str, &str)] = &[
-    ("expiry", "orders"),
-    ("expiry", "order_transitions"),
-    ("expiry", "wallet_ledger"),
-    ("expiry", "class_packs"),
-    ("expiry", "coach_slots"),
     ("reconciliation", "exception_tickets"),
 ];
 

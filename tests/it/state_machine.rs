@@ -202,3 +202,337 @@ async fn domain_table_and_trigger_agree_on_every_pair() {
         }
     }
 }
+
+/// One writer of status changes: the structural half. Every `.sql` and `.rs` file of the crate
+/// (`src/**`, and `crates/*/src/**` once the workspace exists) is read, comments left out, for
+/// writes of `orders.status` (SQL `UPDATE orders … SET status =`, `INSERT INTO orders (… status
+/// …)`, diesel `update(orders::table)…status.eq(` / `insert_into(orders::table)…status.eq(`), of
+/// the audit table `order_transitions`, of a released seat or stock unit (`remaining =
+/// remaining +`, `stock = stock +`, their diesel forms) and of an unfrozen wallet (`'UNFREEZE'`,
+/// `WalletMoveKind::Unfreeze`). They may appear only in `orders/transition.sql`, which only
+/// `orders/mod.rs` runs; the one exception is WAIT_PAY -> PAID in `orders/pay.sql` (its status
+/// and audit row, nothing else), which only `orders/lifecycle.rs` runs.
+#[test]
+fn status_changes_audit_rows_and_releases_are_written_only_by_the_transition() {
+    use std::path::{Path, PathBuf};
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+        let Ok(entries) = std::fs::read_dir(dir) else { return };
+        for e in entries {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                walk(&p, out);
+            } else if p.extension().is_some_and(|x| x == "rs" || x == "sql") {
+                out.push(p);
+            }
+        }
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = vec![];
+    walk(&root.join("src"), &mut files);
+    if let Ok(crates) = std::fs::read_dir(root.join("crates")) {
+        for c in crates {
+            walk(&c.unwrap().path().join("src"), &mut files);
+        }
+    }
+    assert!(files.len() > 50, "sources found: {}", files.len());
+
+    let mut found: Vec<(String, &str)> = vec![];
+    let mut includes: Vec<(String, String)> = vec![];
+    let mut pay_status_sets = vec![];
+    for path in &files {
+        let rel = path.strip_prefix(root).unwrap().to_string_lossy().replace('\\', "/");
+        let text = std::fs::read_to_string(path).unwrap();
+        let is_sql = rel.ends_with(".sql");
+        let code = strip_comments(&text, if is_sql { "--" } else { "//" });
+        let mut hits = vec![];
+        // SQL, in .sql files and in strings of .rs files.
+        let sql = unqualify_sql(&collapse(&code.to_lowercase()));
+        hits.extend(sql_writes(&sql));
+        if !is_sql {
+            hits.extend(diesel_writes(&code));
+        }
+        if rel.ends_with("orders/pay.sql") {
+            pay_status_sets = update_set_clauses(&sql, "orders");
+        }
+        for w in hits {
+            found.push((rel.clone(), w));
+        }
+        let tight: String = code.chars().filter(|c| !c.is_whitespace()).collect();
+        for f in ["transition.sql", "pay.sql"] {
+            if tight.contains(&format!("include_str!(\"{f}\")")) || tight.contains(&format!("/{f}\")")) {
+                includes.push((f.to_string(), rel.clone()));
+            }
+        }
+    }
+
+    let allowed = |file: &str, what: &str| {
+        file.ends_with("orders/transition.sql")
+            || (file.ends_with("orders/pay.sql") && matches!(what, "orders.status" | "order_transitions"))
+    };
+    let stray: Vec<_> = found.iter().filter(|(f, w)| !allowed(f, w)).collect();
+    assert!(
+        stray.is_empty(),
+        "status changes, audit rows, seat releases and wallet unfreezes are written by \
+         orders/transition.sql only (WAIT_PAY -> PAID: orders/pay.sql); found elsewhere: {stray:#?}"
+    );
+    // The writer writes all of them (so this test would see it if it moved).
+    for what in ["orders.status", "order_transitions", "seat release", "wallet unfreeze"] {
+        assert!(
+            found
+                .iter()
+                .any(|(f, w)| f.ends_with("orders/transition.sql") && *w == what),
+            "orders/transition.sql no longer writes {what}: {found:#?}"
+        );
+    }
+    // The exception is WAIT_PAY -> PAID and nothing else.
+    assert_eq!(pay_status_sets.len(), 1, "orders/pay.sql updates orders once");
+    assert!(
+        pay_status_sets[0].contains("status = 'paid'") && pay_status_sets[0].matches("status =").count() == 1,
+        "orders/pay.sql sets the status to PAID only: {}",
+        pay_status_sets[0]
+    );
+    // Each writer is run by one module.
+    let runners = |f: &str| {
+        includes
+            .iter()
+            .filter(|(i, _)| i == f)
+            .map(|(_, r)| r.clone())
+            .collect::<Vec<_>>()
+    };
+    let t = runners("transition.sql");
+    assert!(
+        t.len() == 1 && t[0].ends_with("orders/mod.rs"),
+        "transition.sql is run by: {t:?}"
+    );
+    let p = runners("pay.sql");
+    assert!(
+        p.len() == 1 && p[0].ends_with("orders/lifecycle.rs"),
+        "pay.sql is run by: {p:?}"
+    );
+
+    // The scanner itself: it sees the forms it claims to see.
+    let probe = |s: &str| sql_writes(&unqualify_sql(&collapse(&s.to_lowercase()))).to_vec();
+    assert_eq!(
+        probe("UPDATE orders o\n SET updated_at = now(), status = 'X' WHERE id = 1"),
+        ["orders.status"]
+    );
+    assert_eq!(
+        probe("UPDATE orders SET sessions_used = 1 WHERE status = 'PAID'"),
+        Vec::<&str>::new()
+    );
+    assert_eq!(
+        probe("INSERT INTO orders (member_id, status) VALUES (1, 'PAID')"),
+        ["orders.status"]
+    );
+    assert_eq!(
+        probe("insert into order_transitions (order_id) values (1)"),
+        ["order_transitions"]
+    );
+    assert_eq!(
+        probe("UPDATE coach_slots s SET remaining = s.remaining + 1"),
+        ["seat release"]
+    );
+    assert_eq!(
+        probe("SELECT 1 FROM wallet_ledger WHERE kind = 'UNFREEZE'"),
+        Vec::<&str>::new()
+    );
+    assert_eq!(
+        probe("INSERT INTO wallet_ledger (kind) SELECT 'UNFREEZE'"),
+        ["wallet unfreeze"]
+    );
+    let rs = |s: &str| diesel_writes(s);
+    assert_eq!(
+        rs("diesel::update(orders::table.find(id)).set((orders::status.eq(OrderStatus::Paid), x)).execute(c).await"),
+        ["orders.status"]
+    );
+    assert_eq!(
+        rs("diesel::update(orders::table.find(id)).set(orders::sessions_used.eq(1)).execute(c).await"),
+        Vec::<&str>::new()
+    );
+    assert_eq!(
+        rs("use crate::db::schema::order_transitions as ot;\n diesel::insert_into(ot::table).values(x).execute(c).await"),
+        ["order_transitions"]
+    );
+    assert_eq!(
+        rs("diesel::update(coach_slots::table.find(s)).set(coach_slots::remaining.eq(coach_slots::remaining + 1))"),
+        ["seat release"]
+    );
+    assert_eq!(
+        rs("WalletMove { kind: WalletMoveKind::Unfreeze, .. }"),
+        ["wallet unfreeze"]
+    );
+}
+
+/// The text without its comments (`--` or `//` to the end of the line; in SQL `/* */` blocks
+/// too: in Rust, `/*` is more often part of a string, a glob, than a comment).
+fn strip_comments(text: &str, line: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while !rest.is_empty() {
+        let next_line = rest.find(line);
+        let next_block = if line == "--" { rest.find("/*") } else { None };
+        match (next_line, next_block) {
+            (Some(l), b) if b.is_none_or(|b| l < b) => {
+                out.push_str(&rest[..l]);
+                rest = rest[l..].find('\n').map_or("", |e| &rest[l + e..]);
+            }
+            (_, Some(b)) => {
+                out.push_str(&rest[..b]);
+                rest = rest[b..].find("*/").map_or("", |e| &rest[b + e + 2..]);
+            }
+            _ => {
+                out.push_str(rest);
+                rest = "";
+            }
+        }
+    }
+    out
+}
+
+/// Every run of whitespace as one space.
+fn collapse(s: &str) -> String {
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// `alias.column` as `column`.
+fn unqualify_sql(s: &str) -> String {
+    let b = s.as_bytes();
+    let ident = |c: u8| c.is_ascii_alphanumeric() || c == b'_';
+    let mut out = String::with_capacity(s.len());
+    let mut i = 0;
+    while i < b.len() {
+        if ident(b[i]) && (i == 0 || !ident(b[i - 1])) {
+            let mut j = i;
+            while j < b.len() && ident(b[j]) {
+                j += 1;
+            }
+            if j + 1 < b.len() && b[j] == b'.' && ident(b[j + 1]) && !b[i].is_ascii_digit() {
+                i = j + 1;
+                continue;
+            }
+            out.push_str(&s[i..j]);
+            i = j;
+        } else {
+            out.push(b[i] as char);
+            i += 1;
+        }
+    }
+    out
+}
+
+/// The SET clauses of `UPDATE <table> [alias] SET …` (up to WHERE, FROM, RETURNING or the end).
+fn update_set_clauses(sql: &str, table: &str) -> Vec<String> {
+    let head = format!("update {table} ");
+    let mut out = vec![];
+    for (at, _) in sql.match_indices(&head) {
+        let stmt = &sql[at + head.len()..];
+        let stmt = &stmt[..stmt.find(';').unwrap_or(stmt.len())];
+        let Some(set) = stmt.find("set ") else { continue };
+        let clause = &stmt[set + 4..];
+        let end = [" where ", " from ", " returning "]
+            .iter()
+            .filter_map(|k| clause.find(k))
+            .min()
+            .unwrap_or(clause.len());
+        out.push(clause[..end].to_string());
+    }
+    out
+}
+
+/// Whether `word` occurs in `s` as a whole identifier.
+fn has_word(s: &str, word: &str) -> bool {
+    let ident = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    s.match_indices(word).any(|(i, _)| {
+        !s[..i].chars().next_back().is_some_and(ident) && !s[i + word.len()..].chars().next().is_some_and(ident)
+    })
+}
+
+/// The writes a lowercased, collapsed, unqualified SQL text makes.
+fn sql_writes(sql: &str) -> Vec<&'static str> {
+    let mut out = vec![];
+    for set in update_set_clauses(sql, "orders") {
+        if set
+            .split(',')
+            .any(|a| a.trim_start().starts_with("status =") || a.trim_start().starts_with("status="))
+        {
+            out.push("orders.status");
+        }
+    }
+    for head in ["insert into orders (", "insert into orders("] {
+        for (at, _) in sql.match_indices(head) {
+            let cols = &sql[at + head.len()..];
+            if has_word(&cols[..cols.find(')').unwrap_or(cols.len())], "status") {
+                out.push("orders.status");
+            }
+        }
+    }
+    for w in [
+        "insert into order_transitions",
+        "update order_transitions",
+        "delete from order_transitions",
+    ] {
+        if sql.contains(w) {
+            out.push("order_transitions");
+        }
+    }
+    for col in ["remaining", "stock"] {
+        for sp in ["", " "] {
+            if sql.contains(&format!("{col}{sp}={sp}{col}{sp}+")) {
+                out.push("seat release");
+            }
+        }
+    }
+    if sql.contains("insert into wallet_ledger") && sql.contains("'unfreeze'") {
+        out.push("wallet unfreeze");
+    }
+    out
+}
+
+/// The writes diesel calls in a Rust text make.
+fn diesel_writes(code: &str) -> Vec<&'static str> {
+    let tight: String = code
+        .chars()
+        .filter(|c| !c.is_whitespace())
+        .collect::<String>()
+        .to_lowercase();
+    // `order_transitions as ot` aliases.
+    let mut audit_tables = vec!["order_transitions::table".to_string()];
+    for (at, _) in tight.match_indices("order_transitionsas") {
+        let alias: String = tight[at + "order_transitionsas".len()..]
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect();
+        audit_tables.push(format!("{alias}::table"));
+    }
+    let mut out = vec![];
+    for call in ["update(", "insert_into(", "delete("] {
+        for (at, _) in tight.match_indices(call) {
+            let chain = &tight[at + call.len()..];
+            let chain = &chain[..[chain.find(".await"), chain.find(';')]
+                .into_iter()
+                .flatten()
+                .min()
+                .unwrap_or(chain.len())];
+            let target = &chain[..chain.find([')', '.']).unwrap_or(chain.len())];
+            if (target == "orders::table" || target.ends_with("::orders::table"))
+                && chain.contains("orders::status.eq(")
+            {
+                out.push("orders.status");
+            }
+            if audit_tables
+                .iter()
+                .any(|t| target == t || target.ends_with(&format!("::{t}")))
+            {
+                out.push("order_transitions");
+            }
+        }
+    }
+    let unq = tight.replace("coach_slots::", "").replace("class_packs::", "");
+    if unq.contains("remaining.eq(remaining+") || unq.contains("stock.eq(stock+") {
+        out.push("seat release");
+    }
+    if tight.contains("walletmovekind::unfreeze") {
+        out.push("wallet unfreeze");
+    }
+    out
+}

@@ -1,25 +1,25 @@
 //! Expiry: unpaid online orders (and OFFLINE orders a member placed) are canceled on time,
 //! exactly once, with their seat or stock released and frozen wallet money unfrozen in the same
-//! statement.
+//! statement: the one writer of status changes, `orders::transition_all`, in its batch form.
 //!
 //! Two triggers, one effect. The precise one sleeps until the earliest `expires_at` of the
 //! partial index (woken when an order is placed, on any instance); the fallback is the
 //! scheduler's `order:expire` scan. Both call [`expire_due`]: before canceling, the provider is
 //! asked whether the order was paid after all (a late or lost callback) and the payment is
-//! applied instead; otherwise the trade is closed and the orders are canceled in one set-based
-//! statement that skips rows another instance holds — zero rows means someone else did it.
+//! applied instead; otherwise the trade is closed and the orders are canceled set-based, rows
+//! another instance holds skipped — zero rows means someone else did it.
 
 use std::time::Duration;
 
 use chrono::Utc;
 use diesel::prelude::*;
 use diesel::sql_types::{Array, BigInt, Text};
-use diesel_async::{AsyncPgConnection, RunQueryDsl};
+use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
 
 use crate::app::AppState;
 use crate::db::schema::{expiry_claims, orders};
 use crate::db::sql::StaticQuery;
-use crate::domain::{order_status, ActorKind, OrderStatus, Provider};
+use crate::domain::{Actor, Ctx, OrderStatus, Provider};
 use crate::error::AppResult;
 use crate::payments;
 use crate::payments::api::{ProviderApi, TradeState};
@@ -30,33 +30,59 @@ use crate::trace::TraceId;
 pub const BATCH: i64 = 1000;
 
 #[derive(QueryableByName)]
-struct Count {
+struct Locked {
     #[diesel(sql_type = BigInt)]
-    n: i64,
+    id: i64,
 }
 
 /// Cancels due WAIT_PAY orders (all due ones, or only `ids`), releasing what they hold. Rows
-/// locked by another instance are skipped, never waited for.
+/// locked by another instance are skipped, never waited for. Two statements in one transaction:
+/// the due rows locked (`expiry/lock_due.sql`), then canceled together by the one writer of
+/// status changes (`orders::transition_all`, `orders/transition.sql`), which writes their audit
+/// rows, releases their seats or stock units, unfreezes their wallet money and announces them.
 pub async fn cancel_expired(
     conn: &mut AsyncPgConnection,
     ids: Option<&[i64]>,
     limit: i64,
     trace: &TraceId,
 ) -> AppResult<i64> {
-    // The state machine's verdict for the whole batch: the system may cancel a waiting order.
-    order_status::check(OrderStatus::WaitPay, OrderStatus::Canceled, ActorKind::System)?;
-    let r: Count = StaticQuery::new(include_str!("expiry/cancel_expired.sql"))
-        .bind::<diesel::sql_types::Nullable<Array<BigInt>>, _>(ids) // $1
-        .bind::<BigInt, _>(limit) // $2
-        .bind::<Text, _>(trace.as_str()) // $3
-        .get_result(conn)
+    let ctx = Ctx {
+        actor: Actor::system("expiry"),
+        trace: trace.clone(),
+    };
+    let n = conn
+        .transaction(async |conn| -> AppResult<i64> {
+            let locked: Vec<Locked> = StaticQuery::new(include_str!("expiry/lock_due.sql"))
+                .bind::<diesel::sql_types::Nullable<Array<BigInt>>, _>(ids) // $1
+                .bind::<BigInt, _>(limit) // $2
+                .load(conn)
+                .await?;
+            let locked: Vec<i64> = locked.into_iter().map(|r| r.id).collect();
+            let canceled = crate::orders::transition_all(
+                conn,
+                &locked,
+                OrderStatus::WaitPay,
+                OrderStatus::Canceled,
+                &ctx,
+                TIMEOUT,
+                crate::orders::Changes {
+                    cancel_reason: Some(TIMEOUT),
+                    ..Default::default()
+                },
+            )
+            .await?;
+            Ok(canceled.len() as i64)
+        })
         .await?;
-    if r.n > 0 {
-        metrics::counter!("fitorder_orders_expired_total").increment(r.n as u64);
-        tracing::info!(canceled = r.n, "expired orders canceled");
+    if n > 0 {
+        metrics::counter!("fitorder_orders_expired_total").increment(n as u64);
+        tracing::info!(canceled = n, "expired orders canceled");
     }
-    Ok(r.n)
+    Ok(n)
 }
+
+/// The reason (and cancel reason) of an order canceled at its deadline.
+const TIMEOUT: &str = "TIMEOUT";
 
 /// Due orders claimed per round: small, so that several instances share a long list.
 const CLAIM_BATCH: i64 = 50;

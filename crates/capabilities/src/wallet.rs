@@ -37,29 +37,35 @@ pub async fn wallet_move(conn: &mut AsyncPgConnection, m: WalletMove<'_>, ctx: &
         ))
         .execute(conn)
         .await
-        // The ledger trigger applies the movement to the member's balances, whose CHECKs
-        // refuse going negative; the unique index makes a top-up reference count once.
-        .on_violation(|v| match v {
-            Violation::Check("wallet_balance_not_negative") => {
-                Some(AppError::InsufficientFunds("wallet balance is too low".into()))
-            }
-            Violation::Check("wallet_frozen_not_negative") => {
-                Some(AppError::Conflict("frozen wallet money was already released".into()))
-            }
-            Violation::Unique("wallet_ledger_top_up_reference") => {
-                Some(AppError::Conflict("top-up reference already used".into()))
-            }
-            Violation::Check("wallet_balance_fits_int") => Some(AppError::bad(format!(
-                "the wallet would hold more than ¥{}",
-                crate::domain::money::format_yuan(i64::from(i32::MAX))
-            ))),
-            Violation::Check("wallet_top_up_in_range") => Some(AppError::bad(format!(
-                "a top-up is at most ¥{}",
-                crate::domain::money::format_yuan(MAX_TOP_UP_CENTS)
-            ))),
-            _ => None,
-        })?;
+        .on_violation(ledger_violation)?;
     Ok(())
+}
+
+/// What a refused ledger row means to the client. The ledger trigger applies a movement to the
+/// member's balances, whose CHECKs refuse going negative; the unique index makes a top-up
+/// reference count once. Used by every statement writing ledger rows (`orders/transition.sql`
+/// too).
+pub fn ledger_violation(v: Violation<'_>) -> Option<AppError> {
+    match v {
+        Violation::Check("wallet_balance_not_negative") => {
+            Some(AppError::InsufficientFunds("wallet balance is too low".into()))
+        }
+        Violation::Check("wallet_frozen_not_negative") => {
+            Some(AppError::Conflict("frozen wallet money was already released".into()))
+        }
+        Violation::Unique("wallet_ledger_top_up_reference") => {
+            Some(AppError::Conflict("top-up reference already used".into()))
+        }
+        Violation::Check("wallet_balance_fits_int") => Some(AppError::bad(format!(
+            "the wallet would hold more than ¥{}",
+            crate::domain::money::format_yuan(i64::from(i32::MAX))
+        ))),
+        Violation::Check("wallet_top_up_in_range") => Some(AppError::bad(format!(
+            "a top-up is at most ¥{}",
+            crate::domain::money::format_yuan(MAX_TOP_UP_CENTS)
+        ))),
+        _ => None,
+    }
 }
 
 /// The most one top-up adds: ¥50,000 (the database's `wallet_top_up_in_range` holds the same).

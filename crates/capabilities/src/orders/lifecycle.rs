@@ -5,7 +5,7 @@ use chrono::Utc;
 use diesel::prelude::*;
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
 
-use super::{lock_order, release_item, transition, Changes, Ctx};
+use super::{lock_order, transition, Changes, Ctx};
 use crate::auth::{Role, Viewer};
 use crate::config::Config;
 use crate::db::models::{Membership, Order};
@@ -209,7 +209,9 @@ pub async fn cancel_order(
     .await
 }
 
-/// Cancels an order the caller has locked (used by cancelOrder and by expiry).
+/// Cancels an order the caller has locked: `transition.sql` puts its seat or stock unit back on
+/// sale and unfreezes its frozen wallet money (expiry cancels its batches through
+/// [`super::transition_all`], the same statement).
 pub async fn cancel_locked(
     conn: &mut AsyncPgConnection,
     order: &Order,
@@ -228,23 +230,6 @@ pub async fn cancel_locked(
         },
     )
     .await?;
-    release_item(conn, order).await?;
-    if order.payment_method == PaymentMethod::Mixed && order.wallet_amount_cents > 0 {
-        let w = order.wallet_amount_cents;
-        wallet_move(
-            conn,
-            WalletMove {
-                member_id: order.member_id,
-                kind: WalletMoveKind::Unfreeze,
-                balance_delta: w,
-                frozen_delta: -w,
-                order_id: Some(order.id),
-                reference: None,
-            },
-            ctx,
-        )
-        .await?;
-    }
     Ok(canceled)
 }
 
@@ -308,6 +293,7 @@ pub async fn refund_order(
             reason,
             Changes {
                 refund_amount_cents: Some(amount),
+                wallet_refund_cents: wallet_back,
                 ..Default::default()
             },
         )
@@ -329,21 +315,6 @@ pub async fn refund_order(
                 Violation::Unique("refunds_one_per_order") => Some(AppError::Conflict("order already refunded".into())),
                 _ => None,
             })?;
-        if wallet_back > 0 {
-            wallet_move(
-                conn,
-                WalletMove {
-                    member_id: order.member_id,
-                    kind: WalletMoveKind::Refund,
-                    balance_delta: wallet_back,
-                    frozen_delta: 0,
-                    order_id: Some(order.id),
-                    reference: None,
-                },
-                ctx,
-            )
-            .await?;
-        }
         if online_back > 0 {
             let provider = order.online_provider.unwrap_or(Provider::WechatPay);
             let refund = Effect::ProviderRefund(RefundPayload {
@@ -366,7 +337,6 @@ pub async fn refund_order(
                 .execute(conn)
                 .await?;
         }
-        release_item(conn, &order).await?;
         outbox::enqueue(
             conn,
             refunded.id,

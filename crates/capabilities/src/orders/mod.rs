@@ -1,6 +1,10 @@
 //! Orders: placing, paying, canceling, refunding and checking in. Every status change goes
-//! through [`transition`], which asks the state machine, updates conditionally on the expected
-//! status and writes the audit row in the same statement.
+//! through [`transition`] (or [`transition_all`], its batch form), which asks the state machine
+//! and runs `transition.sql`: the conditional UPDATE, its audit row, the release of what the
+//! order held (seat or stock unit, frozen wallet money) and its NOTIFY in one statement. The
+//! order's first audit row (its birth) is written by the same statement ([`record_birth`]).
+//! The one exception is WAIT_PAY -> PAID, which [`apply_payment`] writes with the payment in one
+//! statement (`pay.sql`, the fast payment path) after the same state machine check.
 
 mod check_in;
 mod lifecycle;
@@ -11,7 +15,7 @@ pub use lifecycle::{apply_payment, cancel_order, confirm_offline_payment, refund
 pub use place::{check_place_rate, place_order, PlaceOrder, PlacedItem};
 
 use diesel::prelude::*;
-use diesel::sql_types::{BigInt, Integer, Nullable, Text};
+use diesel::sql_types::{Array, BigInt, Integer, Nullable, Text};
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 
 use crate::auth::{Role, Viewer};
@@ -19,7 +23,7 @@ use crate::db::models::Order;
 use crate::db::schema::orders;
 use crate::db::sql::StaticQuery;
 use crate::domain::{order_status, Ctx, OrderStatus};
-use crate::error::{AppError, AppResult};
+use crate::error::{AppError, AppResult, OnViolation};
 
 /// What a transition sets besides the status.
 #[derive(Debug, Default)]
@@ -28,11 +32,15 @@ pub struct Changes<'a> {
     pub cancel_reason: Option<&'a str>,
     pub refund_amount_cents: Option<i64>,
     pub sessions_delta: i32,
+    /// Wallet money given back with a refund (REFUNDED only).
+    pub wallet_refund_cents: i64,
 }
 
 /// Moves `order` (locked by the caller) to `to`. The state machine decides first; the UPDATE is
 /// conditional on the status the caller saw, and the database trigger checks the pair once more.
-/// The audit row is written by the same statement, so a change without its audit cannot exist.
+/// The audit row, the release of what the order held (seat or stock unit, frozen wallet money)
+/// and the announcement are written by the same statement (`transition.sql`), so a change
+/// without them cannot exist.
 pub async fn transition(
     conn: &mut AsyncPgConnection,
     order: &Order,
@@ -43,21 +51,8 @@ pub async fn transition(
 ) -> AppResult<Order> {
     let from = order.status;
     order_status::check(from, to, ctx.actor.kind)?;
-    let moved: Option<Order> = StaticQuery::new(include_str!("transition.sql"))
-        .bind::<BigInt, _>(order.id) // $1
-        .bind::<Text, _>(to) // $2
-        .bind::<Text, _>(from) // $3
-        .bind::<Text, _>(ctx.actor.to_string()) // $4
-        .bind::<Text, _>(reason) // $5
-        .bind::<Nullable<Text>, _>(changes.provider_txn_id) // $6
-        .bind::<Nullable<Text>, _>(changes.cancel_reason) // $7
-        .bind::<Nullable<BigInt>, _>(changes.refund_amount_cents) // $8
-        .bind::<Integer, _>(changes.sessions_delta) // $9
-        .bind::<Text, _>(ctx.trace.as_str()) // $10
-        .get_result(conn)
-        .await
-        .optional()?;
-    match moved {
+    let moved = write_transition(conn, &[order.id], Some(from), to, ctx, reason, &changes).await?;
+    match moved.into_iter().next() {
         Some(o) => {
             metrics::counter!("fitorder_transitions_total", "from" => from.as_str(), "to" => to.as_str()).increment(1);
             Ok(o)
@@ -68,6 +63,79 @@ pub async fn transition(
             Err(AppError::illegal(now.status, to))
         }
     }
+}
+
+/// The same change of many orders the caller has locked (expiry's batch): one state machine
+/// check, one statement. Orders no longer in `from` are left alone; returns those moved.
+pub async fn transition_all(
+    conn: &mut AsyncPgConnection,
+    ids: &[i64],
+    from: OrderStatus,
+    to: OrderStatus,
+    ctx: &Ctx,
+    reason: &str,
+    changes: Changes<'_>,
+) -> AppResult<Vec<Order>> {
+    order_status::check(from, to, ctx.actor.kind)?;
+    if changes.wallet_refund_cents != 0 {
+        return Err(AppError::internal("a wallet refund is one order's"));
+    }
+    if ids.is_empty() {
+        return Ok(vec![]);
+    }
+    let moved = write_transition(conn, ids, Some(from), to, ctx, reason, &changes).await?;
+    if !moved.is_empty() {
+        metrics::counter!("fitorder_transitions_total", "from" => from.as_str(), "to" => to.as_str())
+            .increment(moved.len() as u64);
+    }
+    Ok(moved)
+}
+
+/// The audit row of an order's birth (NONE -> WAIT_PAY), written by the same statement as every
+/// transition's, so the history starts at placement.
+pub(crate) async fn record_birth(conn: &mut AsyncPgConnection, order: &Order, ctx: &Ctx) -> AppResult<Order> {
+    let born = write_transition(
+        conn,
+        &[order.id],
+        None,
+        OrderStatus::WaitPay,
+        ctx,
+        "order placed",
+        &Changes::default(),
+    )
+    .await?;
+    born.into_iter()
+        .next()
+        .ok_or_else(|| AppError::internal(format!("order {} was not born WAIT_PAY", order.order_no)))
+}
+
+/// Runs `transition.sql`: the only code that writes an order's status (but `pay.sql`), its audit
+/// rows, and what a change releases.
+async fn write_transition(
+    conn: &mut AsyncPgConnection,
+    ids: &[i64],
+    from: Option<OrderStatus>,
+    to: OrderStatus,
+    ctx: &Ctx,
+    reason: &str,
+    changes: &Changes<'_>,
+) -> AppResult<Vec<Order>> {
+    StaticQuery::new(include_str!("transition.sql"))
+        .bind::<Array<BigInt>, _>(ids) // $1
+        .bind::<Text, _>(to) // $2
+        .bind::<Nullable<Text>, _>(from) // $3
+        .bind::<Text, _>(ctx.actor.to_string()) // $4
+        .bind::<Text, _>(reason) // $5
+        .bind::<Nullable<Text>, _>(changes.provider_txn_id) // $6
+        .bind::<Nullable<Text>, _>(changes.cancel_reason) // $7
+        .bind::<Nullable<BigInt>, _>(changes.refund_amount_cents) // $8
+        .bind::<Integer, _>(changes.sessions_delta) // $9
+        .bind::<Text, _>(ctx.trace.as_str()) // $10
+        .bind::<BigInt, _>(changes.wallet_refund_cents) // $11
+        .load(conn)
+        .await
+        // The ledger rows it writes are applied to the member's balances by the ledger trigger.
+        .on_violation(crate::wallet::ledger_violation)
 }
 
 pub async fn load_order_by_id(conn: &mut AsyncPgConnection, id: i64) -> AppResult<Order> {
@@ -111,41 +179,4 @@ pub fn viewer_sees_order(viewer: &Viewer, order: &Order) -> bool {
         Role::Member => viewer.member_id == Some(order.member_id),
         _ => viewer.sees_store(order.store_id),
     }
-}
-
-/// Puts a held seat or stock unit back on sale (cancel, expiry, refund).
-pub async fn release_item(conn: &mut AsyncPgConnection, order: &Order) -> AppResult<()> {
-    use crate::db::schema::{class_packs, coach_slots};
-    if let Some(slot) = order.coach_slot_id {
-        diesel::update(coach_slots::table.find(slot))
-            .set(coach_slots::remaining.eq(coach_slots::remaining + 1))
-            .execute(conn)
-            .await?;
-    }
-    if let Some(pack) = order.class_pack_id {
-        diesel::update(class_packs::table.find(pack).filter(class_packs::stock.is_not_null()))
-            .set(class_packs::stock.eq(class_packs::stock + 1))
-            .execute(conn)
-            .await?;
-    }
-    Ok(())
-}
-
-/// The audit row of an order's birth (NONE -> WAIT_PAY), so the history starts at placement.
-pub async fn transition_audit_birth(conn: &mut AsyncPgConnection, order: &Order, ctx: &Ctx) -> AppResult<()> {
-    use crate::db::schema::order_transitions as ot;
-    let id: i64 = diesel::insert_into(ot::table)
-        .values((
-            ot::order_id.eq(order.id),
-            ot::from_status.eq(None::<OrderStatus>),
-            ot::to_status.eq(OrderStatus::WaitPay),
-            ot::actor.eq(ctx.actor.to_string()),
-            ot::reason.eq("order placed"),
-            ot::trace_id.eq(ctx.trace.as_str()),
-        ))
-        .returning(ot::id)
-        .get_result(conn)
-        .await?;
-    crate::events::notify_sql(&format!("order:{id}")).execute(conn).await?;
-    Ok(())
 }

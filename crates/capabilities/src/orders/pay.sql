@@ -1,4 +1,6 @@
--- WAIT_PAY -> PAID in one statement: the status change with its audit row, the payment, the
+-- The one status change not written by `transition.sql` (the fast payment path, kept one
+-- statement for speed; `tests/it/state_machine.rs` checks it stays the only one and writes
+-- nothing but PAID): WAIT_PAY -> PAID in one statement: the status change with its audit row, the payment, the
 -- grant events, their announcements on commit, and, for a payment a provider's callback
 -- brought, that callback's outcome (APPLIED, with what it was about). The caller has locked
 -- the order and checked the transition with the state machine; the UPDATE matches only a

@@ -6,7 +6,7 @@ use diesel::prelude::*;
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
 use sha2::{Digest, Sha256};
 
-use super::{lifecycle, transition_audit_birth, Ctx, PaymentApplied};
+use super::{lifecycle, record_birth, Ctx, PaymentApplied};
 use crate::auth::{Role, Viewer};
 use crate::config::Config;
 use crate::db::models::{ClassPack, CoachSlot, Member, MembershipPlan, Order};
@@ -161,7 +161,8 @@ pub async fn place_order(
                     orders::member_id.eq(member_id),
                     orders::store_id.eq(req.store_id),
                     orders::kind.eq(priced.kind),
-                    orders::status.eq(OrderStatus::WaitPay),
+                    // The status is the column's default, WAIT_PAY (the trigger allows no other
+                    // birth): only `transition.sql` (and `pay.sql`) write it.
                     orders::item_name.eq(&priced.name),
                     orders::membership_plan_id.eq(plan),
                     orders::class_pack_id.eq(pack),
@@ -183,10 +184,10 @@ pub async fn place_order(
                 .await
                 .optional()?;
             // A concurrent request with the same key won; we answer with its order below.
-            let Some(order) = inserted else {
+            let Some(inserted) = inserted else {
                 return Ok(None);
             };
-            transition_audit_birth(conn, &order, ctx).await?;
+            let order = record_birth(conn, &inserted, ctx).await?;
             reserve_item(conn, &order).await?;
             if order.expires_at.is_some() {
                 // Wakes the expiry timers of every instance for the new deadline.

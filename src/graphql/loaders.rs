@@ -158,7 +158,8 @@ many_by!(
     compensation_events,
     order_id,
     CompensationEvent,
-    |r| r.order_id
+    // Loaded by order: every row has it.
+    |r| r.order_id.unwrap_or_default()
 );
 many_by!(
     EventAttempts,

@@ -355,7 +355,7 @@ pub async fn refund_order(
                 provider_txn_id: order.provider_txn_id.clone(),
                 reason: reason.to_string(),
             });
-            outbox::enqueue(conn, refunded.id, &[refund], &ctx.trace, config.max_attempts).await?;
+            outbox::enqueue(conn, Some(refunded.id), &[refund], &ctx.trace, config.max_attempts).await?;
         }
         if membership.is_some() {
             diesel::update(memberships::table.filter(memberships::order_id.eq(order.id)))
@@ -369,7 +369,7 @@ pub async fn refund_order(
         release_item(conn, &order).await?;
         outbox::enqueue(
             conn,
-            refunded.id,
+            Some(refunded.id),
             &outbox::revokes(&refunded),
             &ctx.trace,
             config.max_attempts,

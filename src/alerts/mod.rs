@@ -334,12 +334,7 @@ use diesel::OptionalExtension;
 /// One attempt of an alert delivery (an outbox event of kind `ALERT_DELIVERY` with trace id
 /// `trace_id`): the message to its channel as configured here. `Err` says what went wrong,
 /// never the URL (it holds the token).
-pub async fn deliver(
-    http: &reqwest::Client,
-    config: &Config,
-    p: &AlertPayload,
-    trace_id: &str,
-) -> Result<(), String> {
+pub async fn deliver(http: &reqwest::Client, config: &Config, p: &AlertPayload, trace_id: &str) -> Result<(), String> {
     let Some(channel) = config.alert_channels.iter().find(|c| c.id == p.channel) else {
         return Err("channel not configured on this instance".to_string());
     };

@@ -147,7 +147,10 @@ pub async fn replay_dead_alerts(
         .select(ce::id)
         .into_boxed();
     if let Some(id) = alert_id {
-        q = q.filter(diesel::dsl::sql::<diesel::sql_types::Bool>("payload->>'alertId' = ").bind::<diesel::sql_types::Text, _>(id.to_string()));
+        q = q.filter(
+            diesel::dsl::sql::<diesel::sql_types::Bool>("payload->>'alertId' = ")
+                .bind::<diesel::sql_types::Text, _>(id.to_string()),
+        );
     }
     let ids: Vec<i64> = q.order(ce::id).limit(REPLAY_BATCH).load(conn).await?;
     let mut n = 0;

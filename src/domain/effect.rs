@@ -381,7 +381,10 @@ mod tests {
         // As the migration writes the rows it moves from `alert_deliveries`.
         let migrated = json!({"alertId": "42", "channel": "wecom-0123456789", "cause": "TASK_STUCK",
             "title": "t", "lines": ["a"], "orderNo": null, "raisedAt": "2023-11-14T22:13:20.000000Z"});
-        assert_eq!(Effect::decode("ALERT_DELIVERY", &migrated), Ok(Effect::AlertDelivery(p)));
+        assert_eq!(
+            Effect::decode("ALERT_DELIVERY", &migrated),
+            Ok(Effect::AlertDelivery(p))
+        );
     }
 
     #[test]

@@ -328,8 +328,11 @@ impl Query {
                 .into_boxed();
             if let Some(stores) = store_scope(v) {
                 p = p.filter(
-                    compensation_events::order_id
-                        .eq_any(orders::table.filter(orders::store_id.eq_any(stores)).select(orders::id.nullable())),
+                    compensation_events::order_id.eq_any(
+                        orders::table
+                            .filter(orders::store_id.eq_any(stores))
+                            .select(orders::id.nullable()),
+                    ),
                 );
             }
             if let Some(st) = &f.status {
@@ -342,8 +345,11 @@ impl Query {
             }
             if let Some(no) = &f.order_no {
                 p = p.filter(
-                    compensation_events::order_id
-                        .eq_any(orders::table.filter(orders::order_no.eq(no.clone())).select(orders::id.nullable())),
+                    compensation_events::order_id.eq_any(
+                        orders::table
+                            .filter(orders::order_no.eq(no.clone()))
+                            .select(orders::id.nullable()),
+                    ),
                 );
             }
             Ok(p)

@@ -408,7 +408,9 @@ async fn a_failed_reconciliation_and_one_with_differences_alert_once_with_counts
     .unwrap();
     assert_eq!(run.status, fitorder::domain::ReconciliationStatus::Failed);
     let mut conn = app.conn().await;
-    let id = fitorder::alerts::reconciliation_run(&mut conn, &app.state.config, run.id).await.unwrap();
+    let id = fitorder::alerts::reconciliation_run(&mut conn, &app.state.config, run.id)
+        .await
+        .unwrap();
     assert!(id.is_some());
     assert!(
         fitorder::alerts::reconciliation_run(&mut conn, &app.state.config, run.id)
@@ -663,7 +665,12 @@ async fn two_workers_never_deliver_one_alert_twice() {
     assert_eq!(got.len(), 12, "{got:?}");
     let mut titles: Vec<String> = got
         .iter()
-        .map(|r| r["body"]["markdown"]["content"].as_str().unwrap_or_default().to_string())
+        .map(|r| {
+            r["body"]["markdown"]["content"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string()
+        })
         .collect();
     titles.sort();
     titles.dedup();

@@ -177,7 +177,11 @@ async fn alerts(config: Config, rest: &[String]) -> Result<()> {
         let pool = fitorder::db::pool(&url, 1)?;
         let mut conn = pool.get().await?;
         if rest.iter().any(|a| a == "--replay-dead") {
-            let n = fitorder::alerts::replay_dead(&mut conn, None, config.alert_max_attempts)
+            let ctx = fitorder::domain::Ctx {
+                actor: fitorder::domain::Actor::system("alerts --replay-dead"),
+                trace: fitorder::trace::TraceId::new(),
+            };
+            let n = fitorder::compensation::replay_dead_alerts(&mut conn, None, &ctx, config.alert_max_attempts)
                 .await
                 .map_err(|e| anyhow::anyhow!("{}", e.message()))?;
             println!("{n} DEAD deliveries sent again");
@@ -231,7 +235,7 @@ async fn reconcile(config: Config, rest: &[String]) -> Result<()> {
         eprintln!("{} in {:.1}s", run.status, started.elapsed().as_secs_f64());
         // A failed run or one with differences is told to the chat groups (the workers send it).
         if let Ok(mut conn) = state.pool.get().await {
-            let _ = fitorder::alerts::reconciliation_run(&mut conn, run.id).await;
+            let _ = fitorder::alerts::reconciliation_run(&mut conn, &state.config, run.id).await;
         }
         println!(
             "run {}: {} provider rows, {} local rows, {} matched, {} tickets opened{}",

@@ -231,7 +231,16 @@ async fn a_dead_alert_is_delivered_after_the_robot_failed_twice_and_a_lost_one_i
     );
     assert!(robots.accepted("down").await.is_empty());
     let mut conn = app.conn().await;
-    assert_eq!(fitorder::alerts::replay_dead(&mut conn, None, 3).await.unwrap(), 1);
+    let ctx = fitorder::domain::Ctx {
+        actor: fitorder::domain::Actor::ops("ops-1"),
+        trace: fitorder::trace::TraceId::new(),
+    };
+    assert_eq!(
+        fitorder::compensation::replay_dead_alerts(&mut conn, None, &ctx, 3)
+            .await
+            .unwrap(),
+        1
+    );
     drop(conn);
     settle(&app, &Worker::new(app.state.clone()), 30).await;
     assert_eq!(robots.accepted("down").await.len(), 1);
@@ -399,10 +408,12 @@ async fn a_failed_reconciliation_and_one_with_differences_alert_once_with_counts
     .unwrap();
     assert_eq!(run.status, fitorder::domain::ReconciliationStatus::Failed);
     let mut conn = app.conn().await;
-    let id = fitorder::alerts::reconciliation_run(&mut conn, run.id).await.unwrap();
+    let id = fitorder::alerts::reconciliation_run(&mut conn, &app.state.config, run.id)
+        .await
+        .unwrap();
     assert!(id.is_some());
     assert!(
-        fitorder::alerts::reconciliation_run(&mut conn, run.id)
+        fitorder::alerts::reconciliation_run(&mut conn, &app.state.config, run.id)
             .await
             .unwrap()
             .is_none(),
@@ -465,6 +476,7 @@ async fn each_channel_gets_at_most_its_rate_per_minute_across_workers() {
     for i in 0..5 {
         fitorder::alerts::raise(
             &mut conn,
+            &app.state.config,
             fitorder::alerts::Alert {
                 cause: "TASK_STUCK",
                 dedupe_key: format!("rate-test-{i}"),
@@ -504,4 +516,173 @@ async fn each_channel_gets_at_most_its_rate_per_minute_across_workers() {
     assert_eq!(text.matches("TASK_STUCK").count(), 5, "{text}");
     assert_eq!(text.matches(" SUCCEEDED x1").count(), 2, "{text}");
     assert_eq!(text.matches(" PENDING x0").count(), 3, "{text}");
+}
+
+async fn raise_test_alerts(app: &TestApp, n: usize, key: &str) {
+    let mut conn = app.conn().await;
+    for i in 0..n {
+        fitorder::alerts::raise(
+            &mut conn,
+            &app.state.config,
+            fitorder::alerts::Alert {
+                cause: "TASK_STUCK",
+                dedupe_key: format!("{key}-{i}"),
+                title: format!("测试 {key} {i}"),
+                lines: vec![format!("第 {i} 条")],
+                order_no: None,
+                trace_id: format!("{key}trace0000001"),
+                detail: json!({}),
+            },
+        )
+        .await
+        .unwrap()
+        .expect("a new alert");
+    }
+}
+
+/// An alert delivery is an outbox event of no order: the robot refusing it is retried with the
+/// outbox's backoff, DEAD at the limit (no ticket, no alert about the alert), left out of the
+/// API's outbox, and replayed by the outbox's replay.
+#[tokio::test]
+async fn a_failing_alert_delivery_is_retried_goes_dead_and_is_replayed_by_the_outbox() {
+    let robots = Robots::start(json!({"fail_first": {"down": 3}}));
+    let b = robots.base.clone();
+    let app = TestApp::with_config(move |c| {
+        crate::providers::unconfigure(c);
+        c.alert_channels = fitorder::alerts::channels::parse_list(&format!("wecom:{b}/wecom/down")).unwrap();
+        c.alert_retry_base = Duration::from_millis(100);
+        c.alert_max_attempts = 3;
+    })
+    .await;
+    raise_test_alerts(&app, 1, "outbox").await;
+    // Enqueued with the alert, by the outbox's enqueue: one event, of no order.
+    assert_eq!(
+        app.sql_i64(
+            "SELECT count(*) AS v FROM compensation_events
+              WHERE kind = 'ALERT_DELIVERY' AND order_id IS NULL AND status = 'PENDING'
+                AND payload->>'channel' LIKE 'wecom-%' AND idempotency_key LIKE 'ALERT-%:ALERT_DELIVERY:wecom-%'"
+        )
+        .await,
+        1
+    );
+    settle(&app, &Worker::new(app.state.clone()), 30).await;
+    assert!(robots.accepted("down").await.is_empty());
+    assert_eq!(
+        app.sql_i64(
+            "SELECT count(*) AS v FROM compensation_events
+              WHERE kind = 'ALERT_DELIVERY' AND status = 'DEAD' AND attempts = 3 AND last_error LIKE '%45009%'"
+        )
+        .await,
+        1
+    );
+    assert_eq!(
+        app.sql_i64(
+            "SELECT count(*) AS v FROM compensation_attempts a JOIN compensation_events e ON e.id = a.event_id
+              WHERE e.kind = 'ALERT_DELIVERY' AND NOT a.ok"
+        )
+        .await,
+        3,
+        "three attempts, each logged"
+    );
+    // Its delay grew with the outbox's backoff (100 ms × 2^(n−1), ± 20 %).
+    let gaps = app
+        .sql_i64(
+            "SELECT count(*) AS v FROM (
+                 SELECT at - lag(at) OVER (ORDER BY id) AS gap, row_number() OVER (ORDER BY id) AS n
+                   FROM compensation_attempts) g
+              WHERE (n = 2 AND gap >= interval '80 milliseconds') OR (n = 3 AND gap >= interval '160 milliseconds')",
+        )
+        .await;
+    assert_eq!(gaps, 2, "each retry waited its backoff");
+    // A dead chat message opens no ticket and raises no alert about itself.
+    assert_eq!(app.sql_i64("SELECT count(*) AS v FROM exception_tickets").await, 0);
+    assert_eq!(app.sql_i64("SELECT count(*) AS v FROM alerts").await, 1);
+    // Not in the API's outbox (the contract's kinds are an order's effects).
+    let listed = app
+        .admin("{ compensationEvents { edges { node { id kind } } } }", json!({}))
+        .await;
+    assert_eq!(listed["compensationEvents"]["edges"], json!([]), "{listed}");
+    // What an operator sees, and the CLI's replay, through the outbox.
+    let out = Command::new(env!("CARGO_BIN_EXE_fitorder"))
+        .args(["alerts", "--replay-dead"])
+        .env("DATABASE_URL", &app.db_url)
+        .env("FITORDER_LOG_FORMAT", "text")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.starts_with("1 DEAD deliveries sent again"), "{text}");
+    assert!(text.contains(" PENDING x3"), "{text}");
+    assert_eq!(
+        app.sql_i64(
+            "SELECT count(*) AS v FROM compensation_replays r JOIN compensation_events e ON e.id = r.event_id
+              WHERE e.kind = 'ALERT_DELIVERY' AND r.actor LIKE '%alerts --replay-dead%'"
+        )
+        .await,
+        1
+    );
+    settle(&app, &Worker::new(app.state.clone()), 30).await;
+    assert_eq!(robots.accepted("down").await.len(), 1);
+    assert_eq!(
+        app.sql_i64("SELECT count(*) AS v FROM alert_deliveries WHERE status = 'SUCCEEDED' AND attempts = 4")
+            .await,
+        1
+    );
+}
+
+/// Workers of two processes claim alert deliveries from the one outbox (SKIP LOCKED under a
+/// lease): every alert reaches the robot exactly once.
+#[tokio::test]
+async fn two_workers_never_deliver_one_alert_twice() {
+    let robots = Robots::start(json!({}));
+    let b = robots.base.clone();
+    let hooks = format!("wecom:{b}/wecom/once");
+    let h = hooks.clone();
+    let first = TestApp::with_config(move |c| {
+        crate::providers::unconfigure(c);
+        c.alert_channels = fitorder::alerts::channels::parse_list(&h).unwrap();
+        c.alert_rate_per_minute = 1000;
+        c.outbox_batch = 3;
+    })
+    .await;
+    let second = TestApp::on_database(&first.db_url, move |c| {
+        crate::providers::unconfigure(c);
+        c.alert_channels = fitorder::alerts::channels::parse_list(&hooks).unwrap();
+        c.alert_rate_per_minute = 1000;
+        c.outbox_batch = 3;
+    })
+    .await;
+    raise_test_alerts(&first, 12, "once").await;
+    let workers: Vec<Worker> = [&first, &second, &first, &second]
+        .iter()
+        .map(|a| Worker::new(a.state.clone()))
+        .collect();
+    for _ in 0..10 {
+        futures_util::future::join_all(workers.iter().map(|w| w.run_once())).await;
+    }
+    settle(&first, &workers[0], 20).await;
+    let got = robots.accepted("once").await;
+    assert_eq!(got.len(), 12, "{got:?}");
+    let mut titles: Vec<String> = got
+        .iter()
+        .map(|r| {
+            r["body"]["markdown"]["content"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string()
+        })
+        .collect();
+    titles.sort();
+    titles.dedup();
+    assert_eq!(titles.len(), 12, "each alert once: {titles:?}");
+    assert_eq!(
+        first
+            .sql_i64(
+                "SELECT count(*) AS v FROM compensation_attempts a JOIN compensation_events e ON e.id = a.event_id
+                  WHERE e.kind = 'ALERT_DELIVERY'"
+            )
+            .await,
+        12,
+        "one attempt each"
+    );
 }

@@ -160,7 +160,7 @@ pub async fn resolve(
                                 .unwrap_or("refund of a payment that reached no order")
                                 .to_string(),
                         });
-                        outbox::enqueue(conn, order.id, &[refund], &ctx.trace, config.max_attempts).await?;
+                        outbox::enqueue(conn, Some(order.id), &[refund], &ctx.trace, config.max_attempts).await?;
                     }
                 }
             }

@@ -110,7 +110,8 @@ pub async fn for_orders(conn: &mut AsyncPgConnection, order_ids: &[i64]) -> AppR
         .inner_join(compensation_events::table)
         .filter(compensation_events::order_id.eq_any(&ids))
         .select((
-            compensation_events::order_id,
+            // Loaded by order: every row has it.
+            compensation_events::order_id.assume_not_null(),
             compensation_attempts::at,
             compensation_attempts::ok,
             compensation_attempts::error,
@@ -139,7 +140,8 @@ pub async fn for_orders(conn: &mut AsyncPgConnection, order_ids: &[i64]) -> AppR
         .inner_join(compensation_events::table)
         .filter(compensation_events::order_id.eq_any(&ids))
         .select((
-            compensation_events::order_id,
+            // Loaded by order: every row has it.
+            compensation_events::order_id.assume_not_null(),
             compensation_replays::at,
             compensation_replays::actor,
             compensation_events::kind,

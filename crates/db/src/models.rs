@@ -162,7 +162,8 @@ pub struct CheckIn {
 #[diesel(table_name = compensation_events)]
 pub struct CompensationEvent {
     pub id: i64,
-    pub order_id: i64,
+    /// `None` for an effect of no order (an alert delivery).
+    pub order_id: Option<i64>,
     pub kind: String,
     pub status: String,
     pub attempts: i32,

@@ -184,7 +184,7 @@ diesel::table! {
 diesel::table! {
     compensation_events (id) {
         id -> Int8,
-        order_id -> Int8,
+        order_id -> Nullable<Int8>,
         kind -> Text,
         status -> Text,
         attempts -> Int4,
@@ -380,43 +380,10 @@ diesel::table! {
     }
 }
 
-diesel::table! {
-    alert_deliveries (id) {
-        id -> Int8,
-        alert_id -> Int8,
-        channel -> Text,
-        status -> Text,
-        attempts -> Int4,
-        max_attempts -> Int4,
-        next_attempt_at -> Nullable<Timestamptz>,
-        last_error -> Nullable<Text>,
-        locked_until -> Nullable<Timestamptz>,
-        locked_by -> Nullable<Text>,
-        delivered_at -> Nullable<Timestamptz>,
-        created_at -> Timestamptz,
-        updated_at -> Timestamptz,
-    }
-}
-
-diesel::table! {
-    alert_attempts (id) {
-        id -> Int8,
-        delivery_id -> Int8,
-        channel -> Text,
-        at -> Timestamptz,
-        ok -> Bool,
-        error -> Nullable<Text>,
-        duration_ms -> Int4,
-        worker -> Text,
-    }
-}
-
 diesel::joinable!(compensation_replays -> compensation_events (event_id));
 diesel::joinable!(compensation_attempts -> compensation_events (event_id));
 diesel::joinable!(compensation_events -> orders (order_id));
 diesel::joinable!(order_transitions -> orders (order_id));
-diesel::joinable!(alert_deliveries -> alerts (alert_id));
-diesel::joinable!(alert_attempts -> alert_deliveries (delivery_id));
 
 diesel::table! {
     expiry_claims (order_id) {
@@ -463,6 +430,4 @@ diesel::allow_tables_to_appear_in_same_query!(
     wechat_platform_certs,
     wechat_platform_cert_refreshes,
     alerts,
-    alert_deliveries,
-    alert_attempts,
 );

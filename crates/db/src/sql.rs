@@ -144,6 +144,4 @@ diesel::define_sql_function! {
 pub mod lock_keys {
     /// Migrations (session-level, on the migrating connection).
     pub const MIGRATIONS: i64 = 7_250_001;
-    /// Claiming alert deliveries within the channels' rates (transaction-level).
-    pub const ALERT_CLAIMS: i64 = 7_250_600;
 }

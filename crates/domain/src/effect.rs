@@ -6,10 +6,13 @@
 //! The list in [`for_each_effect!`] is the one place an effect is declared. From it come
 //! [`Effect`] (the variant with its payload), [`CompensationKind`] (the text in
 //! `compensation_events.kind`), the encoding of both columns, the idempotency key, and the
-//! GraphQL enum (in `graphql::outbox`). Adding an effect is: a line in the list (and its payload
-//! type, if it needs a new one), its arm in the delivery `match` (`compensation::downstream`,
-//! which the compiler asks for), and a migration widening the `compensation_events.kind`
-//! CHECK (which a test compares with the list).
+//! GraphQL enum (in `graphql::outbox`, the first group only: an order's effects; the second
+//! group, effects of no order such as alert deliveries, is not in the API). Adding an effect
+//! is: a line in the list (and its payload type, if it needs a new one), its arms in the
+//! `match`es the compiler asks for (the delivery in `compensation::downstream`, the alert
+//! decision in `alerts`, the backoff and DEAD handling in `compensation::worker`), and a
+//! migration widening the `compensation_events.kind` CHECK (which a test compares with the
+//! list).
 
 use std::fmt;
 
@@ -18,13 +21,16 @@ use serde::{Deserialize, Serialize};
 
 use super::payment::Provider;
 
-/// Calls `$m! { Variant(Payload) = "KIND", … }` with the list of effects. Every enum of effect
-/// kinds is made from it, so none can miss one. Exported for the GraphQL mirror (`fitorder-api`).
+/// Calls `$m! { [Variant(Payload) = "KIND", …] [Variant(Payload) = "KIND", …] }` with the list
+/// of effects: an order's, then those of no order. Every enum of effect kinds is made from it,
+/// so none can miss one. Exported for the GraphQL mirror (`fitorder-api`).
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __for_each_effect {
     ($m:ident) => {
         $m! {
+            // An order's effects, which the API shows (`CompensationKind` in the contract).
+            [
             /// Gives the member of a paid order door access at the store.
             DoorAccessGrant(AccessPayload) = "DOOR_ACCESS_GRANT",
             /// Takes door access away again for a refunded order.
@@ -35,13 +41,22 @@ macro_rules! __for_each_effect {
             AiAccessRevoke(AccessPayload) = "AI_ACCESS_REVOKE",
             /// Sends online money back to the payer through the provider's refund API.
             ProviderRefund(RefundPayload) = "PROVIDER_REFUND",
+            ]
+            // Effects of no order, which the API does not show (their rows have no order).
+            [
+            /// Sends one alert to one chat channel (a WeCom, DingTalk or Feishu robot, a webhook).
+            AlertDelivery(AlertPayload) = "ALERT_DELIVERY",
+            ]
         }
     };
 }
 pub use __for_each_effect as for_each_effect;
 
 macro_rules! define_effects {
-    ($($(#[doc = $doc:literal])* $variant:ident($payload:ty) = $kind:literal,)*) => {
+    ([$($shown:tt)*] [$($hidden:tt)*]) => {
+        define_effects!(@all $($shown)* $($hidden)*);
+    };
+    (@all $($(#[doc = $doc:literal])* $variant:ident($payload:ty) = $kind:literal,)*) => {
         /// One downstream effect with what its delivery needs. Stored as two columns of
         /// `compensation_events`: the kind ([`Effect::kind`]) and the payload as JSON
         /// ([`Effect::payload_json`]); read back with [`Effect::decode`].
@@ -113,18 +128,19 @@ fn decode<P: DeserializeOwned>(kind: &str, payload: &serde_json::Value) -> Resul
 impl Effect {
     /// The key the downstream deduplicates by, unique per event: `<orderNo>:<KIND>` (one grant
     /// and one revoke per order and kind), with the payload's own part appended when it has one
-    /// (`<orderNo>:PROVIDER_REFUND:<refundNo>`).
+    /// (`<orderNo>:PROVIDER_REFUND:<refundNo>`); an effect of no order is named by its own
+    /// subject (`ALERT-<alertId>:ALERT_DELIVERY:<channel>`).
     pub fn idempotency_key(&self) -> String {
         let p = self.payload();
-        let base = format!("{}:{}", p.order().order_no, self.kind());
+        let base = format!("{}:{}", p.subject(), self.kind());
         match p.key_part() {
             Some(part) => format!("{base}:{part}"),
             None => base,
         }
     }
 
-    /// The order the effect is about.
-    pub fn order(&self) -> &OrderRef {
+    /// The order the effect is about, if it is about one.
+    pub fn order(&self) -> Option<&OrderRef> {
         self.payload().order()
     }
 }
@@ -150,10 +166,14 @@ pub enum DecodeError {
     Payload { kind: String, why: String },
 }
 
-/// What every payload has: the order it is about, and the part of the idempotency key beyond
-/// the order and the kind (for effects that happen more than once per order).
+/// What every payload has: the order it is about (if any), what its idempotency key starts
+/// with (the order's number), and the part of the key beyond that and the kind (for effects
+/// that happen more than once per order).
 trait Payload {
-    fn order(&self) -> &OrderRef;
+    fn order(&self) -> Option<&OrderRef>;
+    fn subject(&self) -> String {
+        self.order().map(|o| o.order_no.clone()).unwrap_or_default()
+    }
     fn key_part(&self) -> Option<&str> {
         None
     }
@@ -185,8 +205,8 @@ pub struct AccessPayload {
 }
 
 impl Payload for AccessPayload {
-    fn order(&self) -> &OrderRef {
-        &self.order
+    fn order(&self) -> Option<&OrderRef> {
+        Some(&self.order)
     }
 }
 
@@ -206,11 +226,38 @@ pub struct RefundPayload {
 }
 
 impl Payload for RefundPayload {
-    fn order(&self) -> &OrderRef {
-        &self.order
+    fn order(&self) -> Option<&OrderRef> {
+        Some(&self.order)
     }
     fn key_part(&self) -> Option<&str> {
         Some(&self.refund_no)
+    }
+}
+
+/// One alert for one channel: what is said (the alert's row, as raised) and where. The channel
+/// is named by its id (kind and a hash of its URL): the URL's token and the signing secret are
+/// never stored, each process has them in its configuration.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AlertPayload {
+    pub alert_id: String,
+    pub channel: String,
+    pub cause: String,
+    pub title: String,
+    pub lines: Vec<String>,
+    pub order_no: Option<String>,
+    pub raised_at: chrono::DateTime<chrono::Utc>,
+}
+
+impl Payload for AlertPayload {
+    fn order(&self) -> Option<&OrderRef> {
+        None
+    }
+    fn subject(&self) -> String {
+        format!("ALERT-{}", self.alert_id)
+    }
+    fn key_part(&self) -> Option<&str> {
+        Some(&self.channel)
     }
 }
 
@@ -315,6 +362,30 @@ mod tests {
         assert_eq!(
             Effect::ProviderRefund(refund()).idempotency_key(),
             "FO1:PROVIDER_REFUND:RF9"
+        );
+    }
+
+    #[test]
+    fn an_alert_delivery_is_keyed_by_its_alert_and_channel_and_has_no_order() {
+        let p = AlertPayload {
+            alert_id: "42".into(),
+            channel: "wecom-0123456789".into(),
+            cause: "TASK_STUCK".into(),
+            title: "t".into(),
+            lines: vec!["a".into()],
+            order_no: None,
+            raised_at: chrono::DateTime::from_timestamp(1_700_000_000, 0).unwrap(),
+        };
+        let e = Effect::AlertDelivery(p.clone());
+        assert_eq!(e.idempotency_key(), "ALERT-42:ALERT_DELIVERY:wecom-0123456789");
+        assert_eq!(e.order(), None);
+        assert_eq!(Effect::decode("ALERT_DELIVERY", &e.payload_json()), Ok(e));
+        // As the migration writes the rows it moves from `alert_deliveries`.
+        let migrated = json!({"alertId": "42", "channel": "wecom-0123456789", "cause": "TASK_STUCK",
+            "title": "t", "lines": ["a"], "orderNo": null, "raisedAt": "2023-11-14T22:13:20.000000Z"});
+        assert_eq!(
+            Effect::decode("ALERT_DELIVERY", &migrated),
+            Ok(Effect::AlertDelivery(p))
         );
     }
 

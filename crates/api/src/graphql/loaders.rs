@@ -294,7 +294,7 @@ impl Loader<OrderCompensation> for DbLoader {
         let mut conn = self.pool.get().await?;
         let mut map: HashMap<OrderCompensation, Vec<CompensationEvent>> = HashMap::new();
         for r in compensation_of(&mut conn, &ids).await? {
-            map.entry(OrderCompensation(r.order_id)).or_default().push(r);
+            map.entry(OrderCompensation(r.order_id.unwrap_or_default())).or_default().push(r);
         }
         Ok(map)
     }

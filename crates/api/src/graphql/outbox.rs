@@ -5,16 +5,38 @@
 use async_graphql::Enum;
 
 macro_rules! kind_mirror {
-    ($($(#[doc = $doc:literal])* $variant:ident($payload:ty) = $kind:literal,)*) => {
+    (
+        [$($(#[doc = $doc:literal])* $variant:ident($payload:ty) = $kind:literal,)*]
+        [$($(#[doc = $hdoc:literal])* $hidden:ident($hpayload:ty) = $hkind:literal,)*]
+    ) => {
+        /// The effects of an order (those of no order, such as alert deliveries, are not shown).
         #[derive(Enum, Copy, Clone, Debug, PartialEq, Eq)]
-        #[graphql(remote = "crate::domain::CompensationKind")]
         pub enum CompensationKind {
             $(#[graphql(name = $kind)] $variant,)*
         }
 
+        impl From<CompensationKind> for crate::domain::CompensationKind {
+            fn from(k: CompensationKind) -> Self {
+                match k {
+                    $(CompensationKind::$variant => crate::domain::CompensationKind::$variant,)*
+                }
+            }
+        }
+
         impl CompensationKind {
+            /// The kind texts of the effects the API shows.
+            pub const SHOWN: &'static [&'static str] = &[$($kind,)*];
+
             pub fn as_str(self) -> &'static str {
                 crate::domain::CompensationKind::from(self).as_str()
+            }
+
+            /// The kind as the API shows it; `None` for an effect it does not show.
+            pub fn shown(k: crate::domain::CompensationKind) -> Option<CompensationKind> {
+                match k {
+                    $(crate::domain::CompensationKind::$variant => Some(CompensationKind::$variant),)*
+                    $(crate::domain::CompensationKind::$hidden => None,)*
+                }
             }
         }
     };

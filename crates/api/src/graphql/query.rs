@@ -346,11 +346,17 @@ impl Query {
         let after = after.as_deref().map(decode_cursor).transpose()?;
         let f = filter.unwrap_or_default();
         let make = || -> AppResult<compensation_events::BoxedQuery<'static, Pg>> {
-            let mut p = compensation_events::table.into_boxed();
+            // An order's effects only: alert deliveries are no order's.
+            let mut p = compensation_events::table
+                .filter(compensation_events::kind.eq_any(CompensationKind::SHOWN))
+                .into_boxed();
             if let Some(stores) = store_scope(v) {
                 p = p.filter(
-                    compensation_events::order_id
-                        .eq_any(orders::table.filter(orders::store_id.eq_any(stores)).select(orders::id)),
+                    compensation_events::order_id.eq_any(
+                        orders::table
+                            .filter(orders::store_id.eq_any(stores))
+                            .select(orders::id.nullable()),
+                    ),
                 );
             }
             if let Some(st) = &f.status {
@@ -363,8 +369,11 @@ impl Query {
             }
             if let Some(no) = &f.order_no {
                 p = p.filter(
-                    compensation_events::order_id
-                        .eq_any(orders::table.filter(orders::order_no.eq(no.clone())).select(orders::id)),
+                    compensation_events::order_id.eq_any(
+                        orders::table
+                            .filter(orders::order_no.eq(no.clone()))
+                            .select(orders::id.nullable()),
+                    ),
                 );
             }
             Ok(p)

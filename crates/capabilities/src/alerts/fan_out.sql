@@ -1,13 +1,9 @@
--- Fans new alerts out to the channels $1 (at most 200 alerts a round; rows another worker is
--- fanning out are skipped): one delivery per alert and channel, with $2 attempts.
---
---   $1  channel ids     text[]
---   $2  max attempts    integer
+-- The alerts not fanned out yet (raised where no channel was configured, or before their
+-- deliveries were outbox events), at most 200, marked fanned out; the caller enqueues their
+-- deliveries in the same transaction. Rows another instance is fanning out are skipped.
 WITH a AS (
     UPDATE alerts SET fanned_out_at = now()
      WHERE id IN (SELECT id FROM alerts WHERE fanned_out_at IS NULL ORDER BY id LIMIT 200
                   FOR UPDATE SKIP LOCKED)
-    RETURNING id)
-INSERT INTO alert_deliveries (alert_id, channel, max_attempts)
-SELECT a.id, c.channel, $2 FROM a CROSS JOIN unnest($1::text[]) AS c(channel)
-ON CONFLICT DO NOTHING
+    RETURNING id, cause, title, lines, order_no, trace_id, created_at)
+SELECT * FROM a ORDER BY id

@@ -1,30 +1,32 @@
 //! Alerts that reach people: a row written in the transaction of what caused it (once per
 //! cause: `dedupe_key` is unique, so a scheduler that finds the same DEAD event every minute
-//! raises one alert), then fanned out to every configured channel and delivered by the outbox
-//! workers like any other effect: claimed under a lease, retried with backoff, DEAD at the
-//! limit (logged and counted: a lost chat message is visible), replayable. A per-channel rate
-//! limit, counted in the database, holds for the whole cluster.
+//! raises one alert) and, in the same transaction, one outbox effect per configured channel
+//! ([`Effect::AlertDelivery`], written by [`outbox::enqueue`]). The outbox delivers them like
+//! any other effect: claimed under a lease, retried with backoff, DEAD at the limit (logged and
+//! counted: a lost chat message is visible), replayed by the outbox's replay
+//! (`compensation::replay_dead_alerts`). Here are what is said ([`deliver`]), and a per-channel
+//! rate limit, counted in the database, that holds for the whole cluster ([`take_send_slot`]).
 
 pub mod channels;
 
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use chrono::Utc;
-use diesel::sql_types::{Array, BigInt, Double, Integer, Jsonb, Nullable, Text, Timestamptz};
+use diesel::sql_types::{BigInt, Double, Integer, Jsonb, Nullable, Text, Timestamptz};
 use diesel::{ExpressionMethods, QueryDsl, QueryableByName};
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
 use serde_json::{json, Value};
 
 use crate::config::Config;
 use crate::db::models::{CompensationEvent, ExceptionTicket, Order};
-use crate::db::sql::{lock_keys, pg_advisory_xact_lock, StaticQuery};
-use crate::db::DbPool;
+use crate::db::sql::StaticQuery;
+use crate::domain::effect::AlertPayload;
 use crate::domain::money::format_yuan;
-use crate::domain::retry::backoff;
-use crate::domain::{Provider, ReconciliationStatus, TicketKind};
+use crate::domain::{CompensationKind, CompensationStatus, Effect, Provider, ReconciliationStatus, TicketKind};
 use crate::error::AppResult;
-use channels::{Channel, Message};
+use crate::outbox;
+use crate::trace::TraceId;
+use channels::Message;
 
 /// One alert, before it is written.
 #[derive(Debug, Clone)]
@@ -40,14 +42,43 @@ pub struct Alert {
     pub detail: Value,
 }
 
-fn action_zh(kind: &str) -> &'static str {
+/// What an effect does, in words (every effect has its words: no fallback).
+fn action_zh(kind: CompensationKind) -> &'static str {
     match kind {
-        "DOOR_ACCESS_GRANT" => "开通门禁",
-        "DOOR_ACCESS_REVOKE" => "关闭门禁",
-        "AI_ACCESS_GRANT" => "开通 AI 设备",
-        "AI_ACCESS_REVOKE" => "关闭 AI 设备",
-        "PROVIDER_REFUND" => "原路退款",
-        _ => "下游动作",
+        CompensationKind::DoorAccessGrant => "开通门禁",
+        CompensationKind::DoorAccessRevoke => "关闭门禁",
+        CompensationKind::AiAccessGrant => "开通 AI 设备",
+        CompensationKind::AiAccessRevoke => "关闭 AI 设备",
+        CompensationKind::ProviderRefund => "原路退款",
+        CompensationKind::AlertDelivery => "发送告警",
+    }
+}
+
+/// The alert decision for each effect: does a DEAD event of `kind` raise an alert? An order's
+/// effect does (people must act); an alert delivery does not (its alert would go to the
+/// channels that are failing, and fail in turn): it is logged and counted
+/// (`fitorder_alert_deliveries_dead`). A new effect must decide here: the `match` has no
+/// wildcard.
+pub fn alerts_when_dead(kind: CompensationKind) -> bool {
+    match kind {
+        CompensationKind::DoorAccessGrant
+        | CompensationKind::DoorAccessRevoke
+        | CompensationKind::AiAccessGrant
+        | CompensationKind::AiAccessRevoke
+        | CompensationKind::ProviderRefund => true,
+        CompensationKind::AlertDelivery => false,
+    }
+}
+
+/// The chat channel an effect is sent to, if it is a chat message (what the rate limit counts).
+pub fn channel_of(effect: &Effect) -> Option<&str> {
+    match effect {
+        Effect::DoorAccessGrant(_)
+        | Effect::DoorAccessRevoke(_)
+        | Effect::AiAccessGrant(_)
+        | Effect::AiAccessRevoke(_)
+        | Effect::ProviderRefund(_) => None,
+        Effect::AlertDelivery(p) => Some(&p.channel),
     }
 }
 
@@ -78,15 +109,21 @@ fn ticket_kind_zh(kind: TicketKind) -> &'static str {
 }
 
 impl Alert {
-    /// A compensation event that ran out of attempts.
-    pub fn compensation_dead(e: &CompensationEvent, order: &Order) -> Alert {
-        Alert {
+    /// A compensation event that ran out of attempts; `None` when its kind raises no alert
+    /// ([`alerts_when_dead`]). An event of a kind this build does not know alerts (with its text).
+    pub fn compensation_dead(e: &CompensationEvent, order: &Order) -> Option<Alert> {
+        let action = match CompensationKind::parse(&e.kind) {
+            Some(kind) if !alerts_when_dead(kind) => return None,
+            Some(kind) => action_zh(kind),
+            None => "未知动作",
+        };
+        Some(Alert {
             cause: "COMPENSATION_DEAD",
             dedupe_key: format!("COMPENSATION_DEAD:{}:{}", e.id, e.attempts),
             title: "补偿事件已放弃(DEAD),需要人工处理".into(),
             lines: vec![
                 format!("订单:{}", order.order_no),
-                format!("动作:{}({})", action_zh(&e.kind), e.kind),
+                format!("动作:{}({})", action, e.kind),
                 format!("已尝试:{} 次", e.attempts),
                 format!(
                     "最后错误:{}",
@@ -102,7 +139,7 @@ impl Alert {
             order_no: Some(order.order_no.clone()),
             trace_id: e.trace_id.clone(),
             detail: json!({"eventId": e.id.to_string(), "kind": e.kind, "attempts": e.attempts}),
-        }
+        })
     }
 
     /// A ticket people must act on now: a payment for a canceled order, or an amount that
@@ -143,15 +180,18 @@ impl Alert {
     }
 }
 
-/// Writes an alert in the caller's transaction unless the same cause raised one already, and
-/// wakes the workers (on commit). Returns the new alert's id.
-pub async fn raise(conn: &mut AsyncPgConnection, a: Alert) -> AppResult<Option<i64>> {
+/// Writes an alert in the caller's transaction unless the same cause raised one already and,
+/// in the same transaction, its deliveries: one outbox effect per channel configured here
+/// (announced to the workers on commit). Returns the new alert's id.
+pub async fn raise(conn: &mut AsyncPgConnection, config: &Config, a: Alert) -> AppResult<Option<i64>> {
     #[derive(QueryableByName)]
-    struct Id {
+    struct Raised {
         #[diesel(sql_type = BigInt)]
         id: i64,
+        #[diesel(sql_type = Timestamptz)]
+        created_at: chrono::DateTime<Utc>,
     }
-    let id: Option<Id> = StaticQuery::new(include_str!("raise.sql"))
+    let raised: Option<Raised> = StaticQuery::new(include_str!("raise.sql"))
         .bind::<Text, _>(a.cause)
         .bind::<Text, _>(&a.dedupe_key)
         .bind::<Text, _>(&a.title)
@@ -159,220 +199,196 @@ pub async fn raise(conn: &mut AsyncPgConnection, a: Alert) -> AppResult<Option<i
         .bind::<Nullable<Text>, _>(a.order_no.as_deref())
         .bind::<Text, _>(&a.trace_id)
         .bind::<Jsonb, _>(&a.detail)
+        .bind::<diesel::sql_types::Bool, _>(!config.alert_channels.is_empty())
         .get_result(conn)
         .await
         .optional()?;
-    if let Some(Id { id }) = id {
-        tracing::error!(alert = id, cause = a.cause, order_no = ?a.order_no, trace_id = %a.trace_id,
-            "ALERT: {}", a.title);
-        metrics::counter!("fitorder_alerts_raised_total", "cause" => a.cause).increment(1);
-        return Ok(Some(id));
-    }
-    Ok(None)
+    let Some(Raised { id, created_at }) = raised else {
+        return Ok(None);
+    };
+    let written = Written {
+        id,
+        cause: a.cause.to_string(),
+        title: a.title.clone(),
+        lines: a.lines.clone(),
+        order_no: a.order_no.clone(),
+        trace_id: a.trace_id.clone(),
+        created_at,
+    };
+    enqueue_deliveries(conn, config, &written).await?;
+    tracing::error!(alert = id, cause = a.cause, order_no = ?a.order_no, trace_id = %a.trace_id,
+        "ALERT: {}", a.title);
+    metrics::counter!("fitorder_alerts_raised_total", "cause" => a.cause).increment(1);
+    Ok(Some(id))
 }
 
-/// Opens a ticket ([`crate::tickets::open`]) and, when it is about money that needs a person now
-/// ([`Alert::ticket`]), raises its alert in the same transaction. Returns the ticket when newly
-/// opened.
+/// An alert as written.
+struct Written {
+    id: i64,
+    cause: String,
+    title: String,
+    lines: Vec<String>,
+    order_no: Option<String>,
+    trace_id: String,
+    created_at: chrono::DateTime<Utc>,
+}
+
+/// The alert's deliveries, one per configured channel, written by the one outbox enqueue.
+async fn enqueue_deliveries(conn: &mut AsyncPgConnection, config: &Config, a: &Written) -> AppResult<usize> {
+    let effects: Vec<Effect> = config
+        .alert_channels
+        .iter()
+        .map(|c| {
+            Effect::AlertDelivery(AlertPayload {
+                alert_id: a.id.to_string(),
+                channel: c.id.clone(),
+                cause: a.cause.clone(),
+                title: a.title.clone(),
+                lines: a.lines.clone(),
+                order_no: a.order_no.clone(),
+                raised_at: a.created_at,
+            })
+        })
+        .collect();
+    if effects.is_empty() {
+        return Ok(0);
+    }
+    let ids = outbox::enqueue(
+        conn,
+        None,
+        &effects,
+        &TraceId(a.trace_id.clone()),
+        config.alert_max_attempts,
+    )
+    .await?;
+    Ok(ids.len())
+}
+
+/// Alerts written while no channel was configured (or by a build that fanned out later) get
+/// their deliveries now, at most 200 a call; rows another instance is fanning out are skipped.
+/// Nothing when no channel is configured here. Returns how many alerts were fanned out.
+pub async fn fan_out_waiting(conn: &mut AsyncPgConnection, config: &Config) -> AppResult<usize> {
+    if config.alert_channels.is_empty() {
+        return Ok(0);
+    }
+    #[derive(QueryableByName)]
+    struct Row {
+        #[diesel(sql_type = BigInt)]
+        id: i64,
+        #[diesel(sql_type = Text)]
+        cause: String,
+        #[diesel(sql_type = Text)]
+        title: String,
+        #[diesel(sql_type = Jsonb)]
+        lines: Value,
+        #[diesel(sql_type = Nullable<Text>)]
+        order_no: Option<String>,
+        #[diesel(sql_type = Text)]
+        trace_id: String,
+        #[diesel(sql_type = Timestamptz)]
+        created_at: chrono::DateTime<Utc>,
+    }
+    conn.transaction(async |conn| -> AppResult<usize> {
+        let rows: Vec<Row> = StaticQuery::new(include_str!("fan_out.sql")).load(conn).await?;
+        for r in &rows {
+            let written = Written {
+                id: r.id,
+                cause: r.cause.clone(),
+                title: r.title.clone(),
+                lines: lines_of(&r.lines),
+                order_no: r.order_no.clone(),
+                trace_id: r.trace_id.clone(),
+                created_at: r.created_at,
+            };
+            enqueue_deliveries(conn, config, &written).await?;
+        }
+        Ok(rows.len())
+    })
+    .await
+}
+
+fn lines_of(v: &Value) -> Vec<String> {
+    v.as_array()
+        .map(|a| a.iter().filter_map(|l| l.as_str().map(str::to_string)).collect())
+        .unwrap_or_default()
+}
+
+/// Opens a ticket ([`crate::tickets::open`], the one ticket writer) and, when it is about money
+/// that needs a person now ([`Alert::ticket`]), raises its alert in the same transaction.
+/// Returns the ticket when newly opened.
 pub async fn open_ticket(
     conn: &mut AsyncPgConnection,
+    config: &Config,
     t: crate::tickets::NewTicket<'_>,
-    trace: &crate::trace::TraceId,
+    trace: &TraceId,
 ) -> AppResult<Option<ExceptionTicket>> {
     let opened = crate::tickets::open(conn, t, trace).await?;
     if let Some(alert) = opened.as_ref().and_then(Alert::ticket) {
-        raise(conn, alert).await?;
+        raise(conn, config, alert).await?;
     }
     Ok(opened)
 }
 
 use diesel::OptionalExtension;
 
-#[derive(QueryableByName, Debug, Clone)]
-struct Due {
-    #[diesel(sql_type = BigInt)]
-    id: i64,
-    #[diesel(sql_type = Text)]
-    channel: String,
-    #[diesel(sql_type = Integer)]
-    attempts: i32,
-    #[diesel(sql_type = Integer)]
-    max_attempts: i32,
-    #[diesel(sql_type = BigInt)]
-    alert_id: i64,
-    #[diesel(sql_type = Text)]
-    cause: String,
-    #[diesel(sql_type = Text)]
-    title: String,
-    #[diesel(sql_type = Jsonb)]
-    lines: Value,
-    #[diesel(sql_type = Nullable<Text>)]
-    order_no: Option<String>,
-    #[diesel(sql_type = Text)]
-    trace_id: String,
-    #[diesel(sql_type = Timestamptz)]
-    created_at: chrono::DateTime<Utc>,
+/// One attempt of an alert delivery (an outbox event of kind `ALERT_DELIVERY` with trace id
+/// `trace_id`): the message to its channel as configured here. `Err` says what went wrong,
+/// never the URL (it holds the token).
+pub async fn deliver(http: &reqwest::Client, config: &Config, p: &AlertPayload, trace_id: &str) -> Result<(), String> {
+    let Some(channel) = config.alert_channels.iter().find(|c| c.id == p.channel) else {
+        return Err("channel not configured on this instance".to_string());
+    };
+    let m = Message {
+        alert_id: p.alert_id.parse().unwrap_or_default(),
+        cause: p.cause.clone(),
+        title: p.title.clone(),
+        lines: p.lines.clone(),
+        order_no: p.order_no.clone(),
+        trace_id: trace_id.to_string(),
+        ops_url: config.ops_url(),
+        created_at: p.raised_at,
+    };
+    let result = channels::send(http, channel, &m).await;
+    let kind = channel.kind.as_str();
+    let outcome = if result.is_ok() { "ok" } else { "failed" };
+    metrics::counter!("fitorder_alert_attempts_total", "channel" => kind, "outcome" => outcome).increment(1);
+    match &result {
+        Ok(()) => tracing::info!(alert = %p.alert_id, channel = %p.channel, trace_id, "alert delivered"),
+        Err(e) => tracing::warn!(alert = %p.alert_id, channel = %p.channel, error = %e, "alert delivery failed"),
+    }
+    result
 }
 
-/// Delivers alerts for one outbox worker.
-#[derive(Clone)]
-pub struct Deliverer {
-    config: Arc<Config>,
-    http: reqwest::Client,
-    worker: String,
+/// A DEAD alert delivery: logged and counted, never alerted ([`alerts_when_dead`]).
+pub fn delivery_dead(e: &CompensationEvent) {
+    let channel = e.payload["channel"].as_str().unwrap_or("");
+    let kind = channel.split('-').next().unwrap_or("unknown").to_string();
+    metrics::counter!("fitorder_alert_deliveries_dead_total", "channel" => kind).increment(1);
+    tracing::error!(event = e.id, alert = ?e.payload["alertId"].as_str(), channel, attempts = e.attempts,
+        error = ?e.last_error, trace_id = %e.trace_id, "ALERT delivery is DEAD: a chat message was not delivered");
 }
 
-impl Deliverer {
-    pub fn new(config: Arc<Config>, worker: String) -> Deliverer {
-        let http = reqwest::Client::builder()
-            .timeout(config.downstream_timeout)
-            .build()
-            .expect("an HTTP client without TLS settings builds");
-        Deliverer { config, http, worker }
+/// Takes one request from `channel`'s allowance of `rate` a minute (a token bucket in the
+/// database, taken in one statement: the rate holds across every worker of every process).
+/// `None`: send now; `Some(wait)`: over the rate, try again after `wait`.
+pub async fn take_send_slot(conn: &mut AsyncPgConnection, channel: &str, rate: i64) -> AppResult<Option<Duration>> {
+    #[derive(QueryableByName)]
+    struct Left {
+        #[diesel(sql_type = Double)]
+        #[allow(dead_code)]
+        tokens: f64,
     }
-
-    fn lease(&self) -> Duration {
-        self.config.downstream_timeout * 2 + Duration::from_secs(5)
-    }
-
-    /// Fans new alerts out to the channels, claims what is due within each channel's rate,
-    /// delivers and records it. Returns how many deliveries were attempted.
-    pub async fn run_once(&self, pool: &DbPool) -> AppResult<usize> {
-        let channels = &self.config.alert_channels;
-        if channels.is_empty() {
-            return Ok(0);
-        }
-        let ids: Vec<String> = channels.iter().map(|c| c.id.clone()).collect();
-        let mut conn = pool.get().await?;
-        StaticQuery::new(include_str!("fan_out.sql"))
-            .bind::<Array<Text>, _>(&ids)
-            .bind::<Integer, _>(self.config.alert_max_attempts)
-            .execute(&mut conn)
-            .await?;
-        let lease = self.lease().as_secs_f64();
-        let rate = self.config.alert_rate_per_minute;
-        let worker = self.worker.clone();
-        // Claims are serialized by a transaction-scoped advisory lock so that the rate counted
-        // (requests in the last minute plus deliveries in flight) holds across all workers.
-        let due: Vec<Due> = conn
-            .transaction(async |conn| -> AppResult<Vec<Due>> {
-                diesel::select(pg_advisory_xact_lock(lock_keys::ALERT_CLAIMS))
-                    .execute(conn)
-                    .await?;
-                Ok(StaticQuery::new(include_str!("claim_due.sql"))
-                    .bind::<Text, _>(&worker)
-                    .bind::<Double, _>(lease)
-                    .bind::<Array<Text>, _>(&ids)
-                    .bind::<BigInt, _>(rate)
-                    .load(conn)
-                    .await?)
-            })
-            .await?;
-        drop(conn);
-        let n = due.len();
-        let ops_url = self.config.ops_url();
-        let outcomes = futures_util::future::join_all(due.into_iter().map(|d| {
-            let ops_url = ops_url.clone();
-            async move {
-                let channel = channels.iter().find(|c| c.id == d.channel);
-                let started = Instant::now();
-                let result = match channel {
-                    Some(channel) => channels::send(&self.http, channel, &message(&d, ops_url)).await,
-                    None => Err("channel not configured on this instance".to_string()),
-                };
-                (d, channel.cloned(), result, started.elapsed())
-            }
-        }))
-        .await;
-        for (d, channel, result, took) in outcomes {
-            if let Err(e) = self.complete(pool, &d, channel.as_ref(), &result, took).await {
-                tracing::warn!(delivery = d.id, error = %e.message(), "alert attempt not recorded; the lease will expire");
-            }
-        }
-        Ok(n)
-    }
-
-    async fn complete(
-        &self,
-        pool: &DbPool,
-        d: &Due,
-        channel: Option<&Channel>,
-        result: &Result<(), String>,
-        took: Duration,
-    ) -> AppResult<()> {
-        let attempt = d.attempts + 1;
-        let (status, error, next) = match result {
-            Ok(()) => ("SUCCEEDED", None, None),
-            Err(e) if attempt >= d.max_attempts => ("DEAD", Some(e.clone()), None),
-            Err(e) => {
-                let jitter: f64 = {
-                    use rand::Rng;
-                    rand::rng().random_range(-1.0..=1.0)
-                };
-                let delay = chrono::Duration::from_std(backoff(self.config.alert_retry_base, attempt, jitter))
-                    .unwrap_or_default();
-                ("RETRYING", Some(e.clone()), Some(Utc::now() + delay))
-            }
-        };
-        let mut conn = pool.get().await?;
-        let recorded = StaticQuery::new(include_str!("record_attempt.sql"))
-            .bind::<BigInt, _>(d.id)
-            .bind::<Text, _>(&self.worker)
-            .bind::<Text, _>(status)
-            .bind::<Nullable<Text>, _>(error.as_deref())
-            .bind::<Nullable<Timestamptz>, _>(next)
-            .bind::<Integer, _>(d.attempts)
-            .bind::<Integer, _>(took.as_millis().min(i32::MAX as u128) as i32)
-            .execute(&mut conn)
-            .await?;
-        if recorded == 0 {
-            tracing::warn!(delivery = d.id, "alert lease lost before the attempt was recorded");
-            return Ok(());
-        }
-        let kind = channel.map(|c| c.kind.as_str()).unwrap_or("unknown");
-        let outcome = if result.is_ok() { "ok" } else { "failed" };
-        metrics::counter!("fitorder_alert_attempts_total", "channel" => kind, "outcome" => outcome).increment(1);
-        match status {
-            "SUCCEEDED" => {
-                tracing::info!(alert = d.alert_id, channel = %d.channel, trace_id = %d.trace_id, "alert delivered")
-            }
-            "DEAD" => {
-                metrics::counter!("fitorder_alert_deliveries_dead_total", "channel" => kind).increment(1);
-                tracing::error!(alert = d.alert_id, channel = %d.channel, attempts = attempt, error = ?error,
-                    trace_id = %d.trace_id, "ALERT delivery is DEAD: a chat message was not delivered")
-            }
-            _ => {
-                tracing::warn!(alert = d.alert_id, channel = %d.channel, attempt, error = ?error, "alert delivery failed; retrying")
-            }
-        }
-        Ok(())
-    }
-}
-
-fn message(d: &Due, ops_url: String) -> Message {
-    Message {
-        alert_id: d.alert_id,
-        cause: d.cause.clone(),
-        title: d.title.clone(),
-        lines: d
-            .lines
-            .as_array()
-            .map(|a| a.iter().filter_map(|l| l.as_str().map(str::to_string)).collect())
-            .unwrap_or_default(),
-        order_no: d.order_no.clone(),
-        trace_id: d.trace_id.clone(),
-        ops_url,
-        created_at: d.created_at,
-    }
-}
-
-/// DEAD deliveries (of one alert, or all) go back to PENDING with a fresh allowance.
-pub async fn replay_dead(conn: &mut AsyncPgConnection, alert_id: Option<i64>, more_attempts: i32) -> AppResult<usize> {
-    Ok(StaticQuery::new(include_str!("replay_dead.sql"))
-        .bind::<Nullable<BigInt>, _>(alert_id)
-        .bind::<Integer, _>(more_attempts)
-        .execute(conn)
-        .await?)
+    let rate = rate.max(1) as f64;
+    let left: Option<Left> = StaticQuery::new(include_str!("take_slot.sql"))
+        .bind::<Text, _>(channel)
+        .bind::<Double, _>(rate)
+        .get_result(conn)
+        .await
+        .optional()?;
+    Ok(match left {
+        Some(_) => None,
+        None => Some(Duration::from_secs_f64(60.0 / rate)),
+    })
 }
 
 #[derive(QueryableByName)]
@@ -396,21 +412,21 @@ struct RunRow {
 /// Raises the alert of a finished reconciliation run that FAILED or opened tickets (counts by
 /// kind); nothing for a clean run. Call it where the run's outcome is written (it is also
 /// swept up by `alert:check` every minute, and raises once either way).
-pub async fn reconciliation_run(conn: &mut AsyncPgConnection, run_id: i64) -> AppResult<Option<i64>> {
+pub async fn reconciliation_run(conn: &mut AsyncPgConnection, config: &Config, run_id: i64) -> AppResult<Option<i64>> {
     let rows = reconciliation_rows(conn, Some(run_id)).await?;
     let mut raised = None;
     for r in rows {
-        raised = raise(conn, reconciliation_alert(&r)).await?.or(raised);
+        raised = raise(conn, config, reconciliation_alert(&r)).await?.or(raised);
     }
     Ok(raised)
 }
 
 /// Raises the alerts of every recently finished run that FAILED or found differences and has
 /// none yet (what the scheduler calls right after a reconciliation task).
-pub async fn reconciliation_recent(conn: &mut AsyncPgConnection) -> AppResult<usize> {
+pub async fn reconciliation_recent(conn: &mut AsyncPgConnection, config: &Config) -> AppResult<usize> {
     let mut n = 0;
     for r in reconciliation_rows(conn, None).await? {
-        n += raise(conn, reconciliation_alert(&r)).await?.is_some() as usize;
+        n += raise(conn, config, reconciliation_alert(&r)).await?.is_some() as usize;
     }
     Ok(n)
 }
@@ -485,12 +501,14 @@ pub async fn sweep(
     stuck_runs: &[(i64, String, String)],
 ) -> AppResult<i64> {
     let trace = crate::trace::TraceId::new().0;
-    let mut raised = reconciliation_recent(conn).await? as i64;
+    fan_out_waiting(conn, config).await?;
+    let mut raised = reconciliation_recent(conn, config).await? as i64;
     let mut count = |r: Option<i64>| raised += r.is_some() as i64;
     for (id, task, instance) in stuck_runs {
         count(
             raise(
                 conn,
+                config,
                 Alert {
                     cause: "TASK_STUCK",
                     dedupe_key: format!("TASK_STUCK:{id}"),
@@ -526,6 +544,7 @@ pub async fn sweep(
         count(
             raise(
                 conn,
+                config,
                 Alert {
                     cause: "OUTBOX_OVERDUE",
                     dedupe_key: format!("OUTBOX_OVERDUE:{oldest}"),
@@ -568,6 +587,7 @@ pub async fn sweep(
                 count(
                     raise(
                         conn,
+                        config,
                         Alert {
                             cause: "BILL_NOT_RECONCILED",
                             dedupe_key: format!("BILL_NOT_RECONCILED:{p}:{yesterday}"),
@@ -621,6 +641,7 @@ pub async fn sweep(
         count(
             raise(
                 conn,
+                config,
                 Alert {
                     cause,
                     dedupe_key: format!("{cause}:{}:{}", f.provider, f.hour),
@@ -634,8 +655,13 @@ pub async fn sweep(
             .await?,
         );
     }
-    use crate::db::schema::alert_deliveries as ad;
-    let dead: i64 = ad::table.filter(ad::status.eq("DEAD")).count().get_result(conn).await?;
+    use crate::db::schema::compensation_events as ce;
+    let dead: i64 = ce::table
+        .filter(ce::kind.eq(CompensationKind::AlertDelivery.as_str()))
+        .filter(ce::status.eq(CompensationStatus::Dead.as_str()))
+        .count()
+        .get_result(conn)
+        .await?;
     metrics::gauge!("fitorder_alert_deliveries_dead").set(dead as f64);
     Ok(raised)
 }

@@ -1,5 +1,5 @@
 //! Delivering one outbox event: door access and AI-device access over HTTP, provider refunds
-//! through the providers' refund APIs. Whatever has no endpoint configured is recorded as
+//! through the providers' refund APIs, alerts to their chat channels (`alerts::deliver`). Whatever has no endpoint configured is recorded as
 //! delivered by the built-in simulator.
 
 use std::sync::Arc;
@@ -9,7 +9,7 @@ use serde_json::json;
 
 use crate::config::Config;
 use crate::db::models::CompensationEvent;
-use crate::domain::effect::{AccessPayload, RefundPayload};
+use crate::domain::effect::{AccessPayload, AlertPayload, RefundPayload};
 use crate::domain::Effect;
 use crate::payments::api::{self, ProviderApi, RefundRequest, RefundState};
 
@@ -52,12 +52,18 @@ impl From<String> for NotDelivered {
 pub struct Downstream {
     api: ProviderApi,
     config: Arc<Config>,
+    /// For the chat channels: bounded by the downstream timeout.
+    chat: reqwest::Client,
 }
 
 impl Downstream {
     /// `api`: the process's one provider client (`AppState::providers`).
     pub fn new(api: ProviderApi, config: Arc<Config>) -> Downstream {
-        Downstream { api, config }
+        let chat = reqwest::Client::builder()
+            .timeout(config.downstream_timeout)
+            .build()
+            .expect("an HTTP client without TLS settings builds");
+        Downstream { api, config, chat }
     }
 
     /// One attempt. `Err` carries what went wrong, for the attempt log, and when to retry.
@@ -71,7 +77,13 @@ impl Downstream {
                 self.access(self.config.ai_access_url.as_deref(), e, &p).await
             }
             Effect::ProviderRefund(p) => self.refund(e, &p).await,
+            Effect::AlertDelivery(p) => self.alert(e, &p).await,
         }
+    }
+
+    async fn alert(&self, e: &CompensationEvent, p: &AlertPayload) -> Result<Delivered, NotDelivered> {
+        crate::alerts::deliver(&self.chat, &self.config, p, &e.trace_id).await?;
+        Ok(Delivered::Ok)
     }
 
     async fn access(

@@ -93,7 +93,8 @@ pub async fn replay_seen_by(
 /// the answer is 0.
 pub const REPLAY_BATCH: i64 = 500;
 
-/// Replays DEAD events (of one order, or of all), the oldest [`REPLAY_BATCH`]; returns how many.
+/// Replays DEAD events of orders (of one order, or of all), the oldest [`REPLAY_BATCH`]; returns
+/// how many. Alert deliveries are no order's: [`replay_dead_alerts`].
 pub async fn replay_dead(
     conn: &mut AsyncPgConnection,
     order_id: Option<i64>,
@@ -104,6 +105,7 @@ pub async fn replay_dead(
     use crate::db::schema::orders;
     let mut q = ce::table
         .filter(ce::status.eq(CompensationStatus::Dead.as_str()))
+        .filter(ce::order_id.is_not_null())
         .select(ce::id)
         .into_boxed();
     if let Some(id) = order_id {
@@ -114,7 +116,7 @@ pub async fn replay_dead(
             ce::order_id.eq_any(
                 orders::table
                     .filter(orders::store_id.eq_any(stores.to_vec()))
-                    .select(orders::id),
+                    .select(orders::id.nullable()),
             ),
         );
     }
@@ -124,6 +126,37 @@ pub async fn replay_dead(
         match replay(conn, id, ctx, more_attempts).await {
             Ok(_) => n += 1,
             // Replayed by someone else in the meantime.
+            Err(AppError::Conflict(_)) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(n)
+}
+
+/// Replays DEAD alert deliveries (of one alert, or of all), the oldest [`REPLAY_BATCH`], with
+/// [`replay`] like any event; returns how many (`fitorder alerts --replay-dead`).
+pub async fn replay_dead_alerts(
+    conn: &mut AsyncPgConnection,
+    alert_id: Option<i64>,
+    ctx: &Ctx,
+    more_attempts: i32,
+) -> AppResult<usize> {
+    let mut q = ce::table
+        .filter(ce::status.eq(CompensationStatus::Dead.as_str()))
+        .filter(ce::kind.eq(crate::domain::CompensationKind::AlertDelivery.as_str()))
+        .select(ce::id)
+        .into_boxed();
+    if let Some(id) = alert_id {
+        q = q.filter(
+            diesel::dsl::sql::<diesel::sql_types::Bool>("payload->>'alertId' = ")
+                .bind::<diesel::sql_types::Text, _>(id.to_string()),
+        );
+    }
+    let ids: Vec<i64> = q.order(ce::id).limit(REPLAY_BATCH).load(conn).await?;
+    let mut n = 0;
+    for id in ids {
+        match replay(conn, id, ctx, more_attempts).await {
+            Ok(_) => n += 1,
             Err(AppError::Conflict(_)) => {}
             Err(e) => return Err(e),
         }

@@ -3,7 +3,8 @@
 //! jitter; at the attempt limit the event is DEAD and a ticket opens. Any number of workers in
 //! any number of processes may run: a claimed row is invisible to the others until its lease
 //! runs out, so a worker killed mid-call delays its rows by one lease (the batch it had claimed
-//! ahead, by two), never loses them.
+//! ahead, by two), never loses them. Alert deliveries are events like the others (one per
+//! alert and chat channel); a chat message over its channel's rate goes back unattempted.
 
 use std::time::{Duration, Instant};
 
@@ -19,7 +20,7 @@ use crate::db::models::{CompensationEvent, Order};
 use crate::db::schema::{compensation_attempts, compensation_events, orders};
 use crate::db::sql::StaticQuery;
 use crate::domain::retry::backoff;
-use crate::domain::CompensationStatus;
+use crate::domain::{CompensationKind, CompensationStatus, Effect};
 use crate::error::AppResult;
 use crate::outbox;
 use crate::tickets::{self, NewTicket};
@@ -29,29 +30,31 @@ use crate::trace::TraceId;
 pub struct Worker {
     state: AppState,
     downstream: Downstream,
-    alerts: crate::alerts::Deliverer,
     pub id: String,
     pub batch: i64,
     /// The providers this process can refund through: a `PROVIDER_REFUND` event of another is
     /// left for a process that has its keys (never claimed, never attempted here).
     served: Vec<String>,
+    /// The chat channels this process can send alerts to (their ids): an alert delivery to
+    /// another is left for a process that has it configured.
+    channels: Vec<String>,
 }
 
 impl Worker {
     pub fn new(state: AppState) -> Worker {
         let downstream = Downstream::new(state.providers.clone(), state.config.clone());
         let id = format!("{}-{}", hostname(), &TraceId::new().0[..8]);
-        let alerts = crate::alerts::Deliverer::new(state.config.clone(), id.clone());
         let served = served_providers(&state)
             .iter()
             .map(|p| p.as_str().to_string())
             .collect();
+        let channels = state.config.alert_channels.iter().map(|c| c.id.clone()).collect();
         Worker {
             served,
+            channels,
             batch: state.config.outbox_batch,
             state,
             downstream,
-            alerts,
             id,
         }
     }
@@ -81,7 +84,6 @@ impl Worker {
                 break;
             }
             let notified = wake.notified();
-            let alerts = self.run_alerts().await;
             let claimed = match prefetched.take() {
                 Some(batch) => Ok(batch),
                 None => self.claim(self.lease()).await,
@@ -104,7 +106,7 @@ impl Worker {
                     0
                 }
             };
-            if prefetched.is_some() || (alerts + events) as i64 >= self.batch {
+            if prefetched.is_some() || events as i64 >= self.batch {
                 continue;
             }
             let wait = self.until_next_due().await.unwrap_or(Duration::from_secs(1));
@@ -131,13 +133,15 @@ impl Worker {
                 CompensationStatus::Pending.as_str(),
                 CompensationStatus::Retrying.as_str(),
             ]))
-            // What this process may claim (see `claim.sql`): another provider's refund is not
-            // due here, however overdue it is.
+            // What this process may claim (see `claim.sql`): another provider's refund, or an
+            // alert to a channel not configured here, is not due here, however overdue it is.
             .filter(
                 diesel::dsl::sql::<diesel::sql_types::Bool>(
                     "(kind <> 'PROVIDER_REFUND' OR payload->>'provider' = ANY(",
                 )
                 .bind::<diesel::sql_types::Array<Text>, _>(&self.served)
+                .sql(")) AND (kind <> 'ALERT_DELIVERY' OR payload->>'channel' = ANY(")
+                .bind::<diesel::sql_types::Array<Text>, _>(&self.channels)
                 .sql("))"),
             )
             .select(diesel::dsl::min(compensation_events::next_attempt_at))
@@ -153,26 +157,66 @@ impl Worker {
         })
     }
 
-    /// Claims one batch of due events and delivers them (and one batch of alerts); returns how
-    /// many were attempted.
+    /// Claims one batch of due events and delivers them; returns how many were attempted.
     pub async fn run_once(&self) -> AppResult<usize> {
-        let alerts = self.run_alerts().await;
         let claimed = self.claim(self.lease()).await?;
-        Ok(alerts + self.deliver(claimed).await)
+        Ok(self.deliver(claimed).await)
     }
 
-    async fn run_alerts(&self) -> usize {
-        match self.alerts.run_once(&self.state.pool).await {
-            Ok(n) => n,
-            Err(e) => {
-                tracing::warn!(error = %e.message(), "alert batch failed");
-                0
+    /// The claimed events that may be attempted now: a chat message over its channel's rate
+    /// ([`crate::alerts::take_send_slot`]) goes back, not attempted, due when the channel has
+    /// room again.
+    async fn admit(&self, claimed: Vec<CompensationEvent>) -> Vec<CompensationEvent> {
+        let mut admitted = Vec::with_capacity(claimed.len());
+        for e in claimed {
+            let effect = Effect::decode(&e.kind, &e.payload).ok();
+            let Some(channel) = effect.as_ref().and_then(crate::alerts::channel_of) else {
+                admitted.push(e);
+                continue;
+            };
+            let wait = async {
+                let mut conn = self.state.pool.get().await?;
+                crate::alerts::take_send_slot(&mut conn, channel, self.state.config.alert_rate_per_minute).await
+            }
+            .await;
+            match wait {
+                Ok(None) => admitted.push(e),
+                Ok(Some(wait)) => {
+                    if let Err(err) = self.defer(&e, wait).await {
+                        tracing::warn!(event = e.id, error = %err.message(), "deferral not recorded; the lease will expire");
+                    }
+                }
+                Err(err) => {
+                    tracing::warn!(event = e.id, error = %err.message(), "rate not checked; the lease will expire")
+                }
             }
         }
+        admitted
+    }
+
+    /// Gives back a claimed event not attempted, due again after `wait`.
+    async fn defer(&self, e: &CompensationEvent, wait: Duration) -> AppResult<()> {
+        let mut conn = self.state.pool.get().await?;
+        let at = Utc::now() + chrono::Duration::from_std(wait).unwrap_or_default();
+        diesel::update(
+            compensation_events::table
+                .find(e.id)
+                .filter(compensation_events::locked_by.eq(&self.id))
+                .filter(compensation_events::attempts.eq(e.attempts)),
+        )
+        .set((
+            compensation_events::next_attempt_at.eq(Some(at)),
+            compensation_events::locked_until.eq(None::<chrono::DateTime<Utc>>),
+            compensation_events::locked_by.eq(None::<String>),
+        ))
+        .execute(&mut conn)
+        .await?;
+        Ok(())
     }
 
     /// Delivers claimed events and records how each attempt went; returns how many were attempted.
     async fn deliver(&self, claimed: Vec<CompensationEvent>) -> usize {
+        let claimed = self.admit(claimed).await;
         let n = claimed.len();
         if n == 0 {
             return 0;
@@ -211,6 +255,7 @@ impl Worker {
             .bind::<Double, _>(lease.as_secs_f64()) // $2
             .bind::<BigInt, _>(self.batch) // $3
             .bind::<diesel::sql_types::Array<Text>, _>(&self.served) // $4
+            .bind::<diesel::sql_types::Array<Text>, _>(&self.channels) // $5
             .load(&mut conn)
             .await?)
     }
@@ -305,7 +350,7 @@ impl Worker {
                         use rand::Rng;
                         rand::rng().random_range(-1.0..=1.0)
                     };
-                    let mut delay = backoff(config.retry_base, attempt, jitter);
+                    let mut delay = backoff(retry_base(&config, &e.kind), attempt, jitter);
                     if let Retry::After(at_least) = err.retry {
                         delay = delay.max(at_least);
                     }
@@ -352,7 +397,7 @@ impl Worker {
                 .execute(conn)
                 .await?;
             if updated.status == CompensationStatus::Dead.as_str() {
-                self.open_dead_ticket(conn, &updated).await?;
+                self.dead(conn, &updated).await?;
             }
             outbox::announce(conn, &[e.id]).await
         })
@@ -365,9 +410,34 @@ impl Worker {
         Ok(())
     }
 
+    /// What a DEAD event leaves behind, by its kind: an order's effect opens its ticket (and
+    /// raises its alert); an alert delivery is logged and counted.
+    async fn dead(&self, conn: &mut AsyncPgConnection, e: &CompensationEvent) -> AppResult<()> {
+        match CompensationKind::parse(&e.kind) {
+            Some(CompensationKind::AlertDelivery) => {
+                crate::alerts::delivery_dead(e);
+                Ok(())
+            }
+            Some(
+                CompensationKind::DoorAccessGrant
+                | CompensationKind::DoorAccessRevoke
+                | CompensationKind::AiAccessGrant
+                | CompensationKind::AiAccessRevoke
+                | CompensationKind::ProviderRefund,
+            )
+            | None => self.open_dead_ticket(conn, e).await,
+        }
+    }
+
     async fn open_dead_ticket(&self, conn: &mut AsyncPgConnection, e: &CompensationEvent) -> AppResult<()> {
+        let Some(order_id) = e.order_id else {
+            tracing::error!(event = e.id, kind = %e.kind, attempts = e.attempts, last_error = ?e.last_error,
+                "compensation event of no order is DEAD");
+            metrics::counter!("fitorder_compensation_dead_total", "kind" => e.kind.clone()).increment(1);
+            return Ok(());
+        };
         let order: Order = orders::table
-            .find(e.order_id)
+            .find(order_id)
             .select(Order::as_select())
             .get_result(conn)
             .await?;
@@ -391,8 +461,26 @@ impl Worker {
             &TraceId(e.trace_id.clone()),
         )
         .await?;
-        crate::alerts::raise(conn, crate::alerts::Alert::compensation_dead(e, &order)).await?;
+        if let Some(alert) = crate::alerts::Alert::compensation_dead(e, &order) {
+            crate::alerts::raise(conn, &self.state.config, alert).await?;
+        }
         Ok(())
+    }
+}
+
+/// The base of an event's backoff: the chat channels' own (`FITORDER_ALERT_RETRY_BASE`) for an
+/// alert delivery, the outbox's (`FITORDER_RETRY_BASE`) for the rest.
+fn retry_base(config: &crate::config::Config, kind: &str) -> Duration {
+    match CompensationKind::parse(kind) {
+        Some(CompensationKind::AlertDelivery) => config.alert_retry_base,
+        Some(
+            CompensationKind::DoorAccessGrant
+            | CompensationKind::DoorAccessRevoke
+            | CompensationKind::AiAccessGrant
+            | CompensationKind::AiAccessRevoke
+            | CompensationKind::ProviderRefund,
+        )
+        | None => config.retry_base,
     }
 }
 

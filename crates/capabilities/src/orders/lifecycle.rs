@@ -326,7 +326,7 @@ pub async fn refund_order(
                 provider_txn_id: order.provider_txn_id.clone(),
                 reason: reason.to_string(),
             });
-            outbox::enqueue(conn, refunded.id, &[refund], &ctx.trace, config.max_attempts).await?;
+            outbox::enqueue(conn, Some(refunded.id), &[refund], &ctx.trace, config.max_attempts).await?;
         }
         if membership.is_some() {
             diesel::update(memberships::table.filter(memberships::order_id.eq(order.id)))
@@ -339,7 +339,7 @@ pub async fn refund_order(
         }
         outbox::enqueue(
             conn,
-            refunded.id,
+            Some(refunded.id),
             &outbox::revokes(&refunded),
             &ctx.trace,
             config.max_attempts,

@@ -1,6 +1,6 @@
 //! The enqueue side of the transactional outbox: downstream [`Effect`]s written as
 //! `compensation_events` rows in the transaction of the change that causes them, and announced
-//! on commit. Used by orders, payments and tickets; it knows nothing of delivery, which is the
+//! on commit. Used by orders, payments, tickets and alerts (one delivery per channel); it knows nothing of delivery, which is the
 //! compensation worker's (`compensation`, above payments).
 
 use diesel::prelude::*;
@@ -62,17 +62,18 @@ pub fn encode(effects: &[Effect]) -> Encoded {
     }
 }
 
-/// Writes `effects` about the order `order_id` as due events and announces them on commit, in
+/// Writes `effects` about the order `order_id` (`None`: effects of no order, alert deliveries)
+/// as due events and announces them on commit, in
 /// one prepared statement (`enqueue.sql`). Each event's idempotency key is unique: the same
 /// effect twice is refused.
 pub async fn enqueue(
     conn: &mut AsyncPgConnection,
-    order_id: i64,
+    order_id: Option<i64>,
     effects: &[Effect],
     trace: &TraceId,
     max_attempts: i32,
 ) -> AppResult<Vec<i64>> {
-    use diesel::sql_types::{Array, BigInt, Integer, Jsonb};
+    use diesel::sql_types::{Array, BigInt, Integer, Jsonb, Nullable};
     #[derive(diesel::QueryableByName)]
     struct Enqueued {
         #[diesel(sql_type = BigInt)]
@@ -80,7 +81,7 @@ pub async fn enqueue(
     }
     let Encoded { kinds, payloads, keys } = encode(effects);
     let rows: Vec<Enqueued> = StaticQuery::new(include_str!("enqueue.sql"))
-        .bind::<BigInt, _>(order_id) // $1
+        .bind::<Nullable<BigInt>, _>(order_id) // $1
         .bind::<Array<Text>, _>(&kinds) // $2
         .bind::<Array<Jsonb>, _>(&payloads) // $3
         .bind::<Array<Text>, _>(&keys) // $4

@@ -170,6 +170,7 @@ pub async fn apply(
                         Outcome::Duplicate
                     } else if *ok {
                         let confirmed = ConfirmedRefund {
+                            config: &config,
                             provider,
                             out_trade_no,
                             refund_no,
@@ -181,6 +182,7 @@ pub async fn apply(
                     } else {
                         crate::alerts::open_ticket(
                             conn,
+                            &config,
                             NewTicket {
                                 kind: TicketKind::RefundMismatch,
                                 provider: Some(provider),
@@ -213,6 +215,7 @@ pub async fn apply(
                         Outcome::Duplicate
                     } else {
                         let confirmed = ConfirmedRefund {
+                            config: &config,
                             provider,
                             out_trade_no,
                             refund_no,
@@ -472,6 +475,8 @@ async fn claim_and_lock(
 
 /// A refund the provider confirmed by our refund number, with the trade's refunded total.
 struct ConfirmedRefund<'a> {
+    /// Where a mismatch's alert goes.
+    config: &'a crate::config::Config,
     provider: Provider,
     out_trade_no: &'a str,
     refund_no: &'a str,
@@ -577,6 +582,7 @@ impl ConfirmedRefund<'_> {
     ) -> AppResult<Outcome> {
         crate::alerts::open_ticket(
             conn,
+            self.config,
             NewTicket {
                 kind: TicketKind::RefundMismatch,
                 provider: Some(self.provider),
@@ -632,6 +638,7 @@ impl<'a> Paid<'a> {
     async fn ticket(
         &self,
         conn: &mut AsyncPgConnection,
+        config: &crate::config::Config,
         kind: TicketKind,
         order: Option<&Order>,
         mut detail: serde_json::Value,
@@ -640,6 +647,7 @@ impl<'a> Paid<'a> {
         detail["source"] = json!("callback");
         crate::alerts::open_ticket(
             conn,
+            config,
             NewTicket {
                 kind,
                 provider: Some(self.provider),
@@ -700,6 +708,7 @@ async fn pay_or_ticket(
         (true, None) => {
             p.ticket(
                 conn,
+                config,
                 TicketKind::UnknownOrder,
                 None,
                 json!({"why": "paid for an order fitorder does not know"}),
@@ -717,7 +726,7 @@ async fn pay_or_ticket(
             let why = json!({"status": order.status.as_str(), "paymentMethod": order.payment_method.as_str(),
                              "orderProvider": order.online_provider.map(|o| o.as_str()),
                              "why": format!("paid through {}, which is not how this order is paid", p.provider)});
-            p.ticket(conn, TicketKind::AmountMismatch, Some(&order), why, ctx)
+            p.ticket(conn, config, TicketKind::AmountMismatch, Some(&order), why, ctx)
                 .await?;
             Ok((Outcome::AmountMismatch, Some(order)))
         }
@@ -726,7 +735,7 @@ async fn pay_or_ticket(
         OrderStatus::WaitPay if p.amount_cents != order.online_cents() => {
             let why = json!({"status": order.status.as_str(),
                              "why": "the provider collected another amount than the order asks"});
-            p.ticket(conn, TicketKind::AmountMismatch, Some(&order), why, ctx)
+            p.ticket(conn, config, TicketKind::AmountMismatch, Some(&order), why, ctx)
                 .await?;
             Ok((Outcome::AmountMismatch, Some(order)))
         }
@@ -753,7 +762,7 @@ async fn pay_or_ticket(
             // The order stays canceled; the money goes back to the payer.
             let detail = json!({"canceledAt": order.canceled_at, "cancelReason": order.cancel_reason,
                                 "action": "refund to the payer queued as PROVIDER_REFUND"});
-            p.ticket(conn, TicketKind::PaidAfterCancel, Some(&order), detail, ctx)
+            p.ticket(conn, config, TicketKind::PaidAfterCancel, Some(&order), detail, ctx)
                 .await?;
             let refund = Effect::ProviderRefund(RefundPayload {
                 order: (&order).into(),
@@ -764,14 +773,14 @@ async fn pay_or_ticket(
                 provider_txn_id: Some(p.txn_id.to_string()),
                 reason: "paid after the order was canceled".into(),
             });
-            outbox::enqueue(conn, order.id, &[refund], &ctx.trace, config.max_attempts).await?;
+            outbox::enqueue(conn, Some(order.id), &[refund], &ctx.trace, config.max_attempts).await?;
             Ok((Outcome::PaidAfterCancel, Some(order)))
         }
         other => {
             // Already paid (by another transaction), used or refunded: a second payment.
             let detail = json!({"status": other.as_str(), "firstTxnId": order.provider_txn_id,
                                 "why": format!("payment {} arrived for an order that is {other}", p.txn_id)});
-            p.ticket(conn, TicketKind::RejectedTransition, Some(&order), detail, ctx)
+            p.ticket(conn, config, TicketKind::RejectedTransition, Some(&order), detail, ctx)
                 .await?;
             Ok((Outcome::RejectedTransition, Some(order)))
         }

@@ -795,7 +795,7 @@ pub async fn retry_waiting_at(state: &AppState, now: chrono::DateTime<Utc>) -> A
         .execute(&mut conn)
         .await?;
         if updated == 1 {
-            crate::alerts::reconciliation_run(&mut conn, w.id).await?;
+            crate::alerts::reconciliation_run(&mut conn, &state.config, w.id).await?;
             n += 1;
         }
     }

@@ -22,7 +22,7 @@ WITH open_orders AS (
     SELECT e.id FROM compensation_events e
      WHERE e.status = 'SUCCEEDED' AND e.updated_at < now() - make_interval(days => $2::int)
        AND e.kind <> 'PROVIDER_REFUND'
-       AND e.order_id NOT IN (SELECT order_id FROM open_orders)
+       AND (e.order_id IS NULL OR e.order_id NOT IN (SELECT order_id FROM open_orders))
        AND NOT EXISTS (SELECT 1 FROM compensation_replays r WHERE r.event_id = e.id)
      ORDER BY e.updated_at
      LIMIT $3
@@ -30,7 +30,7 @@ WITH open_orders AS (
     DELETE FROM compensation_attempts a USING compensation_events e
      WHERE a.event_id = e.id AND a.ok AND e.status = 'SUCCEEDED'
        AND a.at < now() - make_interval(days => $4::int)
-       AND e.order_id NOT IN (SELECT order_id FROM open_orders)
+       AND (e.order_id IS NULL OR e.order_id NOT IN (SELECT order_id FROM open_orders))
        AND e.id NOT IN (SELECT id FROM delivered)
     RETURNING 1
 ), delivered_attempts AS (

@@ -195,7 +195,7 @@ impl Scheduler {
         if task.name.starts_with("reconcile:") {
             let raised = async {
                 let mut conn = self.state.pool.get().await?;
-                crate::alerts::reconciliation_recent(&mut conn).await
+                crate::alerts::reconciliation_recent(&mut conn, &self.state.config).await
             }
             .await;
             if let Err(e) = raised {

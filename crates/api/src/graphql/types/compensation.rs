@@ -34,11 +34,10 @@ impl CompensationEventNode {
     }
     async fn kind(&self) -> AppResult<CompensationKind> {
         parse_or_internal(
-            crate::domain::CompensationKind::parse(&self.0.kind),
+            crate::domain::CompensationKind::parse(&self.0.kind).and_then(CompensationKind::shown),
             "compensation kind",
             &self.0.kind,
         )
-        .map(Into::into)
     }
     async fn status(&self) -> AppResult<CompensationStatus> {
         parse_or_internal(

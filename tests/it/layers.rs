@@ -45,10 +45,11 @@ const RANKS: &[(&str, u8, u8)] = &[
     ("app", 4, 0),
     // 5: the capabilities, each using only those before it. Tickets are a leaf the others call.
     ("tickets", 5, 0),
-    ("alerts", 5, 1),
-    ("wallet", 5, 2),
-    // The outbox: effects enqueued in the transaction of the change that causes them.
-    ("outbox", 5, 3),
+    // The outbox: effects enqueued in the transaction of the change that causes them (alert
+    // deliveries too, so before `alerts`).
+    ("outbox", 5, 1),
+    ("alerts", 5, 2),
+    ("wallet", 5, 3),
     ("compensation", 5, 7),
     ("orders", 5, 4),
     ("catalog", 5, 5),

@@ -102,13 +102,13 @@ async fn start(state: &AppState, provider: Provider, date: NaiveDate, trace: &Tr
         match inserted {
             Err(AppError::Conflict(_)) if !retried => {
                 retried = true;
-                let closed = StaticQuery::new(include_str!("sql/close_abandoned.sql"))
+                let closed: N = StaticQuery::new(include_str!("sql/close_abandoned.sql"))
                     .bind::<Text, _>(provider)
                     .bind::<diesel::sql_types::Date, _>(date)
                     .bind::<BigInt, _>(RUN_LEASE_SECS)
-                    .execute(&mut conn)
+                    .get_result(&mut conn)
                     .await?;
-                if closed == 0 {
+                if closed.n == 0 {
                     return inserted;
                 }
                 tracing::error!(%provider, %date, "an abandoned reconciliation run was closed as FAILED");

@@ -71,7 +71,7 @@ pub fn opening(findings: &'static str) -> &'static str {
         .get_or_init(Default::default)
         .lock()
         .unwrap_or_else(|e| e.into_inner());
-    *made.entry(findings).or_insert_with(|| {
+    made.entry(findings).or_insert_with(|| {
         let sql = format!(
             "WITH findings AS (\n{}\n)\n{}",
             findings.trim_end(),

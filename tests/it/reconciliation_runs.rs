@@ -140,8 +140,9 @@ async fn a_reconciliation_request_dropped_mid_run_leaves_no_running_row() {
 
     // The caller's future dropped mid-run (not only a disconnected client): the same.
     let yesterday = today() - chrono::Duration::days(1);
+    let trace = TraceId::new();
     tokio::select! {
-        _ = reconciliation::run(&app.state, Provider::Alipay, yesterday, None, &TraceId::new()) => {
+        _ = reconciliation::run(&app.state, Provider::Alipay, yesterday, None, &trace) => {
             panic!("the run ended before it was dropped")
         }
         _ = until_running(&app) => {}

@@ -35,6 +35,7 @@ mod provider_edges;
 mod provider_money;
 mod providers;
 mod reconciliation;
+mod reconciliation_runs;
 mod sandbox_provider;
 mod schema_sdl;
 mod sdk_crosscheck;

@@ -10,6 +10,7 @@ use diesel_async::{AsyncPgConnection, RunQueryDsl};
 
 use crate::db::models::{ExceptionTicket, Order};
 use crate::db::schema::exception_tickets as et;
+use crate::db::sql::StaticQuery;
 use crate::domain::{Provider, TicketAction, TicketKind, TicketStatus};
 use crate::error::AppResult;
 use crate::trace::TraceId;
@@ -33,34 +34,51 @@ pub async fn open(
     t: NewTicket<'_>,
     trace: &TraceId,
 ) -> AppResult<Option<ExceptionTicket>> {
-    let opened: Option<ExceptionTicket> = diesel::insert_into(et::table)
-        .values((
-            et::kind.eq(t.kind),
-            et::provider.eq(t.provider),
-            et::order_id.eq(t.order.map(|o| o.id)),
-            et::order_no.eq(t.order.map(|o| o.order_no.as_str()).or(t.order_no)),
-            et::store_id.eq(t.order.map(|o| o.store_id)),
-            et::provider_txn_id.eq(t.provider_txn_id),
-            et::local_amount_cents.eq(t.local_amount_cents),
-            et::provider_amount_cents.eq(t.provider_amount_cents),
-            et::detail.eq(t.detail),
-            et::finding_key.eq(&t.finding_key),
-            et::trace_id.eq(trace.as_str()),
-        ))
-        .on_conflict(et::finding_key)
-        .do_nothing()
-        .returning(ExceptionTicket::as_returning())
+    use diesel::sql_types::{BigInt, Jsonb, Nullable, Text};
+    let opened: Option<ExceptionTicket> = StaticQuery::new(opening(include_str!("tickets/one.sql")))
+        .bind::<Text, _>(t.kind)
+        .bind::<Nullable<Text>, _>(t.provider)
+        .bind::<Nullable<BigInt>, _>(t.order.map(|o| o.id))
+        .bind::<Nullable<Text>, _>(t.order.map(|o| o.order_no.as_str()).or(t.order_no))
+        .bind::<Nullable<BigInt>, _>(t.order.map(|o| o.store_id))
+        .bind::<Nullable<Text>, _>(t.provider_txn_id)
+        .bind::<Nullable<BigInt>, _>(t.local_amount_cents)
+        .bind::<Nullable<BigInt>, _>(t.provider_amount_cents)
+        .bind::<Jsonb, _>(t.detail)
+        .bind::<Text, _>(&t.finding_key)
+        .bind::<Text, _>(trace.as_str())
         .get_result(conn)
         .await
         .optional()?;
     if let Some(ticket) = &opened {
         tracing::warn!(ticket = ticket.id, kind = %t.kind, order_no = ?ticket.order_no, "exception ticket opened");
         metrics::counter!("fitorder_tickets_opened_total", "kind" => t.kind.as_str()).increment(1);
-        crate::events::notify_sql(&format!("ticket:{}", ticket.id))
-            .execute(conn)
-            .await?;
     }
     Ok(opened)
+}
+
+/// The one statement that writes tickets (`tickets/open.sql`), fed by `findings`: a query whose
+/// rows are the findings (the columns `open.sql` names), set-based for any number of them. Both
+/// [`open`] (one finding) and the reconciliation's finding statements (every difference of a
+/// bill) open their tickets through it, so a ticket is opened once per finding key, and
+/// announced, however it was found. The text is made once per `findings` and kept (the
+/// statement cache keys on it).
+pub fn opening(findings: &'static str) -> &'static str {
+    use std::collections::HashMap;
+    use std::sync::{Mutex, OnceLock};
+    static MADE: OnceLock<Mutex<HashMap<&'static str, &'static str>>> = OnceLock::new();
+    let mut made = MADE
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    made.entry(findings).or_insert_with(|| {
+        let sql = format!(
+            "WITH findings AS (\n{}\n)\n{}",
+            findings.trim_end(),
+            include_str!("tickets/open.sql")
+        );
+        Box::leak(sql.into_boxed_str())
+    })
 }
 
 use diesel_async::AsyncConnection;

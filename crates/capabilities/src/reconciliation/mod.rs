@@ -40,8 +40,21 @@ struct N {
     n: i64,
 }
 
+/// A RUNNING run says it is still being worked on this often ([`RUN_LEASE_SECS`]).
+pub const HEARTBEAT_SECS: u64 = 10;
+
+/// A RUNNING run whose heartbeat is older than this is abandoned (its process died or stopped
+/// working on it): the `alert:check` sweep and the next run of its day close it as FAILED.
+pub const RUN_LEASE_SECS: i64 = 60;
+
 /// Reconciles `provider`'s bill for business day `date`; `file` overrides the statement dir.
 /// A run that could not read its bill is recorded FAILED with the line and the reason.
+///
+/// The run's work is a task of its own, not the caller's future: a caller that goes away (a
+/// dropped `runReconciliation` request) leaves it running to its outcome. While it works, it
+/// beats its heartbeat; any error ends it FAILED at once with the error's public message (and
+/// is returned); a task that stops without an outcome (a panic, the runtime shutting down)
+/// marks it FAILED as it goes, and a process that died is found by its stale heartbeat.
 pub async fn run(
     state: &AppState,
     provider: Provider,
@@ -49,25 +62,174 @@ pub async fn run(
     file: Option<PathBuf>,
     trace: &TraceId,
 ) -> AppResult<ReconciliationRun> {
-    let mut conn = state.pool.get().await?;
-    let started: ReconciliationRun = diesel::insert_into(rr::table)
-        .values((
-            rr::provider.eq(provider),
-            rr::bill_date.eq(date),
-            rr::status.eq(ReconciliationStatus::Running),
-            rr::trace_id.eq(trace.as_str()),
-        ))
-        .returning(ReconciliationRun::as_returning())
-        .get_result(&mut conn)
-        .await
-        .on_violation(|v| match v {
-            Violation::Unique("reconciliation_one_running") => Some(AppError::Conflict(format!(
-                "a {provider} reconciliation of {date} is already running"
-            ))),
-            _ => None,
-        })?;
-    drop(conn);
+    let started = start(state, provider, date, trace).await?;
     let run_id = started.id;
+    let work = tokio::spawn({
+        let state = state.clone();
+        let trace = trace.clone();
+        async move { owned(state, run_id, provider, date, file, trace).await }
+    });
+    match work.await {
+        Ok(result) => result,
+        Err(e) => Err(AppError::internal(format!(
+            "the {provider} reconciliation of {date} (run {run_id}) stopped without an outcome: {e}"
+        ))),
+    }
+}
+
+/// Inserts the RUNNING run. A run of the same day already RUNNING refuses it, unless that one
+/// is abandoned (its heartbeat is stale): then it is closed as FAILED and this one starts.
+async fn start(state: &AppState, provider: Provider, date: NaiveDate, trace: &TraceId) -> AppResult<ReconciliationRun> {
+    let mut retried = false;
+    loop {
+        let mut conn = state.pool.get().await?;
+        let inserted = diesel::insert_into(rr::table)
+            .values((
+                rr::provider.eq(provider),
+                rr::bill_date.eq(date),
+                rr::status.eq(ReconciliationStatus::Running),
+                rr::trace_id.eq(trace.as_str()),
+            ))
+            .returning(ReconciliationRun::as_returning())
+            .get_result(&mut conn)
+            .await
+            .on_violation(|v| match v {
+                Violation::Unique("reconciliation_one_running") => Some(AppError::Conflict(format!(
+                    "a {provider} reconciliation of {date} is already running"
+                ))),
+                _ => None,
+            });
+        match inserted {
+            Err(AppError::Conflict(_)) if !retried => {
+                retried = true;
+                let closed: N = StaticQuery::new(include_str!("sql/close_abandoned.sql"))
+                    .bind::<Text, _>(provider)
+                    .bind::<diesel::sql_types::Date, _>(date)
+                    .bind::<BigInt, _>(RUN_LEASE_SECS)
+                    .get_result(&mut conn)
+                    .await?;
+                if closed.n == 0 {
+                    return inserted;
+                }
+                tracing::error!(%provider, %date, "an abandoned reconciliation run was closed as FAILED");
+            }
+            other => return other,
+        }
+    }
+}
+
+/// The run's task: the work, its heartbeat beside it, and its outcome recorded whatever
+/// happens.
+async fn owned(
+    state: AppState,
+    run_id: i64,
+    provider: Provider,
+    date: NaiveDate,
+    file: Option<PathBuf>,
+    trace: TraceId,
+) -> AppResult<ReconciliationRun> {
+    let mut guard = Unfinished {
+        pool: state.pool.clone(),
+        run_id,
+        armed: true,
+    };
+    let result = tokio::select! {
+        r = work(&state, run_id, provider, date, file, &trace) => r,
+        never = heartbeat(&state, run_id) => match never {},
+    };
+    match result {
+        Ok(run) => {
+            guard.armed = false;
+            Ok(run)
+        }
+        Err(e) => {
+            let why = e.public_message();
+            tracing::error!(%provider, %date, run = run_id, error = %e.message(), "reconciliation failed");
+            match fail(&state.pool, run_id, &why).await {
+                Ok(_) => guard.armed = false,
+                Err(f) => tracing::warn!(run = run_id, error = %f.message(), "the failed run not recorded yet"),
+            }
+            Err(e)
+        }
+    }
+}
+
+/// Beats the run's heartbeat until dropped (with the work).
+async fn heartbeat(state: &AppState, run_id: i64) -> std::convert::Infallible {
+    let mut every = tokio::time::interval(std::time::Duration::from_secs(HEARTBEAT_SECS));
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        every.tick().await;
+        let beat = async {
+            let mut conn = state.pool.get().await?;
+            StaticQuery::new(include_str!("sql/heartbeat.sql"))
+                .bind::<BigInt, _>(run_id)
+                .execute(&mut conn)
+                .await?;
+            Ok::<_, AppError>(())
+        };
+        if let Err(e) = beat.await {
+            tracing::warn!(run = run_id, error = %e.message(), "reconciliation heartbeat missed");
+        }
+    }
+}
+
+/// Closes a RUNNING run as FAILED with `why`, and drops its staging rows.
+async fn fail(pool: &crate::db::DbPool, run_id: i64, why: &str) -> AppResult<()> {
+    let mut conn = pool.get().await?;
+    diesel::update(
+        rr::table
+            .find(run_id)
+            .filter(rr::status.eq(ReconciliationStatus::Running)),
+    )
+    .set((
+        rr::status.eq(ReconciliationStatus::Failed),
+        rr::finished_at.eq(Utc::now()),
+        rr::error.eq(why),
+    ))
+    .execute(&mut conn)
+    .await?;
+    diesel::delete(bill_rows::table.filter(bill_rows::run_id.eq(run_id)))
+        .execute(&mut conn)
+        .await?;
+    Ok(())
+}
+
+/// A run's task that ends without an outcome (a panic unwinding it, the runtime dropping it)
+/// marks its run FAILED on the way out, so no run stays RUNNING after its work stopped.
+struct Unfinished {
+    pool: crate::db::DbPool,
+    run_id: i64,
+    armed: bool,
+}
+
+impl Drop for Unfinished {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let (pool, run_id) = (self.pool.clone(), self.run_id);
+        tracing::error!(run = run_id, "reconciliation run stopped without an outcome");
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move {
+                let why = "the run stopped without an outcome (interrupted); run the reconciliation again";
+                if let Err(e) = fail(&pool, run_id, why).await {
+                    tracing::warn!(run = run_id, error = %e.message(), "the interrupted run not recorded; the sweep closes it");
+                }
+            });
+        }
+    }
+}
+
+/// The run's work, once its RUNNING row is in.
+async fn work(
+    state: &AppState,
+    run_id: i64,
+    provider: Provider,
+    date: NaiveDate,
+    file: Option<PathBuf>,
+    trace: &TraceId,
+) -> AppResult<ReconciliationRun> {
     let mut note = None;
     let path = match file {
         Some(path) => Ok(Some(path)),
@@ -382,8 +544,8 @@ struct Matched {
     tickets: i64,
 }
 
-/// The matching, in SQL: each statement inserts the tickets of one kind of finding and returns
-/// how many were new. Ticket kinds that the callbacks already opened for the same provider
+/// The matching, in SQL: each statement finds one kind of finding and opens its tickets
+/// through the tickets' one statement ([`crate::tickets::opening`]), returning the new ones. Ticket kinds that the callbacks already opened for the same provider
 /// transaction (paid after cancel, unknown order, ...) are the same difference and are not
 /// opened twice.
 async fn match_and_ticket(
@@ -415,7 +577,8 @@ async fn match_and_ticket(
     ];
     let mut tickets = 0;
     for sql in findings {
-        let ids: Vec<Id> = StaticQuery::new(sql)
+        // The findings query feeds the tickets' one INSERT (which announces each new one).
+        let ids: Vec<Id> = StaticQuery::new(crate::tickets::opening(sql))
             .bind::<BigInt, _>(run_id) // $1
             .bind::<Text, _>(provider) // $2
             .bind::<Text, _>(date.to_string()) // $3
@@ -425,10 +588,8 @@ async fn match_and_ticket(
             .bind::<diesel::sql_types::Array<Text>, _>(&confirmed) // $7
             .load(&mut conn)
             .await?;
-        for id in &ids {
-            crate::events::notify_sql(&format!("ticket:{}", id.id))
-                .execute(&mut conn)
-                .await?;
+        if !ids.is_empty() {
+            tracing::info!(run = run_id, tickets = ?ids.iter().map(|i| i.id).collect::<Vec<_>>(), "reconciliation tickets opened");
         }
         tickets += ids.len() as i64;
     }
@@ -695,42 +856,86 @@ pub const WAIT_RETRY_SECS: i64 = 30 * 60;
 /// The run at `FITORDER_RECONCILE_AT`: yesterday for each configured provider, and the missed
 /// days of the last [`CATCH_UP_DAYS`] (never run since this provider's first run, or whose
 /// bill was put in the statement dir since). Days still WAITING are left to [`retry_waiting`].
+///
+/// Every provider and day is tried whatever happened to the others, each in its own run (a
+/// failure is that run's, FAILED with why). Returns how many ran, or, when any failed, an error
+/// naming every provider and day that did, with why.
 pub async fn daily(state: AppState) -> AppResult<i64> {
     let today = Utc::now().with_timezone(&state.config.timezone).date_naive();
     let mut runs = 0;
+    let mut failed = vec![];
     for provider in configured_providers(&state) {
-        let mut conn = state.pool.get().await?;
-        let tried: Vec<(NaiveDate, ReconciliationStatus)> = rr::table
-            .filter(rr::provider.eq(provider))
-            .filter(rr::bill_date.ge(today - chrono::Duration::days(CATCH_UP_DAYS)))
-            .select((rr::bill_date, rr::status))
-            .load(&mut conn)
-            .await?;
-        let first: Option<NaiveDate> = rr::table
-            .filter(rr::provider.eq(provider))
-            .select(diesel::dsl::min(rr::bill_date))
-            .first(&mut conn)
-            .await?;
-        drop(conn);
-        for back in (1..=CATCH_UP_DAYS).rev() {
-            let day = today - chrono::Duration::days(back);
-            let of_day: Vec<ReconciliationStatus> = tried.iter().filter(|(d, _)| *d == day).map(|(_, s)| *s).collect();
-            use ReconciliationStatus::{Running, Succeeded, Waiting};
-            if of_day.iter().any(|s| matches!(s, Succeeded | Waiting | Running)) {
+        let days = match days_due(&state, provider, today).await {
+            Ok(days) => days,
+            Err(e) => {
+                tracing::error!(%provider, error = %e.message(), "daily reconciliation: the days due are unknown");
+                failed.push(format!("{provider}: {}", e.public_message()));
                 continue;
             }
-            let exists = statement_path(&state.config.statement_dir, provider, day).exists();
-            let missed = of_day.is_empty() && first.is_some_and(|f| f < day);
-            // Yesterday's bill is always asked for; older days when they were missed.
-            if back > 1 && !exists && !missed {
-                continue;
+        };
+        for day in days {
+            match run(&state, provider, day, None, &TraceId::new()).await {
+                Ok(r) => {
+                    tracing::info!(%provider, day = %day, status = %r.status, tickets = r.tickets_opened, "daily reconciliation");
+                    runs += 1;
+                    if r.status == ReconciliationStatus::Failed {
+                        failed.push(format!("{provider} {day}: {}", r.error.unwrap_or_default()));
+                    }
+                }
+                Err(e) => {
+                    tracing::error!(%provider, day = %day, error = %e.message(), "daily reconciliation failed");
+                    failed.push(format!("{provider} {day}: {}", e.public_message()));
+                }
             }
-            let r = run(&state, provider, day, None, &TraceId::new()).await?;
-            tracing::info!(%provider, day = %day, status = %r.status, tickets = r.tickets_opened, "daily reconciliation");
-            runs += 1;
         }
     }
-    Ok(runs)
+    reported(runs, failed)
+}
+
+/// `Ok(runs)`, or the failures, all of them, as one error.
+fn reported(runs: i64, failed: Vec<String>) -> AppResult<i64> {
+    if failed.is_empty() {
+        return Ok(runs);
+    }
+    Err(AppError::internal(format!(
+        "{} of the reconciliations failed (each is its run, FAILED with why): {}",
+        failed.len(),
+        failed.join("; ")
+    )))
+}
+
+/// The days of `provider` the daily run reconciles today, oldest first.
+async fn days_due(state: &AppState, provider: Provider, today: NaiveDate) -> AppResult<Vec<NaiveDate>> {
+    let mut conn = state.pool.get().await?;
+    let tried: Vec<(NaiveDate, ReconciliationStatus)> = rr::table
+        .filter(rr::provider.eq(provider))
+        .filter(rr::bill_date.ge(today - chrono::Duration::days(CATCH_UP_DAYS)))
+        .select((rr::bill_date, rr::status))
+        .load(&mut conn)
+        .await?;
+    let first: Option<NaiveDate> = rr::table
+        .filter(rr::provider.eq(provider))
+        .select(diesel::dsl::min(rr::bill_date))
+        .first(&mut conn)
+        .await?;
+    drop(conn);
+    let mut due = vec![];
+    for back in (1..=CATCH_UP_DAYS).rev() {
+        let day = today - chrono::Duration::days(back);
+        let of_day: Vec<ReconciliationStatus> = tried.iter().filter(|(d, _)| *d == day).map(|(_, s)| *s).collect();
+        use ReconciliationStatus::{Running, Succeeded, Waiting};
+        if of_day.iter().any(|s| matches!(s, Succeeded | Waiting | Running)) {
+            continue;
+        }
+        let exists = statement_path(&state.config.statement_dir, provider, day).exists();
+        let missed = of_day.is_empty() && first.is_some_and(|f| f < day);
+        // Yesterday's bill is always asked for; older days when they were missed.
+        if back > 1 && !exists && !missed {
+            continue;
+        }
+        due.push(day);
+    }
+    Ok(due)
 }
 
 #[derive(diesel::QueryableByName)]
@@ -760,12 +965,21 @@ pub async fn retry_waiting_at(state: &AppState, now: chrono::DateTime<Utc>) -> A
         .await?;
     drop(conn);
     let mut n = 0;
+    let mut failed = vec![];
     for w in waiting {
         let late = local.time() >= WAIT_UNTIL || w.bill_date + chrono::Duration::days(1) < local.date_naive();
         if !late {
-            let r = run(state, w.provider, w.bill_date, None, &TraceId::new()).await?;
-            tracing::info!(provider = %w.provider, day = %w.bill_date, status = %r.status, "waiting bill asked again");
-            n += 1;
+            // Each day is asked whatever happened to the others.
+            match run(state, w.provider, w.bill_date, None, &TraceId::new()).await {
+                Ok(r) => {
+                    tracing::info!(provider = %w.provider, day = %w.bill_date, status = %r.status, "waiting bill asked again");
+                    n += 1;
+                }
+                Err(e) => {
+                    tracing::error!(provider = %w.provider, day = %w.bill_date, error = %e.message(), "waiting bill not asked again");
+                    failed.push(format!("{} {}: {}", w.provider, w.bill_date, e.public_message()));
+                }
+            }
             continue;
         }
         let name = statement_path(Path::new(""), w.provider, w.bill_date);
@@ -799,5 +1013,5 @@ pub async fn retry_waiting_at(state: &AppState, now: chrono::DateTime<Utc>) -> A
             n += 1;
         }
     }
-    Ok(n)
+    reported(n, failed)
 }

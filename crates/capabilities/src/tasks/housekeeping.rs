@@ -55,6 +55,7 @@ pub async fn alert_check(state: AppState) -> AppResult<i64> {
         .transaction(async |conn| -> AppResult<(i64, i64)> {
             let stuck: Vec<Stuck> = StaticQuery::new(include_str!("stuck_runs.sql"))
                 .bind::<BigInt, _>(STUCK_MINUTES) // $1
+                .bind::<BigInt, _>(crate::reconciliation::RUN_LEASE_SECS) // $2
                 .load(conn)
                 .await?;
             let task_runs: Vec<(i64, String, String)> = stuck

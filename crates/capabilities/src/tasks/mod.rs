@@ -128,19 +128,27 @@ impl Scheduler {
     pub async fn tick(&self, now: DateTime<Utc>) -> Vec<&'static str> {
         let mut ran = vec![];
         for task in &self.tasks {
-            let tick = task.schedule.current_tick(now, self.state.config.timezone);
-            match self.claim(task.name, tick).await {
-                Ok(Some(id)) => {
-                    self.execute(task, id).await;
-                    ran.push(task.name);
-                }
-                Ok(None) => {}
-                Err(e) => {
-                    tracing::warn!(task = task.name, error = %e.message(), "could not claim a tick")
-                }
+            if self.tick_task(task, now).await {
+                ran.push(task.name);
             }
         }
         ran
+    }
+
+    /// Runs `task`'s current tick unless another instance claimed it. Whether this one ran it.
+    async fn tick_task(&self, task: &Task, now: DateTime<Utc>) -> bool {
+        let tick = task.schedule.current_tick(now, self.state.config.timezone);
+        match self.claim(task.name, tick).await {
+            Ok(Some(id)) => {
+                self.execute(task, id).await;
+                true
+            }
+            Ok(None) => false,
+            Err(e) => {
+                tracing::warn!(task = task.name, error = %e.message(), "could not claim a tick");
+                false
+            }
+        }
     }
 
     async fn claim(&self, task: &str, tick: DateTime<Utc>) -> AppResult<Option<i64>> {
@@ -204,21 +212,34 @@ impl Scheduler {
         }
     }
 
-    /// Ticks until `shutdown` flips, sleeping until the next tick of any task.
-    pub async fn run(self, mut shutdown: tokio::sync::watch::Receiver<bool>) {
+    /// Runs every task until `shutdown` flips, each on its own: its own loop, sleeping until its
+    /// own next tick, so a long run of one task (a reconciliation against a provider that does
+    /// not answer) holds no other back. Each tick is still claimed in the database, once across
+    /// the cluster. Returns when every loop has finished the run it was in.
+    pub async fn run(self, shutdown: tokio::sync::watch::Receiver<bool>) {
         tracing::info!(tasks = ?self.tasks.iter().map(|t| t.name).collect::<Vec<_>>(), "scheduler started");
+        let loops: Vec<_> = self
+            .tasks
+            .iter()
+            .cloned()
+            .map(|task| tokio::spawn(self.clone().run_task(task, shutdown.clone())))
+            .collect();
+        for l in loops {
+            if let Err(e) = l.await {
+                tracing::error!(error = %e, "a scheduler loop stopped");
+            }
+        }
+    }
+
+    /// One task's loop: its tick, then sleep until its next one (or `shutdown`).
+    async fn run_task(self, task: Task, mut shutdown: tokio::sync::watch::Receiver<bool>) {
         loop {
             if *shutdown.borrow() {
                 return;
             }
             let now = Utc::now();
-            self.tick(now).await;
-            let next = self
-                .tasks
-                .iter()
-                .map(|t| t.schedule.next_tick(now, self.state.config.timezone))
-                .min()
-                .unwrap_or(now + chrono::Duration::seconds(60));
+            self.tick_task(&task, now).await;
+            let next = task.schedule.next_tick(now, self.state.config.timezone);
             let wait = (next - Utc::now())
                 .to_std()
                 .unwrap_or_default()

@@ -10,17 +10,19 @@
 --   $7  transaction ids confirmed by   text[]
 --       asking the provider
 --
--- Every finding statement takes the same binds (some use only a few) and returns the ids of
--- the tickets it opened; a ticket already opened for the same finding is not opened again.
-INSERT INTO exception_tickets (kind, provider, order_id, order_no, store_id, provider_txn_id,
-                               local_amount_cents, provider_amount_cents, detail, finding_key, trace_id)
-SELECT 'LOCAL_PAID_PROVIDER_MISSING', $2, o.id, o.order_no, o.store_id, p.provider_txn_id, p.online_cents, NULL,
-       jsonb_build_object('source', 'reconciliation', 'billDate', $3::text, 'paidAt', p.paid_at),
-       'RECON:' || $2 || ':LOCAL_PAID_PROVIDER_MISSING:' || o.order_no || ':' || coalesce(p.provider_txn_id, ''), $4
+-- Every finding query takes the same binds (some use only a few); its rows are the findings
+-- that `tickets/open.sql` (after it, through `tickets::opening`) opens tickets for, once per
+-- finding key, returning the tickets it opened.
+SELECT 'LOCAL_PAID_PROVIDER_MISSING'::text AS kind, $2::text AS provider, o.id AS order_id, o.order_no,
+       o.store_id, p.provider_txn_id, p.online_cents::bigint AS local_amount_cents,
+       NULL::bigint AS provider_amount_cents,
+       jsonb_build_object('source', 'reconciliation', 'billDate', $3::text, 'paidAt', p.paid_at) AS detail,
+       'RECON:' || $2 || ':LOCAL_PAID_PROVIDER_MISSING:' || o.order_no || ':' || coalesce(p.provider_txn_id, '')
+         AS finding_key,
+       $4::text AS trace_id
   FROM payments p
   JOIN orders o ON o.id = p.order_id
  WHERE p.method = $2 AND p.online_cents > 0 AND p.paid_at >= $5 AND p.paid_at < $6
    AND NOT EXISTS (SELECT 1 FROM bill_rows b WHERE b.run_id = $1 AND b.kind = 'PAYMENT'
                     AND b.provider_txn_id = p.provider_txn_id)
    AND NOT (coalesce(p.provider_txn_id, '') = ANY($7))
-ON CONFLICT (finding_key) DO NOTHING RETURNING id

@@ -11,19 +11,20 @@
 --   $7  transaction ids confirmed by   text[]
 --       asking the provider
 --
--- Every finding statement takes the same binds (some use only a few) and returns the ids of
--- the tickets it opened; a ticket already opened for the same finding is not opened again.
-INSERT INTO exception_tickets (kind, provider, order_id, order_no, store_id, provider_txn_id,
-                               local_amount_cents, provider_amount_cents, detail, finding_key, trace_id)
-SELECT 'PROVIDER_PAID_LOCAL_UNPAID', $2, o.id, b.out_trade_no, o.store_id, b.provider_txn_id,
-       CASE WHEN o.id IS NULL THEN NULL ELSE o.amount_cents - o.wallet_amount_cents END, b.amount_cents,
+-- Every finding query takes the same binds (some use only a few); its rows are the findings
+-- that `tickets/open.sql` (after it, through `tickets::opening`) opens tickets for, once per
+-- finding key, returning the tickets it opened.
+SELECT 'PROVIDER_PAID_LOCAL_UNPAID'::text AS kind, $2::text AS provider, o.id AS order_id,
+       b.out_trade_no AS order_no, o.store_id, b.provider_txn_id,
+       CASE WHEN o.id IS NULL THEN NULL ELSE o.amount_cents - o.wallet_amount_cents END::bigint AS local_amount_cents,
+       b.amount_cents::bigint AS provider_amount_cents,
        jsonb_build_object('source', 'reconciliation', 'billDate', $3::text, 'line', b.line,
-                          'orderStatus', o.status),
-       'RECON:' || $2 || ':PROVIDER_PAID_LOCAL_UNPAID:' || b.out_trade_no || ':' || b.provider_txn_id, $4
+                          'orderStatus', o.status) AS detail,
+       'RECON:' || $2 || ':PROVIDER_PAID_LOCAL_UNPAID:' || b.out_trade_no || ':' || b.provider_txn_id AS finding_key,
+       $4::text AS trace_id
   FROM bill_rows b
   LEFT JOIN orders o ON o.order_no = b.out_trade_no
  WHERE b.run_id = $1 AND b.kind = 'PAYMENT'
    AND NOT EXISTS (SELECT 1 FROM payments p WHERE p.provider_txn_id = b.provider_txn_id AND p.method = $2)
    AND NOT EXISTS (SELECT 1 FROM exception_tickets t WHERE t.provider_txn_id = b.provider_txn_id
                     AND t.kind IN ('PAID_AFTER_CANCEL', 'UNKNOWN_ORDER', 'REJECTED_TRANSITION', 'AMOUNT_MISMATCH'))
-ON CONFLICT (finding_key) DO NOTHING RETURNING id

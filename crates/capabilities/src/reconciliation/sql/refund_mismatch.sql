@@ -12,15 +12,17 @@
 --   $7  transaction ids confirmed by   text[]
 --       asking the provider
 --
--- Every finding statement takes the same binds (some use only a few) and returns the ids of
--- the tickets it opened; a ticket already opened for the same finding is not opened again.
-INSERT INTO exception_tickets (kind, provider, order_id, order_no, store_id, provider_txn_id,
-                               local_amount_cents, provider_amount_cents, detail, finding_key, trace_id)
-SELECT 'REFUND_MISMATCH', $2, o.id, b.out_trade_no, o.store_id, coalesce(b.provider_refund_id, b.provider_txn_id),
-       (e.payload->>'amountCents')::bigint, b.amount_cents,
+-- Every finding query takes the same binds (some use only a few); its rows are the findings
+-- that `tickets/open.sql` (after it, through `tickets::opening`) opens tickets for, once per
+-- finding key, returning the tickets it opened.
+SELECT 'REFUND_MISMATCH'::text AS kind, $2::text AS provider, o.id AS order_id, b.out_trade_no AS order_no,
+       o.store_id, coalesce(b.provider_refund_id, b.provider_txn_id) AS provider_txn_id,
+       (e.payload->>'amountCents')::bigint AS local_amount_cents, b.amount_cents::bigint AS provider_amount_cents,
        jsonb_build_object('source', 'reconciliation', 'billDate', $3::text, 'line', b.line,
-                          'refundNo', b.refund_no, 'known', e.id IS NOT NULL),
-       'RECON:' || $2 || ':REFUND_MISMATCH:' || b.out_trade_no || ':' || coalesce(b.refund_no, b.provider_txn_id), $4
+                          'refundNo', b.refund_no, 'known', e.id IS NOT NULL) AS detail,
+       'RECON:' || $2 || ':REFUND_MISMATCH:' || b.out_trade_no || ':' || coalesce(b.refund_no, b.provider_txn_id)
+         AS finding_key,
+       $4::text AS trace_id
   FROM bill_rows b
   LEFT JOIN orders o ON o.order_no = b.out_trade_no
   LEFT JOIN compensation_events e ON e.kind = 'PROVIDER_REFUND' AND e.payload->>'provider' = $2
@@ -30,4 +32,3 @@ SELECT 'REFUND_MISMATCH', $2, o.id, b.out_trade_no, o.store_id, coalesce(b.provi
    AND NOT EXISTS (SELECT 1 FROM exception_tickets t WHERE t.kind = 'REFUND_MISMATCH'
                     AND t.order_no = b.out_trade_no AND t.detail->>'refundNo' = b.refund_no
                     AND t.detail->>'source' = 'callback')
-ON CONFLICT (finding_key) DO NOTHING RETURNING id

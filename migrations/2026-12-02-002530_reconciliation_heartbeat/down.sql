@@ -1,0 +1,1 @@
+ALTER TABLE reconciliation_runs DROP COLUMN heartbeat_at;

@@ -35,6 +35,6 @@ WITH due AS (
     SELECT member_id, 'UNFREEZE', wallet_amount_cents, -wallet_amount_cents, id, 'system:expiry', $3
       FROM moved WHERE payment_method = 'MIXED' AND wallet_amount_cents > 0
 ), announced AS (
-    SELECT count(pg_notify('fitorder_events', 'order:' || id)) AS n FROM audit
+    SELECT count(fitorder_announce('order', id)) AS n FROM audit
 )
 SELECT (SELECT count(*) FROM moved) + 0 * (SELECT n FROM announced) AS n

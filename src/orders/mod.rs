@@ -146,6 +146,8 @@ pub async fn transition_audit_birth(conn: &mut AsyncPgConnection, order: &Order,
         .returning(ot::id)
         .get_result(conn)
         .await?;
-    crate::events::notify_sql(&format!("order:{id}")).execute(conn).await?;
+    crate::events::announce(crate::events::Announced::Transition, id)
+        .execute(conn)
+        .await?;
     Ok(())
 }

@@ -40,4 +40,4 @@ WITH moved AS (
     RETURNING id
 )
 SELECT moved.*
-  FROM moved, (SELECT pg_notify('fitorder_events', 'order:' || id) FROM audit) AS announced
+  FROM moved, (SELECT fitorder_announce('order', id) FROM audit) AS announced

@@ -426,7 +426,7 @@ async fn match_and_ticket(
             .load(&mut conn)
             .await?;
         for id in &ids {
-            crate::events::notify_sql(&format!("ticket:{}", id.id))
+            crate::events::announce(crate::events::Announced::Ticket, id.id)
                 .execute(&mut conn)
                 .await?;
         }

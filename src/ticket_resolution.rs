@@ -137,9 +137,7 @@ pub async fn resolve(
                         == 1;
                     // A refund of the same transaction queued another way (paid after cancel).
                     let already: i64 = crate::db::schema::compensation_events::table
-                        .filter(
-                            crate::db::schema::compensation_events::kind.eq(CompensationKind::ProviderRefund),
-                        )
+                        .filter(crate::db::schema::compensation_events::kind.eq(CompensationKind::ProviderRefund))
                         .filter(
                             diesel::dsl::sql::<diesel::sql_types::Bool>("payload->>'providerTxnId' = ")
                                 .bind::<diesel::sql_types::Text, _>(txn),

@@ -26,7 +26,16 @@ pub struct Entry {
 }
 
 /// order, at, ok, error, duration, event kind, event trace id, worker.
-type AttemptRow = (i64, DateTime<Utc>, bool, Option<String>, i32, CompensationKind, String, String);
+type AttemptRow = (
+    i64,
+    DateTime<Utc>,
+    bool,
+    Option<String>,
+    i32,
+    CompensationKind,
+    String,
+    String,
+);
 /// order, opened at, kind, status, trace id.
 type TicketRow = (Option<i64>, DateTime<Utc>, TicketKind, TicketStatus, String);
 

@@ -58,7 +58,7 @@ async fn a_burst_of_notifications_behind_an_exhausted_pool_delays_no_wake_up() {
     // The pool frees up: the loader catches up (the rows named do not exist: no events), and
     // a real change reaches the subscriber.
     drop(held);
-    let s = app.studio(5_000, Some(3), 3).await;
+    let s = app.studio(50_000, Some(3), 3).await;
     let placed = app
         .place(
             &s.member,

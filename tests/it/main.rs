@@ -22,6 +22,7 @@ mod hardening;
 mod http_surface;
 mod layers;
 mod limits_and_roles;
+mod listen;
 mod logs;
 mod oidc;
 mod orders_flow;

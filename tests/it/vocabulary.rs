@@ -8,8 +8,9 @@ use diesel::prelude::*;
 use diesel::sql_types::Text;
 use diesel_async::RunQueryDsl;
 use fitorder::domain::{
-    AnomalyCategory, CallbackOutcome, MembershipStatus, OrderKind, OrderStatus, PayChannel, PaymentMethod, Provider,
-    ReconciliationStatus, TicketAction, TicketKind, TicketStatus, WalletMoveKind,
+    AnomalyCategory, CallbackOutcome, CompensationKind, CompensationStatus, MembershipStatus, OrderKind, OrderStatus,
+    PayChannel, PaymentMethod, Provider, ReconciliationStatus, TaskRunStatus, TicketAction, TicketKind, TicketStatus,
+    WalletMoveKind,
 };
 
 use crate::harness::*;
@@ -67,6 +68,8 @@ async fn every_word_round_trips_through_postgres() {
         &mut c,
         AnomalyCategory,
         CallbackOutcome,
+        CompensationKind,
+        CompensationStatus,
         MembershipStatus,
         OrderKind,
         OrderStatus,
@@ -74,6 +77,7 @@ async fn every_word_round_trips_through_postgres() {
         PaymentMethod,
         Provider,
         ReconciliationStatus,
+        TaskRunStatus,
         TicketAction,
         TicketKind,
         TicketStatus,
@@ -101,6 +105,10 @@ async fn constrained_columns_allow_exactly_the_enums_words() {
         ("reconciliation_runs", "provider", texts(Provider::ALL)),
         ("reconciliation_runs", "status", texts(ReconciliationStatus::ALL)),
         ("payment_callbacks", "provider", texts(Provider::ALL)),
+        ("payment_callbacks", "outcome", texts(CallbackOutcome::ALL)),
+        ("compensation_events", "kind", texts(CompensationKind::ALL)),
+        ("compensation_events", "status", texts(CompensationStatus::ALL)),
+        ("task_runs", "status", texts(TaskRunStatus::ALL)),
         ("payment_trades", "provider", texts(Provider::ALL)),
         ("payment_trades", "channel", texts(PayChannel::ALL)),
     ];

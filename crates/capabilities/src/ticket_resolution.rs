@@ -137,9 +137,7 @@ pub async fn resolve(
                         == 1;
                     // A refund of the same transaction queued another way (paid after cancel).
                     let already: i64 = crate::db::schema::compensation_events::table
-                        .filter(
-                            crate::db::schema::compensation_events::kind.eq(CompensationKind::ProviderRefund.as_str()),
-                        )
+                        .filter(crate::db::schema::compensation_events::kind.eq(CompensationKind::ProviderRefund))
                         .filter(
                             diesel::dsl::sql::<diesel::sql_types::Bool>("payload->>'providerTxnId' = ")
                                 .bind::<diesel::sql_types::Text, _>(txn),
@@ -213,13 +211,13 @@ pub async fn offer(conn: &mut AsyncPgConnection, viewer: &Viewer, t: &ExceptionT
             TicketAction::ReplayCompensation => {
                 match t.detail["eventId"].as_str().and_then(|s| s.parse::<i64>().ok()) {
                     Some(event_id) if t.kind == TicketKind::CompensationDead => {
-                        let status: Option<String> = ce::table
+                        let status: Option<crate::domain::CompensationStatus> = ce::table
                             .find(event_id)
                             .select(ce::status)
                             .get_result(conn)
                             .await
                             .optional()?;
-                        status.as_deref() == Some(crate::domain::CompensationStatus::Dead.as_str())
+                        status == Some(crate::domain::CompensationStatus::Dead)
                     }
                     _ => false,
                 }

@@ -53,6 +53,9 @@ pub async fn open(
     if let Some(ticket) = &opened {
         tracing::warn!(ticket = ticket.id, kind = %t.kind, order_no = ?ticket.order_no, "exception ticket opened");
         metrics::counter!("fitorder_tickets_opened_total", "kind" => t.kind.as_str()).increment(1);
+        crate::events::announce(crate::events::Announced::Ticket, ticket.id)
+            .execute(conn)
+            .await?;
     }
     Ok(opened)
 }
@@ -176,7 +179,7 @@ pub async fn close(
 
 /// Tells subscribers (`ticketChanged`) about the change when the transaction commits.
 async fn announce_change(conn: &mut AsyncPgConnection, id: i64) -> AppResult<()> {
-    crate::events::notify_sql(&format!("ticketchange:{id}"))
+    crate::events::announce(crate::events::Announced::TicketChanged, id)
         .execute(conn)
         .await?;
     Ok(())

@@ -9,7 +9,7 @@ use diesel_async::{AsyncPgConnection, RunQueryDsl};
 
 use crate::db::models::{CheckIn, OrderTransition, PaymentCallback};
 use crate::db::schema::*;
-use crate::domain::OrderStatus;
+use crate::domain::{CompensationKind, OrderStatus, TicketKind, TicketStatus};
 use crate::error::AppResult;
 
 /// One happening in an order's chain.
@@ -26,9 +26,18 @@ pub struct Entry {
 }
 
 /// order, at, ok, error, duration, event kind, event trace id, worker.
-type AttemptRow = (i64, DateTime<Utc>, bool, Option<String>, i32, String, String, String);
+type AttemptRow = (
+    i64,
+    DateTime<Utc>,
+    bool,
+    Option<String>,
+    i32,
+    CompensationKind,
+    String,
+    String,
+);
 /// order, opened at, kind, status, trace id.
-type TicketRow = (Option<i64>, DateTime<Utc>, String, String, String);
+type TicketRow = (Option<i64>, DateTime<Utc>, TicketKind, TicketStatus, String);
 
 pub async fn for_order(conn: &mut AsyncPgConnection, order_id: i64) -> AppResult<Vec<Entry>> {
     Ok(for_orders(conn, &[order_id])
@@ -136,7 +145,7 @@ pub async fn for_orders(conn: &mut AsyncPgConnection, order_ids: &[i64]) -> AppR
             trace_id: trace,
         });
     }
-    let replays: Vec<(i64, DateTime<Utc>, String, String, String)> = compensation_replays::table
+    let replays: Vec<(i64, DateTime<Utc>, String, CompensationKind, String)> = compensation_replays::table
         .inner_join(compensation_events::table)
         .filter(compensation_events::order_id.eq_any(&ids))
         .select((

@@ -1,6 +1,14 @@
 //! Events across every instance: Postgres NOTIFY on commit, one LISTEN connection per process,
 //! fanned out to subscribers through a broadcast channel. A slow subscriber lags (and skips),
 //! it never blocks the others; a lost connection is re-established with backoff.
+//!
+//! The LISTEN loop never waits for the database: wake-ups (outbox, expiry, ended sessions) are
+//! handled in place, and a row notification only joins a bounded queue ([`LOAD_QUEUE`]). A
+//! loader task of its own reads the rows, a batch of queued notifications in one query per
+//! kind, and broadcasts them; a notification that finds the queue full is dropped and counted
+//! (`fitorder_events_dropped_total`), like a lagging subscriber's. So a burst of row changes, or
+//! a pool with no connection to spare, delays subscribers, never an outbox or expiry wake-up,
+//! and what waits is bounded.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -8,16 +16,16 @@ use std::time::Duration;
 use diesel::prelude::*;
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl, SimpleAsyncConnection};
 use futures_util::StreamExt;
-use tokio::sync::{broadcast, Notify};
+use tokio::sync::{broadcast, mpsc, Notify};
 
 use crate::db::models::{CompensationEvent, ExceptionTicket};
 use crate::db::schema::{compensation_events, exception_tickets, order_transitions, orders};
-use crate::db::sql::pg_notify;
+use crate::db::sql::{fitorder_announce, pg_notify};
 use crate::db::DbPool;
 use crate::domain::OrderStatus;
 
-/// Channel of row changes subscribers see (`order:<transition id>`, `comp:<event id>`,
-/// `ticket:<ticket id>` when a ticket opens, `ticketchange:<ticket id>` when it is taken or closed).
+/// Channel of row changes subscribers see: `<what>:<id>` ([`Announced`]), built by the database
+/// function `fitorder_announce` alone (statements call it, Rust code through [`announce`]).
 pub const EVENTS_CHANNEL: &str = "fitorder_events";
 /// Channel that wakes outbox workers when a new event is due.
 pub const OUTBOX_CHANNEL: &str = "fitorder_outbox";
@@ -25,6 +33,11 @@ pub const OUTBOX_CHANNEL: &str = "fitorder_outbox";
 pub const EXPIRY_CHANNEL: &str = "fitorder_expiry";
 /// Channel naming a member session that has ended (payload: the session id).
 pub const SESSIONS_CHANNEL: &str = "fitorder_sessions";
+
+/// How many row notifications wait for the loader; past that they are dropped (and counted).
+pub const LOAD_QUEUE: usize = 4096;
+/// How many queued notifications the loader reads together (one query per kind).
+const LOAD_BATCH: usize = 256;
 
 #[derive(Debug, Clone)]
 pub struct StatusChange {
@@ -70,11 +83,14 @@ impl EventHub {
         }
     }
 
-    /// Starts the process's LISTEN connection on `url`; rows are loaded through `pool`.
+    /// Starts the process's LISTEN connection on `url`, and the task that loads the rows the
+    /// notifications name through `pool`.
     pub fn start(url: String, pool: DbPool) -> EventHub {
         let hub = EventHub::detached();
+        let (queue, queued) = mpsc::channel(LOAD_QUEUE);
+        tokio::spawn(load_forever(hub.tx.clone(), pool, queued));
         let h = hub.clone();
-        tokio::spawn(async move { h.listen_forever(url, pool).await });
+        tokio::spawn(async move { h.listen_forever(url, queue).await });
         hub
     }
 
@@ -86,10 +102,10 @@ impl EventHub {
         self.tx.receiver_count()
     }
 
-    async fn listen_forever(self, url: String, pool: DbPool) {
+    async fn listen_forever(self, url: String, queue: mpsc::Sender<String>) {
         let mut delay = Duration::from_millis(200);
         loop {
-            match self.listen_once(&url, &pool).await {
+            match self.listen_once(&url, &queue).await {
                 Ok(()) => delay = Duration::from_millis(200),
                 Err(e) => {
                     tracing::warn!(error = %e, retry_in_ms = delay.as_millis() as u64, "LISTEN connection lost");
@@ -101,7 +117,7 @@ impl EventHub {
         }
     }
 
-    async fn listen_once(&self, url: &str, pool: &DbPool) -> anyhow::Result<()> {
+    async fn listen_once(&self, url: &str, queue: &mpsc::Sender<String>) -> anyhow::Result<()> {
         let mut conn = AsyncPgConnection::establish(url).await?;
         // Once per connection, in one round trip (simple protocol: nothing to prepare).
         conn.batch_execute(&format!(
@@ -114,6 +130,7 @@ impl EventHub {
         self.outbox.notify_waiters();
         self.expiry.notify_waiters();
         let mut stream = std::pin::pin!(conn.notifications_stream());
+        let mut dropping = false;
         while let Some(n) = stream.next().await {
             let n = n?;
             if n.channel == OUTBOX_CHANNEL {
@@ -131,20 +148,47 @@ impl EventHub {
             if self.tx.receiver_count() == 0 {
                 continue;
             }
-            match load(pool, &n.payload).await {
-                Ok(Some(event)) => {
-                    let _ = self.tx.send(event);
+            // Never awaits: the loader takes it from here, or it is dropped.
+            match queue.try_send(n.payload) {
+                Ok(()) => dropping = false,
+                Err(mpsc::error::TrySendError::Full(payload)) => {
+                    metrics::counter!("fitorder_events_dropped_total").increment(1);
+                    if !dropping {
+                        tracing::warn!(payload = %payload, queued = LOAD_QUEUE,
+                            "event loader behind: notifications dropped until it catches up");
+                    }
+                    dropping = true;
                 }
-                Ok(None) => {}
-                Err(e) => tracing::warn!(payload = %n.payload, error = %e, "event not loaded"),
+                Err(mpsc::error::TrySendError::Closed(_)) => anyhow::bail!("the event loader stopped"),
             }
         }
         anyhow::bail!("notification stream ended")
     }
 }
 
-/// order_no, store, member, from, to, at, actor, trace id.
+/// Loads the rows of queued notifications, a batch at a time, and broadcasts them in the order
+/// they were notified (one event per notification, as each row is when loaded).
+async fn load_forever(tx: broadcast::Sender<Event>, pool: DbPool, mut queued: mpsc::Receiver<String>) {
+    let mut batch = Vec::with_capacity(LOAD_BATCH);
+    while queued.recv_many(&mut batch, LOAD_BATCH).await > 0 {
+        // Nobody listens any more: nothing to load.
+        if tx.receiver_count() > 0 {
+            match load(&pool, &batch).await {
+                Ok(events) => {
+                    for event in events {
+                        let _ = tx.send(event);
+                    }
+                }
+                Err(e) => tracing::warn!(notifications = batch.len(), error = %e, "events not loaded"),
+            }
+        }
+        batch.clear();
+    }
+}
+
+/// transition id, order_no, store, member, from, to, at, actor, trace id.
 type TransitionRow = (
+    i64,
     String,
     i64,
     i64,
@@ -155,74 +199,139 @@ type TransitionRow = (
     String,
 );
 
-async fn load(pool: &DbPool, payload: &str) -> anyhow::Result<Option<Event>> {
-    let Some((kind, id)) = payload.split_once(':') else {
-        return Ok(None);
-    };
-    let Ok(id) = id.parse::<i64>() else {
-        return Ok(None);
-    };
-    let mut conn = pool.get().await?;
-    Ok(match kind {
-        "order" => {
-            let row: Option<TransitionRow> = order_transitions::table
-                .inner_join(orders::table)
-                .filter(order_transitions::id.eq(id))
-                .select((
-                    orders::order_no,
-                    orders::store_id,
-                    orders::member_id,
-                    order_transitions::from_status,
-                    order_transitions::to_status,
-                    order_transitions::at,
-                    order_transitions::actor,
-                    order_transitions::trace_id,
-                ))
-                .get_result(&mut conn)
-                .await
-                .optional()?;
-            row.map(
-                |(order_no, store_id, member_id, from_status, to_status, at, actor, trace_id)| {
-                    Event::Order(Arc::new(StatusChange {
-                        order_no,
-                        store_id,
-                        member_id,
-                        from_status,
-                        to_status,
-                        at,
-                        actor,
-                        trace_id,
-                    }))
-                },
-            )
-        }
-        "comp" => {
-            let row: Option<(CompensationEvent, String, i64)> = compensation_events::table
-                .inner_join(orders::table)
-                .filter(compensation_events::id.eq(id))
-                .select((CompensationEvent::as_select(), orders::order_no, orders::store_id))
-                .get_result(&mut conn)
-                .await
-                .optional()?;
-            row.map(|(e, no, store)| Event::Compensation(Arc::new(e), Arc::new(no), store))
-        }
-        "ticket" | "ticketchange" => exception_tickets::table
-            .find(id)
-            .select(ExceptionTicket::as_select())
-            .get_result(&mut conn)
-            .await
-            .optional()?
-            .map(|t| match kind {
-                "ticket" => Event::Ticket(Arc::new(t)),
-                _ => Event::TicketChanged(Arc::new(t)),
-            }),
-        _ => None,
-    })
+/// What a notification on the events channel names: `<what>:<id>`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Announced {
+    /// `order:<transition id>`: an order changed status (or was placed).
+    Transition,
+    /// `comp:<event id>`: an outbox event was written or moved on.
+    Compensation,
+    /// `ticket:<ticket id>`: an exception ticket opened.
+    Ticket,
+    /// `ticketchange:<ticket id>`: a ticket was taken or closed.
+    TicketChanged,
 }
 
-/// A statement announcing `payload` on the events channel when the transaction commits.
-pub fn notify_sql(payload: &str) -> diesel::dsl::select<pg_notify<&'static str, String>> {
-    diesel::select(pg_notify(EVENTS_CHANNEL, payload.to_string()))
+impl Announced {
+    pub const ALL: [Announced; 4] = [
+        Announced::Transition,
+        Announced::Compensation,
+        Announced::Ticket,
+        Announced::TicketChanged,
+    ];
+
+    /// The `what` of `fitorder_announce(what, id)`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Announced::Transition => "order",
+            Announced::Compensation => "comp",
+            Announced::Ticket => "ticket",
+            Announced::TicketChanged => "ticketchange",
+        }
+    }
+
+    /// What a notification's payload names; `None` for anything else.
+    pub fn parse(payload: &str) -> Option<(Announced, i64)> {
+        let (what, id) = payload.split_once(':')?;
+        let what = Announced::ALL.into_iter().find(|a| a.as_str() == what)?;
+        Some((what, id.parse().ok()?))
+    }
+}
+
+/// A statement announcing the row `id` (`what` it is) to subscribers when the transaction
+/// commits, through the one builder of such notifications (`fitorder_announce`).
+pub fn announce(what: Announced, id: i64) -> diesel::dsl::select<fitorder_announce<&'static str, i64>> {
+    diesel::select(fitorder_announce(what.as_str(), id))
+}
+
+/// The events of `payloads`, in their order: one query per kind of row named, on one connection.
+async fn load(pool: &DbPool, payloads: &[String]) -> anyhow::Result<Vec<Event>> {
+    use std::collections::HashMap;
+    let named: Vec<(Announced, i64)> = payloads.iter().filter_map(|p| Announced::parse(p)).collect();
+    let ids = |of: &[Announced]| -> Vec<i64> {
+        let mut ids: Vec<i64> = named
+            .iter()
+            .filter(|(what, _)| of.contains(what))
+            .map(|(_, id)| *id)
+            .collect();
+        ids.sort_unstable();
+        ids.dedup();
+        ids
+    };
+    let transitions = ids(&[Announced::Transition]);
+    let events = ids(&[Announced::Compensation]);
+    let tickets = ids(&[Announced::Ticket, Announced::TicketChanged]);
+    if named.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut conn = pool.get().await?;
+    let mut changes = HashMap::new();
+    if !transitions.is_empty() {
+        let rows: Vec<TransitionRow> = order_transitions::table
+            .inner_join(orders::table)
+            .filter(order_transitions::id.eq_any(&transitions))
+            .select((
+                order_transitions::id,
+                orders::order_no,
+                orders::store_id,
+                orders::member_id,
+                order_transitions::from_status,
+                order_transitions::to_status,
+                order_transitions::at,
+                order_transitions::actor,
+                order_transitions::trace_id,
+            ))
+            .load(&mut conn)
+            .await?;
+        for (id, order_no, store_id, member_id, from_status, to_status, at, actor, trace_id) in rows {
+            let change = StatusChange {
+                order_no,
+                store_id,
+                member_id,
+                from_status,
+                to_status,
+                at,
+                actor,
+                trace_id,
+            };
+            changes.insert(id, Arc::new(change));
+        }
+    }
+    let mut compensations = HashMap::new();
+    if !events.is_empty() {
+        let rows: Vec<(CompensationEvent, String, i64)> = compensation_events::table
+            .inner_join(orders::table)
+            .filter(compensation_events::id.eq_any(&events))
+            .select((CompensationEvent::as_select(), orders::order_no, orders::store_id))
+            .load(&mut conn)
+            .await?;
+        for (e, no, store) in rows {
+            compensations.insert(e.id, (Arc::new(e), Arc::new(no), store));
+        }
+    }
+    let mut ticket_rows = HashMap::new();
+    if !tickets.is_empty() {
+        let rows: Vec<ExceptionTicket> = exception_tickets::table
+            .filter(exception_tickets::id.eq_any(&tickets))
+            .select(ExceptionTicket::as_select())
+            .load(&mut conn)
+            .await?;
+        for t in rows {
+            ticket_rows.insert(t.id, Arc::new(t));
+        }
+    }
+    drop(conn);
+    Ok(named
+        .into_iter()
+        .filter_map(|(what, id)| match what {
+            Announced::Transition => changes.get(&id).cloned().map(Event::Order),
+            Announced::Compensation => compensations
+                .get(&id)
+                .map(|(e, no, store)| Event::Compensation(e.clone(), no.clone(), *store)),
+            Announced::Ticket => ticket_rows.get(&id).cloned().map(Event::Ticket),
+            Announced::TicketChanged => ticket_rows.get(&id).cloned().map(Event::TicketChanged),
+        })
+        .collect())
 }
 
 /// A statement waking the expiry timers of every instance when the transaction commits.

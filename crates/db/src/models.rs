@@ -5,8 +5,8 @@ use diesel::prelude::*;
 
 use super::schema::*;
 use crate::domain::{
-    MembershipStatus, OrderKind, OrderStatus, PaymentMethod, Provider, ReconciliationStatus, TicketAction, TicketKind,
-    TicketStatus,
+    CallbackOutcome, CompensationKind, CompensationStatus, MembershipStatus, OrderKind, OrderStatus, PaymentMethod,
+    Provider, ReconciliationStatus, TaskRunStatus, TicketAction, TicketKind, TicketStatus,
 };
 
 #[derive(Debug, Clone, Queryable, Selectable, QueryableByName)]
@@ -164,8 +164,8 @@ pub struct CompensationEvent {
     pub id: i64,
     /// `None` for an effect of no order (an alert delivery).
     pub order_id: Option<i64>,
-    pub kind: String,
-    pub status: String,
+    pub kind: CompensationKind,
+    pub status: CompensationStatus,
     pub attempts: i32,
     pub max_attempts: i32,
     pub next_attempt_at: Option<DateTime<Utc>>,
@@ -198,7 +198,7 @@ pub struct PaymentCallback {
     pub provider: Provider,
     pub received_at: DateTime<Utc>,
     pub verified: bool,
-    pub outcome: String,
+    pub outcome: CallbackOutcome,
     pub event_type: Option<String>,
     pub body: String,
     pub headers: serde_json::Value,
@@ -259,7 +259,7 @@ pub struct TaskRun {
     pub id: i64,
     pub task: String,
     pub tick: DateTime<Utc>,
-    pub status: String,
+    pub status: TaskRunStatus,
     pub instance: String,
     pub started_at: DateTime<Utc>,
     pub finished_at: Option<DateTime<Utc>>,

@@ -8,8 +8,8 @@
 //! diesel-async's per-connection statement cache keys it by its SQL text (and bind types) —
 //! prepared once per connection, then only bound and executed.
 //!
-//! The SQL functions that are not statements of their own (`pg_notify`, advisory locks) are
-//! declared here for diesel's DSL, so that they, too, are typed and cached.
+//! The SQL functions that are not statements of their own (`pg_notify`, `fitorder_announce`,
+//! advisory locks) are declared here for diesel's DSL, so that they, too, are typed and cached.
 
 use std::marker::PhantomData;
 
@@ -122,6 +122,13 @@ pub struct Void;
 diesel::define_sql_function! {
     /// Sends `payload` on `channel` when the transaction commits (at once outside one).
     fn pg_notify(channel: diesel::sql_types::Text, payload: diesel::sql_types::Text) -> Void;
+}
+
+diesel::define_sql_function! {
+    /// Announces a changed row to subscribers when the transaction commits: `<what>:<id>` on
+    /// the events channel, built by the database function every statement that changes rows
+    /// calls too (migration `announce`). See `events::announce`.
+    fn fitorder_announce(what: diesel::sql_types::Text, id: diesel::sql_types::BigInt) -> Void;
 }
 
 diesel::define_sql_function! {

@@ -14,12 +14,11 @@
 //! migration widening the `compensation_events.kind` CHECK (which a test compares with the
 //! list).
 
-use std::fmt;
-
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use super::payment::Provider;
+use super::vocabulary::vocabulary;
 
 /// Calls `$m! { [Variant(Payload) = "KIND", …] [Variant(Payload) = "KIND", …] }` with the list
 /// of effects: an order's, then those of no order. Every enum of effect kinds is made from it,
@@ -65,19 +64,10 @@ macro_rules! define_effects {
             $($(#[doc = $doc])* $variant($payload),)*
         }
 
-        /// What an effect does, without its payload: the text in `compensation_events.kind`.
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-        pub enum CompensationKind {
-            $($(#[doc = $doc])* $variant,)*
-        }
-
-        impl CompensationKind {
-            pub const ALL: &'static [CompensationKind] = &[$(CompensationKind::$variant,)*];
-
-            pub fn as_str(self) -> &'static str {
-                match self {
-                    $(CompensationKind::$variant => $kind,)*
-                }
+        vocabulary! {
+            /// What an effect does, without its payload: the text in `compensation_events.kind`.
+            pub enum CompensationKind {
+                $($(#[doc = $doc])* $variant = $kind,)*
             }
         }
 
@@ -145,15 +135,12 @@ impl Effect {
     }
 }
 
-impl CompensationKind {
-    pub fn parse(s: &str) -> Option<Self> {
-        Self::ALL.iter().copied().find(|k| k.as_str() == s)
-    }
-}
-
-impl fmt::Display for CompensationKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+/// The kind as text, for code that still reads `compensation_events.kind` as a string (the
+/// alerts' texts): `&e.kind` is a `&str` there. New code matches on the enum.
+impl std::ops::Deref for CompensationKind {
+    type Target = str;
+    fn deref(&self) -> &str {
+        self.as_str()
     }
 }
 
@@ -261,44 +248,24 @@ impl Payload for AlertPayload {
     }
 }
 
-/// Where an event is in its delivery: the text in `compensation_events.status`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum CompensationStatus {
-    /// Not attempted yet (or replayed).
-    Pending,
-    /// Failed at least once; due again at `next_attempt_at`.
-    Retrying,
-    /// Delivered.
-    Succeeded,
-    /// Gave up at the attempt limit; a ticket is open, ops may replay it.
-    Dead,
+vocabulary! {
+    /// Where an event is in its delivery: the text in `compensation_events.status`.
+    pub enum CompensationStatus {
+        /// Not attempted yet (or replayed).
+        Pending = "PENDING",
+        /// Failed at least once; due again at `next_attempt_at`.
+        Retrying = "RETRYING",
+        /// Delivered.
+        Succeeded = "SUCCEEDED",
+        /// Gave up at the attempt limit; a ticket is open, ops may replay it.
+        Dead = "DEAD",
+    }
 }
 
 impl CompensationStatus {
-    pub const ALL: &'static [CompensationStatus] = &[
-        CompensationStatus::Pending,
-        CompensationStatus::Retrying,
-        CompensationStatus::Succeeded,
-        CompensationStatus::Dead,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            CompensationStatus::Pending => "PENDING",
-            CompensationStatus::Retrying => "RETRYING",
-            CompensationStatus::Succeeded => "SUCCEEDED",
-            CompensationStatus::Dead => "DEAD",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<Self> {
-        Self::ALL.iter().copied().find(|k| k.as_str() == s)
-    }
-}
-
-impl fmt::Display for CompensationStatus {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+    /// Still to be delivered: claimable once due.
+    pub fn is_waiting(self) -> bool {
+        matches!(self, CompensationStatus::Pending | CompensationStatus::Retrying)
     }
 }
 
@@ -392,10 +359,10 @@ mod tests {
     #[test]
     fn every_kind_round_trips_and_strangers_are_refused() {
         for kind in CompensationKind::ALL {
-            assert_eq!(CompensationKind::parse(kind.as_str()), Some(*kind));
+            assert_eq!(CompensationKind::parse(kind.as_str()), Some(kind));
         }
         for status in CompensationStatus::ALL {
-            assert_eq!(CompensationStatus::parse(status.as_str()), Some(*status));
+            assert_eq!(CompensationStatus::parse(status.as_str()), Some(status));
         }
         assert_eq!(
             Effect::decode("DOOR_UNLOCK", &json!({})),

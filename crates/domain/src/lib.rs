@@ -34,5 +34,6 @@ pub use order::{OrderKind, PaymentMethod, TIMEOUT_REASON};
 pub use order_status::{OrderStatus, TransitionError};
 pub use payment::{CallbackOutcome, PayChannel, Provider};
 pub use reconciliation::ReconciliationStatus;
+pub use schedule::TaskRunStatus;
 pub use ticket::{TicketAction, TicketKind, TicketStatus};
 pub use wallet::WalletMoveKind;

@@ -5,6 +5,17 @@
 use chrono::{DateTime, Duration, NaiveTime, TimeZone, Utc};
 use chrono_tz::Tz;
 
+use super::vocabulary::vocabulary;
+
+vocabulary! {
+    /// Where one run of a periodic task stands (`task_runs.status`).
+    pub enum TaskRunStatus {
+        Running = "RUNNING",
+        Succeeded = "SUCCEEDED",
+        Failed = "FAILED",
+    }
+}
+
 /// Until when (local time) a provider's bill that is not made yet is asked for again; then the
 /// reconciliation run is FAILED and people are alerted (one alert: the alert sweep's bill-late
 /// alert leaves such days to the run's own).

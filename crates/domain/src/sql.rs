@@ -15,8 +15,9 @@ use diesel::sql_types::Text;
 
 use crate::domain::payment::CallbackOutcome;
 use crate::domain::{
-    AnomalyCategory, MembershipStatus, OrderKind, OrderStatus, PayChannel, PaymentMethod, Provider,
-    ReconciliationStatus, TicketAction, TicketKind, TicketStatus, WalletMoveKind,
+    AnomalyCategory, CompensationKind, CompensationStatus, MembershipStatus, OrderKind, OrderStatus, PayChannel,
+    PaymentMethod, Provider, ReconciliationStatus, TaskRunStatus, TicketAction, TicketKind, TicketStatus,
+    WalletMoveKind,
 };
 
 macro_rules! text_columns {
@@ -48,6 +49,8 @@ macro_rules! text_columns {
 text_columns!(
     AnomalyCategory,
     CallbackOutcome,
+    CompensationKind,
+    CompensationStatus,
     MembershipStatus,
     OrderKind,
     OrderStatus,
@@ -55,6 +58,7 @@ text_columns!(
     PaymentMethod,
     Provider,
     ReconciliationStatus,
+    TaskRunStatus,
     TicketAction,
     TicketKind,
     TicketStatus,

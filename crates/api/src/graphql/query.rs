@@ -360,11 +360,11 @@ impl Query {
                 );
             }
             if let Some(st) = &f.status {
-                let s: Vec<&str> = st.iter().map(|s| s.as_str()).collect();
+                let s: Vec<crate::domain::CompensationStatus> = st.iter().map(|&s| s.into()).collect();
                 p = p.filter(compensation_events::status.eq_any(s));
             }
             if let Some(k) = &f.kind {
-                let s: Vec<&str> = k.iter().map(|s| s.as_str()).collect();
+                let s: Vec<crate::domain::CompensationKind> = k.iter().map(|&k| k.into()).collect();
                 p = p.filter(compensation_events::kind.eq_any(s));
             }
             if let Some(no) = &f.order_no {

@@ -59,14 +59,15 @@ impl Subscription {
     ) -> async_graphql::Result<BoxStream<'static, CompensationEventNode>> {
         let v = viewer(ctx)?.clone();
         v.require(&[Role::Admin, Role::Ops])?;
-        let wanted: Option<Vec<&'static str>> = status.map(|s| s.iter().map(|s| s.as_str()).collect());
+        let wanted: Option<Vec<crate::domain::CompensationStatus>> =
+            status.map(|s| s.into_iter().map(Into::into).collect());
         Ok(events(ctx)
             .filter_map(move |e| {
                 let keep = match &e {
                     Event::Compensation(ev, no, store) => {
                         sees_store(&v, *store)
                             && order_no.as_ref().is_none_or(|o| o == no.as_str())
-                            && wanted.as_ref().is_none_or(|w| w.contains(&ev.status.as_str()))
+                            && wanted.as_ref().is_none_or(|w| w.contains(&ev.status))
                     }
                     _ => false,
                 };

@@ -68,7 +68,7 @@ impl Downstream {
 
     /// One attempt. `Err` carries what went wrong, for the attempt log, and when to retry.
     pub async fn deliver(&self, e: &CompensationEvent) -> Result<Delivered, NotDelivered> {
-        let effect = Effect::decode(&e.kind, &e.payload).map_err(|err| err.to_string())?;
+        let effect = Effect::decode(e.kind.as_str(), &e.payload).map_err(|err| err.to_string())?;
         match effect {
             Effect::DoorAccessGrant(p) | Effect::DoorAccessRevoke(p) => {
                 self.access(self.config.door_access_url.as_deref(), e, &p).await

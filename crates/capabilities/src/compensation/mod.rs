@@ -33,7 +33,7 @@ pub async fn replay(
             .await
             .optional()?
             .ok_or_else(|| AppError::NotFound(format!("compensation event {event_id}")))?;
-        if event.status != CompensationStatus::Dead.as_str() {
+        if event.status != CompensationStatus::Dead {
             return Err(AppError::Conflict(format!(
                 "only DEAD events are replayed; event {event_id} is {}",
                 event.status
@@ -41,7 +41,7 @@ pub async fn replay(
         }
         let replayed: CompensationEvent = diesel::update(ce::table.find(event_id))
             .set((
-                ce::status.eq(CompensationStatus::Pending.as_str()),
+                ce::status.eq(CompensationStatus::Pending),
                 ce::next_attempt_at.eq(diesel::dsl::now),
                 ce::max_attempts.eq(event.attempts + more_attempts),
                 ce::locked_until.eq(None::<chrono::DateTime<chrono::Utc>>),
@@ -104,7 +104,7 @@ pub async fn replay_dead(
 ) -> AppResult<i32> {
     use crate::db::schema::orders;
     let mut q = ce::table
-        .filter(ce::status.eq(CompensationStatus::Dead.as_str()))
+        .filter(ce::status.eq(CompensationStatus::Dead))
         .filter(ce::order_id.is_not_null())
         .select(ce::id)
         .into_boxed();

@@ -12,4 +12,4 @@ done AS (
    INSERT INTO compensation_attempts (event_id, ok, error, duration_ms, worker)
    SELECT c.id, true, NULL, c.ms, c.worker FROM c WHERE c.id IN (SELECT id FROM done)
 )
-SELECT count(pg_notify('fitorder_events', 'comp:' || id::text)) FROM done
+SELECT count(fitorder_announce('comp', id)) FROM done

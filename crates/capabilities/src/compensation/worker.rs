@@ -129,10 +129,7 @@ impl Worker {
     async fn until_next_due(&self) -> AppResult<Duration> {
         let mut conn = self.state.pool.get().await?;
         let next: Option<chrono::DateTime<Utc>> = compensation_events::table
-            .filter(compensation_events::status.eq_any([
-                CompensationStatus::Pending.as_str(),
-                CompensationStatus::Retrying.as_str(),
-            ]))
+            .filter(compensation_events::status.eq_any([CompensationStatus::Pending, CompensationStatus::Retrying]))
             // What this process may claim (see `claim.sql`): another provider's refund, or an
             // alert to a channel not configured here, is not due here, however overdue it is.
             .filter(
@@ -233,13 +230,20 @@ impl Worker {
             )
         }))
         .await;
-        let (delivered, failed): (Vec<_>, Vec<_>) = outcomes.into_iter().partition(|(_, r, _)| r.is_ok());
+        let mut delivered = Vec::new();
+        let mut failed = Vec::new();
+        for (event, result, took) in outcomes {
+            match result {
+                Ok(how) => delivered.push((event, how, took)),
+                Err(why) => failed.push((event, why, took)),
+            }
+        }
         if let Err(err) = self.complete_delivered(&delivered).await {
             tracing::warn!(events = delivered.len(), error = %err.message(), "deliveries not recorded; the lease will expire and they are tried again");
         }
-        for (event, result, took) in failed {
+        for (event, why, took) in failed {
             let span = tracing::info_span!("compensation", trace_id = %event.trace_id, event = event.id);
-            let recorded = tracing::Instrument::instrument(self.complete(&event, result, took), span).await;
+            let recorded = tracing::Instrument::instrument(self.complete_failed(&event, why, took), span).await;
             if let Err(err) = recorded {
                 tracing::warn!(event = event.id, error = %err.message(), "attempt not recorded; the lease will expire and it is tried again");
             }
@@ -281,10 +285,7 @@ impl Worker {
     /// Records a batch of successful deliveries in one statement: each event the worker still
     /// holds becomes SUCCEEDED with its attempt logged and announced (atomically: a statement is
     /// its own transaction).
-    async fn complete_delivered(
-        &self,
-        done: &[(CompensationEvent, Result<Delivered, NotDelivered>, Duration)],
-    ) -> AppResult<()> {
+    async fn complete_delivered(&self, done: &[(CompensationEvent, Delivered, Duration)]) -> AppResult<()> {
         if done.is_empty() {
             return Ok(());
         }
@@ -297,9 +298,9 @@ impl Worker {
             .collect();
         let workers: Vec<String> = done
             .iter()
-            .map(|(_, r, _)| match r {
-                Ok(Delivered::Simulated) => "simulator".to_string(),
-                _ => self.id.clone(),
+            .map(|(_, how, _)| match how {
+                Delivered::Simulated => "simulator".to_string(),
+                Delivered::Ok => self.id.clone(),
             })
             .collect();
         let mut conn = self.state.pool.get().await?;
@@ -313,54 +314,38 @@ impl Worker {
             .await?;
         let now = Utc::now();
         for (e, ..) in done {
-            metrics::counter!("fitorder_compensation_attempts_total", "kind" => e.kind.clone(), "outcome" => "ok")
+            metrics::counter!("fitorder_compensation_attempts_total", "kind" => e.kind.as_str(), "outcome" => "ok")
                 .increment(1);
             // Outbox latency: from the change that wrote the event to its delivery.
-            metrics::histogram!("fitorder_outbox_delivery_seconds", "kind" => e.kind.clone())
+            metrics::histogram!("fitorder_outbox_delivery_seconds", "kind" => e.kind.as_str())
                 .record((now - e.created_at).num_milliseconds().max(0) as f64 / 1000.0);
         }
         Ok(())
     }
 
     /// Records a failed attempt and moves the event on, if this worker still holds it.
-    async fn complete(
-        &self,
-        e: &CompensationEvent,
-        result: Result<Delivered, NotDelivered>,
-        took: Duration,
-    ) -> AppResult<()> {
+    /// (Successful ones are recorded together, by [`Worker::complete_delivered`].)
+    async fn complete_failed(&self, e: &CompensationEvent, err: NotDelivered, took: Duration) -> AppResult<()> {
         let mut conn = self.state.pool.get().await?;
         let config = self.state.config.clone();
-        let worker = match result {
-            Ok(Delivered::Simulated) => "simulator".to_string(),
-            _ => self.id.clone(),
-        };
-        let kind = e.kind.clone();
+        let kind = e.kind.as_str();
         conn.transaction(async |conn| -> AppResult<()> {
             let attempt = e.attempts + 1;
-            // Success ends the event; a failure schedules the next attempt, or kills it at the
-            // limit. Either way only the worker still holding the claim may write.
-            let (status, error, next) = match &result {
-                Ok(_) => (CompensationStatus::Succeeded, None, None),
-                Err(err) if attempt >= e.max_attempts || err.retry == Retry::Never => {
-                    (CompensationStatus::Dead, Some(err.error.as_str()), None)
+            // The next attempt is scheduled, or the event dies at the limit. Only the worker
+            // still holding the claim may write.
+            let (status, next) = if attempt >= e.max_attempts || err.retry == Retry::Never {
+                (CompensationStatus::Dead, None)
+            } else {
+                let jitter: f64 = {
+                    use rand::Rng;
+                    rand::rng().random_range(-1.0..=1.0)
+                };
+                let mut delay = backoff(retry_base(&config, e.kind), attempt, jitter);
+                if let Retry::After(at_least) = err.retry {
+                    delay = delay.max(at_least);
                 }
-                Err(err) => {
-                    let jitter: f64 = {
-                        use rand::Rng;
-                        rand::rng().random_range(-1.0..=1.0)
-                    };
-                    let mut delay = backoff(retry_base(&config, &e.kind), attempt, jitter);
-                    if let Retry::After(at_least) = err.retry {
-                        delay = delay.max(at_least);
-                    }
-                    let delay = chrono::Duration::from_std(delay).unwrap_or_default();
-                    (
-                        CompensationStatus::Retrying,
-                        Some(err.error.as_str()),
-                        Some(Utc::now() + delay),
-                    )
-                }
+                let delay = chrono::Duration::from_std(delay).unwrap_or_default();
+                (CompensationStatus::Retrying, Some(Utc::now() + delay))
             };
             let updated: Option<CompensationEvent> = diesel::update(
                 compensation_events::table
@@ -369,9 +354,9 @@ impl Worker {
                     .filter(compensation_events::attempts.eq(e.attempts)),
             )
             .set((
-                compensation_events::status.eq(status.as_str()),
+                compensation_events::status.eq(status),
                 compensation_events::attempts.eq(attempt),
-                compensation_events::last_error.eq(error),
+                compensation_events::last_error.eq(&err.error),
                 compensation_events::next_attempt_at.eq(next),
                 compensation_events::locked_until.eq(None::<chrono::DateTime<Utc>>),
                 compensation_events::locked_by.eq(None::<String>),
@@ -389,24 +374,20 @@ impl Worker {
             diesel::insert_into(compensation_attempts::table)
                 .values((
                     compensation_attempts::event_id.eq(e.id),
-                    compensation_attempts::ok.eq(result.is_ok()),
-                    compensation_attempts::error.eq(result.as_ref().err().map(|e| e.error.as_str())),
+                    compensation_attempts::ok.eq(false),
+                    compensation_attempts::error.eq(&err.error),
                     compensation_attempts::duration_ms.eq(took.as_millis().min(i32::MAX as u128) as i32),
-                    compensation_attempts::worker.eq(&worker),
+                    compensation_attempts::worker.eq(&self.id),
                 ))
                 .execute(conn)
                 .await?;
-            if updated.status == CompensationStatus::Dead.as_str() {
+            if updated.status == CompensationStatus::Dead {
                 self.dead(conn, &updated).await?;
             }
             outbox::announce(conn, &[e.id]).await
         })
         .await?;
-        let outcome = match &result {
-            Ok(_) => "ok",
-            Err(_) => "failed",
-        };
-        metrics::counter!("fitorder_compensation_attempts_total", "kind" => kind, "outcome" => outcome).increment(1);
+        metrics::counter!("fitorder_compensation_attempts_total", "kind" => kind, "outcome" => "failed").increment(1);
         Ok(())
     }
 
@@ -443,7 +424,7 @@ impl Worker {
             .await?;
         tracing::error!(event = e.id, kind = %e.kind, order_no = %order.order_no, attempts = e.attempts,
             last_error = ?e.last_error, "compensation event is DEAD");
-        metrics::counter!("fitorder_compensation_dead_total", "kind" => e.kind.clone()).increment(1);
+        metrics::counter!("fitorder_compensation_dead_total", "kind" => e.kind.as_str()).increment(1);
         tickets::open(
             conn,
             NewTicket {
@@ -470,17 +451,14 @@ impl Worker {
 
 /// The base of an event's backoff: the chat channels' own (`FITORDER_ALERT_RETRY_BASE`) for an
 /// alert delivery, the outbox's (`FITORDER_RETRY_BASE`) for the rest.
-fn retry_base(config: &crate::config::Config, kind: &str) -> Duration {
-    match CompensationKind::parse(kind) {
-        Some(CompensationKind::AlertDelivery) => config.alert_retry_base,
-        Some(
-            CompensationKind::DoorAccessGrant
-            | CompensationKind::DoorAccessRevoke
-            | CompensationKind::AiAccessGrant
-            | CompensationKind::AiAccessRevoke
-            | CompensationKind::ProviderRefund,
-        )
-        | None => config.retry_base,
+fn retry_base(config: &crate::config::Config, kind: CompensationKind) -> Duration {
+    match kind {
+        CompensationKind::AlertDelivery => config.alert_retry_base,
+        CompensationKind::DoorAccessGrant
+        | CompensationKind::DoorAccessRevoke
+        | CompensationKind::AiAccessGrant
+        | CompensationKind::AiAccessRevoke
+        | CompensationKind::ProviderRefund => config.retry_base,
     }
 }
 

@@ -13,7 +13,7 @@ use crate::db::schema::{memberships, orders, payments, refunds};
 use crate::db::sql::StaticQuery;
 use crate::domain::{money, order_status, MembershipStatus, OrderStatus, PaymentMethod, Provider, WalletMoveKind};
 use crate::error::{AppError, AppResult, OnViolation, Violation};
-use crate::events::{EVENTS_CHANNEL, OUTBOX_CHANNEL};
+use crate::events::OUTBOX_CHANNEL;
 use crate::outbox::{self, Effect, RefundPayload};
 use crate::wallet::{wallet_move, WalletMove};
 
@@ -63,8 +63,7 @@ pub async fn apply_payment(
         .bind::<Array<Text>, _>(&grants.keys) // $12
         .bind::<Integer, _>(config.max_attempts) // $13
         .bind::<Text, _>(OUTBOX_CHANNEL) // $14
-        .bind::<Text, _>(EVENTS_CHANNEL) // $15
-        .bind::<Nullable<BigInt>, _>(payment.callback_id) // $16
+        .bind::<Nullable<BigInt>, _>(payment.callback_id) // $15
         .get_result(conn)
         .await
         .optional()

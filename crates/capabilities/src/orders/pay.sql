@@ -21,8 +21,7 @@
 --   $12 effect idempotency keys        text[]   the same length
 --   $13 max attempts                   integer
 --   $14 the outbox's channel           text
---   $15 the events' channel            text
---   $16 the callback that brought it   bigint, NULL (none: wallet, offline, staff)
+--   $15 the callback that brought it   bigint, NULL (none: wallet, offline, staff)
 --
 -- The columns are listed (not RETURNING *) so that a column added by a later migration does
 -- not change the result of this statement, which each connection keeps prepared.
@@ -55,9 +54,9 @@ WITH moved AS (
        SET outcome = 'APPLIED', order_id = moved.id, order_no = moved.order_no, store_id = moved.store_id,
            idempotency_key = $7, provider_txn_id = $4, amount_cents = $9
       FROM moved
-     WHERE c.id = $16
+     WHERE c.id = $15
 )
 SELECT moved.*
   FROM moved,
-       (SELECT pg_notify($15, 'order:' || id) FROM audit) AS changed,
-       (SELECT count(pg_notify($14, '')) + count(pg_notify($15, 'comp:' || id)) FROM granted) AS effects
+       (SELECT fitorder_announce('order', id) FROM audit) AS changed,
+       (SELECT count(pg_notify($14, '')) + count(fitorder_announce('comp', id)) FROM granted) AS effects

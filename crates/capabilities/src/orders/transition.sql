@@ -66,6 +66,6 @@ WITH moved AS (
       FROM moved WHERE $2 = 'REFUNDED' AND $11 > 0
 )
 SELECT moved.*
-  FROM moved JOIN (SELECT order_id, pg_notify('fitorder_events', 'order:' || id) FROM audit) AS announced
+  FROM moved JOIN (SELECT order_id, fitorder_announce('order', id) FROM audit) AS announced
     ON announced.order_id = moved.id
  ORDER BY moved.id

@@ -1,6 +1,6 @@
 -- Writes due outbox events about one order (or none) and announces them on commit, in one statement:
 -- the workers of every process are woken (`fitorder_outbox`) and subscribers told of each
--- event (`fitorder_events`, `comp:<id>`). The payloads come encoded from the typed effects;
+-- event (`fitorder_announce('comp', id)`). The payloads come encoded from the typed effects;
 -- nothing of their shape is here. Each event's idempotency key is unique: the same effect
 -- twice is refused.
 --
@@ -11,7 +11,6 @@
 --   $5  max attempts                   integer
 --   $6  trace id                       text
 --   $7  the outbox's channel           text
---   $8  the events' channel            text
 WITH inserted AS (
     INSERT INTO compensation_events (order_id, kind, max_attempts, payload, idempotency_key, trace_id)
     SELECT $1::bigint, e.kind, $5, e.payload, e.key, $6
@@ -19,6 +18,6 @@ WITH inserted AS (
      ORDER BY e.n
     RETURNING id
 ), announced AS (
-    SELECT id, pg_notify($7, '') AS woken, pg_notify($8, 'comp:' || id) AS told FROM inserted
+    SELECT id, pg_notify($7, '') AS woken, fitorder_announce('comp', id) AS told FROM inserted
 )
 SELECT id FROM announced ORDER BY id

@@ -9,22 +9,12 @@ use diesel_async::{AsyncPgConnection, RunQueryDsl};
 
 use crate::db::models::Order;
 use crate::db::schema::compensation_events as ce;
-use crate::db::sql::StaticQuery;
+use crate::db::sql::{fitorder_announce, pg_notify, StaticQuery};
 pub use crate::domain::effect::{AccessAction, AccessPayload, OrderRef, RefundPayload};
 pub use crate::domain::Effect;
 use crate::error::AppResult;
-use crate::events::{EVENTS_CHANNEL, OUTBOX_CHANNEL};
+use crate::events::{Announced, OUTBOX_CHANNEL};
 use crate::trace::TraceId;
-
-/// `pg_notify(channel, payload)`: returns nothing anyone reads.
-#[derive(diesel::sql_types::SqlType, diesel::query_builder::QueryId)]
-#[diesel(postgres_type(name = "void"))]
-pub struct Void;
-
-diesel::define_sql_function! {
-    /// Sends a notification on `channel` when the transaction commits.
-    fn pg_notify(channel: Text, payload: Text) -> Void;
-}
 
 /// Door and AI-device access for a paid order.
 pub fn grants(order: &Order) -> [Effect; 2] {
@@ -88,7 +78,6 @@ pub async fn enqueue(
         .bind::<Integer, _>(max_attempts) // $5
         .bind::<Text, _>(trace.as_str()) // $6
         .bind::<Text, _>(OUTBOX_CHANNEL) // $7
-        .bind::<Text, _>(EVENTS_CHANNEL) // $8
         .load(conn)
         .await?;
     Ok(rows.into_iter().map(|r| r.id).collect())
@@ -100,7 +89,7 @@ pub async fn announce(conn: &mut AsyncPgConnection, event_ids: &[i64]) -> AppRes
         .filter(ce::id.eq_any(event_ids))
         .select((
             pg_notify(OUTBOX_CHANNEL, ""),
-            pg_notify(EVENTS_CHANNEL, "comp:".into_sql::<Text>().concat(ce::id.cast::<Text>())),
+            fitorder_announce(Announced::Compensation.as_str(), ce::id),
         ))
         .execute(conn)
         .await?;

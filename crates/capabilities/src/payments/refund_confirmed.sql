@@ -17,4 +17,4 @@ WITH done AS (
    INSERT INTO compensation_attempts (event_id, ok, error, duration_ms, worker)
    SELECT id, true, NULL, 0, $4 FROM done
 )
-SELECT count(pg_notify('fitorder_events', 'comp:' || id::text))::bigint AS n FROM done
+SELECT count(fitorder_announce('comp', id))::bigint AS n FROM done

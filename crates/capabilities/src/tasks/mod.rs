@@ -15,6 +15,7 @@ use futures_util::future::BoxFuture;
 use crate::app::AppState;
 use crate::db::schema::task_runs;
 use crate::domain::schedule::Schedule;
+use crate::domain::TaskRunStatus;
 use crate::error::{AppError, AppResult};
 
 /// A task body: returns how many rows it touched.
@@ -173,13 +174,13 @@ impl Scheduler {
             trace_id = %crate::trace::TraceId::new());
         let result = tracing::Instrument::instrument((task.run)(self.state.clone()), span).await;
         let (status, rows, detail) = match &result {
-            Ok(n) => ("SUCCEEDED", *n, None),
-            Err(e) => ("FAILED", 0, Some(e.message())),
+            Ok(n) => (TaskRunStatus::Succeeded, *n, None),
+            Err(e) => (TaskRunStatus::Failed, 0, Some(e.message())),
         };
         if let Some(d) = &detail {
             tracing::error!(task = task.name, error = %d, "scheduled task failed");
         }
-        metrics::counter!("fitorder_task_runs_total", "task" => task.name, "status" => status).increment(1);
+        metrics::counter!("fitorder_task_runs_total", "task" => task.name, "status" => status.as_str()).increment(1);
         metrics::histogram!("fitorder_task_seconds", "task" => task.name).record(started.elapsed().as_secs_f64());
         let recorded = async {
             let mut conn = self.state.pool.get().await?;

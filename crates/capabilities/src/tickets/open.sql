@@ -16,4 +16,4 @@
       FROM findings f
     ON CONFLICT (finding_key) DO NOTHING
     RETURNING *)
-SELECT o.*, pg_notify('fitorder_events', 'ticket:' || o.id) AS announced FROM opened o
+SELECT o.*, fitorder_announce('ticket', o.id) AS announced FROM opened o

@@ -67,7 +67,7 @@ impl TaskRunNode {
     }
     /// RUNNING, SUCCEEDED or FAILED
     async fn status(&self) -> &str {
-        &self.0.status
+        self.0.status.as_str()
     }
     async fn instance(&self) -> &str {
         &self.0.instance

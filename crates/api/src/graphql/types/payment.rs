@@ -25,7 +25,7 @@ impl PaymentCallbackNode {
     }
     /// APPLIED, DUPLICATE, REJECTED_TRANSITION, PAID_AFTER_CANCEL, AMOUNT_MISMATCH, BAD_SIGNATURE, ...
     async fn outcome(&self) -> &str {
-        &self.0.outcome
+        self.0.outcome.as_str()
     }
     /// the payload as received (decrypted where the provider encrypts it); empty for members
     /// (it holds the provider's identifiers of payer and merchant)

@@ -1,0 +1,1 @@
+ALTER TABLE payment_callbacks DROP CONSTRAINT payment_callbacks_outcome_check;

@@ -1,0 +1,1 @@
+DROP FUNCTION fitorder_announce(text, bigint);

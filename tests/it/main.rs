@@ -34,6 +34,7 @@ mod production;
 mod provider_edges;
 mod provider_money;
 mod providers;
+mod read_replica;
 mod reconciliation;
 mod sandbox_provider;
 mod schema_sdl;

@@ -89,8 +89,13 @@ impl AppState {
         });
         let replica = config.read_database_url.as_deref().map(|url| {
             Arc::new(
-                crate::db::replica::Replica::new(url, config.db_pool_size, config.statement_timeout, config.read_max_lag)
-                    .expect("a pool is built without connecting"),
+                crate::db::replica::Replica::new(
+                    url,
+                    config.db_pool_size,
+                    config.statement_timeout,
+                    config.read_max_lag,
+                )
+                .expect("a pool is built without connecting"),
             )
         });
         let config = Arc::new(config);

@@ -93,9 +93,14 @@ impl Replica {
     pub async fn usable(&self, after: Option<&str>) -> Result<(), Fallback> {
         let result = self.check(after).await;
         match result {
-            Ok(()) => self.note(0, || tracing::info!("the read replica serves the admin console's reads again")),
+            Ok(()) => self.note(0, || {
+                tracing::info!("the read replica serves the admin console's reads again")
+            }),
             Err(Fallback::Unavailable) => self.note(1, || {
-                tracing::warn!(reason = "unavailable", "the read replica cannot be reached: reading the primary")
+                tracing::warn!(
+                    reason = "unavailable",
+                    "the read replica cannot be reached: reading the primary"
+                )
             }),
             Err(Fallback::Lag) => self.note(2, || {
                 tracing::warn!(
@@ -105,7 +110,10 @@ impl Replica {
                 )
             }),
             Err(Fallback::ReadYourWrites) => {
-                tracing::debug!(reason = "read_your_writes", "the replica has not replayed the viewer's last write")
+                tracing::debug!(
+                    reason = "read_your_writes",
+                    "the replica has not replayed the viewer's last write"
+                )
             }
         }
         if let Err(reason) = result {
@@ -131,7 +139,12 @@ impl Replica {
     }
 
     async fn check(&self, after: Option<&str>) -> Result<(), Fallback> {
-        if self.down_until.lock().expect("replica state").is_some_and(|t| Instant::now() < t) {
+        if self
+            .down_until
+            .lock()
+            .expect("replica state")
+            .is_some_and(|t| Instant::now() < t)
+        {
             return Err(Fallback::Unavailable);
         }
         let mut conn = self.pool.get().await.map_err(|e| {

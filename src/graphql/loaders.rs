@@ -10,9 +10,9 @@ use diesel::prelude::*;
 use diesel_async::RunQueryDsl;
 
 use super::types::{MemberNode, OrderNode, StoreNode};
+use super::Reads;
 use crate::db::models::*;
 use crate::db::schema::*;
-use super::Reads;
 use crate::db::DbPool;
 use crate::domain::OrderStatus;
 use crate::error::AppError;

@@ -144,7 +144,10 @@ impl async_graphql::extensions::Extension for RecordWritesOf {
         next: async_graphql::extensions::NextParseQuery<'_>,
     ) -> async_graphql::ServerResult<async_graphql::parser::types::ExecutableDocument> {
         let doc = next.run(ctx, query, variables).await?;
-        let mutation = doc.operations.iter().any(|(_, op)| op.node.ty == OperationType::Mutation);
+        let mutation = doc
+            .operations
+            .iter()
+            .any(|(_, op)| op.node.ty == OperationType::Mutation);
         self.mutation.store(mutation, Ordering::Relaxed);
         Ok(doc)
     }

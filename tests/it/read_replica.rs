@@ -33,9 +33,11 @@ fn bin_dir() -> Option<PathBuf> {
         .collect();
     versioned.sort_by_key(|v| std::cmp::Reverse(v.0));
     candidates.extend(versioned.into_iter().map(|(_, p)| p));
-    candidates
-        .into_iter()
-        .find(|d| ["initdb", "pg_ctl", "pg_basebackup"].iter().all(|b| d.join(b).is_file()))
+    candidates.into_iter().find(|d| {
+        ["initdb", "pg_ctl", "pg_basebackup"]
+            .iter()
+            .all(|b| d.join(b).is_file())
+    })
 }
 
 /// The account PostgreSQL runs as when the tests run as root (it refuses root).
@@ -47,7 +49,7 @@ fn run_as() -> Option<(u32, u32)> {
     ["postgres", "nobody"].iter().find_map(|name| {
         passwd.lines().find_map(|l| {
             let f: Vec<&str> = l.split(':').collect();
-            (f.first() == Some(name)).then(|| (f[2].parse().unwrap(), f[3].parse().unwrap()))
+            (f.len() > 3 && f[0] == *name).then(|| (f[2].parse().unwrap(), f[3].parse().unwrap()))
         })
     })
 }
@@ -96,9 +98,17 @@ impl Standby {
     /// `pg_basebackup -R` of the primary at `primary_port` into this standby's data directory.
     fn base_backup(&self, primary_port: u16) {
         let mut c = self.command("pg_basebackup");
-        c.args(["-h", "127.0.0.1", "-p", &primary_port.to_string(), "-U", "postgres", "-D"])
-            .arg(self.data())
-            .args(["-R", "-X", "stream", "-c", "fast"]);
+        c.args([
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &primary_port.to_string(),
+            "-U",
+            "postgres",
+            "-D",
+        ])
+        .arg(self.data())
+        .args(["-R", "-X", "stream", "-c", "fast"]);
         self.run(c, "pg_basebackup");
     }
 
@@ -120,7 +130,9 @@ impl Standby {
 
     fn stop(&self) {
         let mut c = self.command("pg_ctl");
-        c.arg("-D").arg(self.data()).args(["-m", "fast", "-w", "-t", "60", "stop"]);
+        c.arg("-D")
+            .arg(self.data())
+            .args(["-m", "fast", "-w", "-t", "60", "stop"]);
         self.run(c, "pg_ctl stop (standby)");
     }
 
@@ -319,7 +331,10 @@ async fn staff_lists_read_the_replica_read_your_writes_and_fall_back_to_the_prim
     let listed = app_a.ok(&ops_token, ORDERS, json!({})).await;
     assert_eq!(order_nos(&listed), vec![first.clone()]);
     assert_eq!(listed["orders"]["edges"][0]["node"]["member"]["id"], json!(s.member));
-    assert!(metric(&app_a, REPLICA_READS).await > reads, "the list did not read the replica");
+    assert!(
+        metric(&app_a, REPLICA_READS).await > reads,
+        "the list did not read the replica"
+    );
     assert!(
         bool_of(
             &standby_url,
@@ -338,7 +353,11 @@ async fn staff_lists_read_the_replica_read_your_writes_and_fall_back_to_the_prim
             json!({"n": first}),
         )
         .await;
-    assert_eq!(metric(&app_a, REPLICA_READS).await, reads, "a member's or a single read used the replica");
+    assert_eq!(
+        metric(&app_a, REPLICA_READS).await,
+        reads,
+        "a member's or a single read used the replica"
+    );
 
     // 2. Read-your-writes with the replica's replay paused: the admin writes on instance B and
     //    reads on instance A, and sees the write; staff who did not write see the replica's
@@ -358,7 +377,10 @@ async fn staff_lists_read_the_replica_read_your_writes_and_fall_back_to_the_prim
     assert!(seen.contains(&"Written while paused".to_string()), "{seen:?}");
     assert!(metric(&app_a, &fallback("read_your_writes")).await > ryw);
     let stale = store_names(&app_a.ok(&other_admin, STORES, json!({})).await);
-    assert!(!stale.contains(&"Written while paused".to_string()), "the replica was not read: {stale:?}");
+    assert!(
+        !stale.contains(&"Written while paused".to_string()),
+        "the replica was not read: {stale:?}"
+    );
     let stale_orders = order_nos(&app_a.ok(&ops_token, ORDERS, json!({})).await);
     assert_eq!(stale_orders, vec![first.clone()]);
     let own = order_nos(&app_a.ok(&app_a.member_token(&s.member), ORDERS, json!({})).await);

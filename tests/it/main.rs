@@ -35,6 +35,7 @@ mod production;
 mod provider_edges;
 mod provider_money;
 mod providers;
+mod read_replica;
 mod reconciliation;
 mod reconciliation_runs;
 mod sandbox_provider;

@@ -53,6 +53,11 @@ pub struct Config {
     /// A direct (session) connection for LISTEN when `database_url` goes through PgBouncer in
     /// transaction pooling; `None`: `database_url`.
     pub listen_database_url: Option<String>,
+    /// A streaming replica for the admin console's lists and statistics
+    /// (`FITORDER_READ_DATABASE_URL`); `None`: every read goes to `database_url`.
+    pub read_database_url: Option<String>,
+    /// A replica further behind than this is not read (`FITORDER_READ_MAX_LAG`): the primary is.
+    pub read_max_lag: Duration,
     /// Chat groups and webhooks that alerts are sent to (`FITORDER_ALERT_WEBHOOKS`).
     pub alert_channels: Vec<alert_channels::Channel>,
     /// First retry delay of an alert delivery (doubling, ±20 %).
@@ -314,6 +319,8 @@ Environment:
   FITORDER_DB_POOL_SIZE          connections per process (default 16)
   FITORDER_STATEMENT_TIMEOUT     longest SQL statement (default 60s)
   FITORDER_LISTEN_DATABASE_URL   direct PostgreSQL for LISTEN behind PgBouncer (default DATABASE_URL)
+  FITORDER_READ_DATABASE_URL     a streaming replica for the admin console's lists and statistics (default: none)
+  FITORDER_READ_MAX_LAG          a replica further behind is not read, the primary is (default 5s)
   FITORDER_ALERT_WEBHOOKS        alert channels: [wecom:|dingtalk:|feishu:|webhook:]URL[#SECRET], comma-separated
   FITORDER_ALERT_RETRY_BASE      first alert retry delay (default 5s)
   FITORDER_ALERT_MAX_ATTEMPTS    alert attempts before DEAD (default 8)
@@ -453,6 +460,8 @@ impl Config {
             db_pool_size: number("FITORDER_DB_POOL_SIZE", 16)?,
             statement_timeout: duration("FITORDER_STATEMENT_TIMEOUT", "60s")?,
             listen_database_url: var("FITORDER_LISTEN_DATABASE_URL"),
+            read_database_url: var("FITORDER_READ_DATABASE_URL"),
+            read_max_lag: duration("FITORDER_READ_MAX_LAG", "5s")?,
             alert_channels: alert_channels::parse_list(&var("FITORDER_ALERT_WEBHOOKS").unwrap_or_default())
                 .map_err(|e| anyhow::anyhow!("FITORDER_ALERT_WEBHOOKS: {e}"))?,
             alert_retry_base: duration("FITORDER_ALERT_RETRY_BASE", "5s")?,
@@ -527,6 +536,8 @@ impl Config {
             db_pool_size: 8,
             statement_timeout: Duration::from_secs(60),
             listen_database_url: None,
+            read_database_url: None,
+            read_max_lag: Duration::from_secs(5),
             alert_channels: vec![],
             alert_retry_base: Duration::from_secs(5),
             alert_max_attempts: 8,
@@ -795,6 +806,8 @@ impl std::fmt::Debug for Config {
             db_pool_size,
             statement_timeout,
             listen_database_url,
+            read_database_url,
+            read_max_lag,
             alert_channels,
             alert_retry_base,
             alert_max_attempts,
@@ -855,6 +868,8 @@ impl std::fmt::Debug for Config {
             .field("db_pool_size", db_pool_size)
             .field("statement_timeout", statement_timeout)
             .field("listen_database_url", &url(listen_database_url))
+            .field("read_database_url", &url(read_database_url))
+            .field("read_max_lag", read_max_lag)
             .field("alert_channels", alert_channels)
             .field("alert_retry_base", alert_retry_base)
             .field("alert_max_attempts", alert_max_attempts)
@@ -932,6 +947,7 @@ mod redaction_tests {
         let mut c = Config::for_tests("postgres://app:pgPASSWORD1@db.internal:5432/fitorder".into());
         c.jwt_secret = "jwtSECRETvalue".into();
         c.listen_database_url = Some("postgresql://app:pgPASSWORD2@db.internal/fitorder?sslmode=require".into());
+        c.read_database_url = Some("postgresql://app:pgPASSWORD3@replica.internal/fitorder".into());
         c.door_access_url = Some("https://svc:doorPASSWORD@door.internal/grant".into());
         c.wechatpay.apiv3_key = Some("APIV3keyVALUE0123456789abcdefghij".into());
         c.sign_in.secret = Some("MINIPROGRAMsecretVALUE".into());
@@ -944,6 +960,7 @@ mod redaction_tests {
             "jwtSECRETvalue",
             "pgPASSWORD1",
             "pgPASSWORD2",
+            "pgPASSWORD3",
             "doorPASSWORD",
             "APIV3keyVALUE",
             "MINIPROGRAMsecretVALUE",

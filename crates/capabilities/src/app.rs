@@ -37,6 +37,9 @@ pub struct AppState {
     pub sign_in_limits: Arc<SignInLimits>,
     /// Staff tokens of the OpenID Connect issuer, its keys cached (`None`: not configured).
     pub oidc: Option<Arc<crate::auth::oidc::OidcVerifier>>,
+    /// The streaming replica the admin console's lists and statistics read
+    /// (`FITORDER_READ_DATABASE_URL`; `None`: every read goes to `pool`). See `graphql::reads`.
+    pub replica: Option<Arc<crate::db::replica::Replica>>,
 }
 
 /// Sign-in calls per client address, sign-ins per WeChat account (a minute each).
@@ -84,6 +87,17 @@ impl AppState {
         let oidc = config.oidc.clone().map(|c| {
             Arc::new(crate::auth::oidc::OidcVerifier::new(c).expect("an HTTP client is built without connecting"))
         });
+        let replica = config.read_database_url.as_deref().map(|url| {
+            Arc::new(
+                crate::db::replica::Replica::new(
+                    url,
+                    config.db_pool_size,
+                    config.statement_timeout,
+                    config.read_max_lag,
+                )
+                .expect("a pool is built without connecting"),
+            )
+        });
         let config = Arc::new(config);
         let keys = Arc::new(keys);
         events.ended_sessions.set_window(config.sign_in.access_token_ttl);
@@ -110,6 +124,7 @@ impl AppState {
             evidence,
             processed: Arc::new(crate::payments::seen::Seen::new(crate::payments::seen::KEEP)),
             oidc,
+            replica,
         }
     }
 }

@@ -3,6 +3,7 @@
 
 pub mod events;
 pub mod models;
+pub mod replica;
 pub mod schema;
 pub mod sql;
 
@@ -34,17 +35,26 @@ pub const DEFAULT_STATEMENT_TIMEOUT: std::time::Duration = std::time::Duration::
 
 /// A pool whose connections refuse statements running longer than `statement_timeout`.
 pub fn pool_with(url: &str, size: usize, statement_timeout: std::time::Duration) -> Result<DbPool> {
-    build_pool(url, size, statement_timeout, false)
+    build_pool(url, size, statement_timeout, false, CHECKOUT_TIMEOUT)
 }
 
 /// A small pool for evidence rows (raw callbacks) whose commits do not wait for the disk: the
 /// business transaction that follows commits synchronously and flushes them with it, and a
 /// duplicate's record that a crash would lose changes nothing.
 pub fn evidence_pool(url: &str, size: usize, statement_timeout: std::time::Duration) -> Result<DbPool> {
-    build_pool(url, size, statement_timeout, true)
+    build_pool(url, size, statement_timeout, true, CHECKOUT_TIMEOUT)
 }
 
-fn build_pool(url: &str, size: usize, statement_timeout: std::time::Duration, async_commit: bool) -> Result<DbPool> {
+/// How long a checkout may wait for a connection, or for a new one to be made.
+const CHECKOUT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+fn build_pool(
+    url: &str,
+    size: usize,
+    statement_timeout: std::time::Duration,
+    async_commit: bool,
+    checkout_timeout: std::time::Duration,
+) -> Result<DbPool> {
     let mut config = ManagerConfig::default();
     // No test query on every checkout (it doubled the round trips of short requests): a
     // connection that broke is discarded when it reports the error, and the next checkout gets
@@ -70,9 +80,9 @@ fn build_pool(url: &str, size: usize, statement_timeout: std::time::Duration, as
     let manager = AsyncDieselConnectionManager::<AsyncPgConnection>::new_with_config(url, config);
     Pool::builder(manager)
         .max_size(size)
-        .wait_timeout(Some(std::time::Duration::from_secs(5)))
-        .create_timeout(Some(std::time::Duration::from_secs(5)))
-        .recycle_timeout(Some(std::time::Duration::from_secs(5)))
+        .wait_timeout(Some(checkout_timeout))
+        .create_timeout(Some(checkout_timeout))
+        .recycle_timeout(Some(checkout_timeout))
         .runtime(deadpool::Runtime::Tokio1)
         .build()
         .context("building the database pool")

@@ -2,6 +2,7 @@
 //! per kind of related object.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use async_graphql::dataloader::{DataLoader, Loader};
 use async_graphql::Context;
@@ -9,6 +10,7 @@ use diesel::prelude::*;
 use diesel_async::RunQueryDsl;
 
 use super::types::{MemberNode, OrderNode, StoreNode};
+use super::Reads;
 use crate::db::models::*;
 use crate::db::schema::*;
 use crate::db::DbPool;
@@ -16,18 +18,25 @@ use crate::domain::OrderStatus;
 use crate::error::AppError;
 
 pub struct DbLoader {
-    pool: DbPool,
+    /// The request's reads: the primary, or the replica its `Reads` chose.
+    reads: Arc<Reads>,
     /// What a page already loaded for its rows' fields (see [`Prefetched`]).
     prefetched: std::sync::Mutex<Prefetched>,
 }
 
 impl DbLoader {
+    /// A loader reading the primary.
     pub fn new(pool: DbPool) -> DataLoader<DbLoader> {
+        DbLoader::reading(Arc::new(Reads::primary(pool)))
+    }
+
+    /// A loader reading where the request's `reads` reads.
+    pub fn reading(reads: Arc<Reads>) -> DataLoader<DbLoader> {
         // A slightly longer gathering window than the default 1 ms, so that a page of 100
         // orders resolving its nested fields still lands in one batch per kind.
         DataLoader::new(
             DbLoader {
-                pool,
+                reads,
                 prefetched: Default::default(),
             },
             tokio::spawn,
@@ -225,7 +234,7 @@ impl Loader<OrderTimeline> for DbLoader {
     type Error = LoadError;
     async fn load(&self, keys: &[OrderTimeline]) -> Result<HashMap<OrderTimeline, Self::Value>, LoadError> {
         let ids: Vec<i64> = keys.iter().map(|k| k.0).collect();
-        let mut conn = self.pool.get().await?;
+        let mut conn = self.reads.conn().await?;
         let all = crate::timeline::for_orders(&mut conn, &ids).await?;
         Ok(all
             .into_iter()
@@ -242,7 +251,7 @@ macro_rules! by_id {
             type Error = LoadError;
             async fn load(&self, keys: &[$key]) -> Result<HashMap<$key, $row>, LoadError> {
                 let ids: Vec<i64> = keys.iter().map(|k| k.0).collect();
-                let mut conn = self.pool.get().await?;
+                let mut conn = self.reads.conn().await?;
                 let rows: Vec<$row> = $table::table
                     .filter($table::id.eq_any(ids))
                     .select(<$row>::as_select())
@@ -266,7 +275,7 @@ macro_rules! many_by {
             type Error = LoadError;
             async fn load(&self, keys: &[$key]) -> Result<HashMap<$key, Vec<$row>>, LoadError> {
                 let ids: Vec<i64> = keys.iter().map(|k| k.0).collect();
-                let mut conn = self.pool.get().await?;
+                let mut conn = self.reads.conn().await?;
                 let rows: Vec<$row> = $table::table
                     .filter($table::$col.eq_any(ids))
                     .order($table::id.asc())
@@ -291,7 +300,7 @@ impl Loader<OrderCompensation> for DbLoader {
         keys: &[OrderCompensation],
     ) -> Result<HashMap<OrderCompensation, Vec<CompensationEvent>>, LoadError> {
         let ids: Vec<i64> = keys.iter().map(|k| k.0).collect();
-        let mut conn = self.pool.get().await?;
+        let mut conn = self.reads.conn().await?;
         let mut map: HashMap<OrderCompensation, Vec<CompensationEvent>> = HashMap::new();
         for r in compensation_of(&mut conn, &ids).await? {
             map.entry(OrderCompensation(r.order_id.unwrap_or_default())).or_default().push(r);
@@ -314,7 +323,7 @@ impl Loader<OrderTickets> for DbLoader {
     type Error = LoadError;
     async fn load(&self, keys: &[OrderTickets]) -> Result<HashMap<OrderTickets, Vec<ExceptionTicket>>, LoadError> {
         let ids: Vec<i64> = keys.iter().map(|k| k.0).collect();
-        let mut conn = self.pool.get().await?;
+        let mut conn = self.reads.conn().await?;
         let rows: Vec<ExceptionTicket> = exception_tickets::table
             .filter(exception_tickets::order_id.eq_any(ids))
             .order(exception_tickets::id.asc())
@@ -336,7 +345,7 @@ impl Loader<OrderCallbacks> for DbLoader {
     type Error = LoadError;
     async fn load(&self, keys: &[OrderCallbacks]) -> Result<HashMap<OrderCallbacks, Vec<PaymentCallback>>, LoadError> {
         let ids: Vec<i64> = keys.iter().map(|k| k.0).collect();
-        let mut conn = self.pool.get().await?;
+        let mut conn = self.reads.conn().await?;
         let rows: Vec<PaymentCallback> = payment_callbacks::table
             .filter(payment_callbacks::order_id.eq_any(ids))
             .order(payment_callbacks::id.asc())
@@ -358,7 +367,7 @@ impl Loader<OrderMembership> for DbLoader {
     type Error = LoadError;
     async fn load(&self, keys: &[OrderMembership]) -> Result<HashMap<OrderMembership, Membership>, LoadError> {
         let ids: Vec<i64> = keys.iter().map(|k| k.0).collect();
-        let mut conn = self.pool.get().await?;
+        let mut conn = self.reads.conn().await?;
         let rows: Vec<Membership> = memberships::table
             .filter(memberships::order_id.eq_any(ids))
             .select(Membership::as_select())
@@ -374,7 +383,7 @@ impl Loader<MemberCredits> for DbLoader {
     type Error = LoadError;
     async fn load(&self, keys: &[MemberCredits]) -> Result<HashMap<MemberCredits, i32>, LoadError> {
         let ids: Vec<i64> = keys.iter().map(|k| k.0).collect();
-        let mut conn = self.pool.get().await?;
+        let mut conn = self.reads.conn().await?;
         let rows: Vec<(i64, Option<i64>)> = orders::table
             .filter(orders::member_id.eq_any(ids))
             .filter(orders::status.eq_any([OrderStatus::Paid, OrderStatus::Consuming]))

@@ -8,6 +8,7 @@ mod loaders;
 mod mutation;
 mod outbox;
 mod query;
+pub mod reads;
 mod subscription;
 mod types;
 
@@ -16,6 +17,7 @@ use async_graphql::{Context, Schema};
 pub use connection::{decode_cursor, encode_cursor};
 pub use introspection::Introspection;
 pub use loaders::DbLoader;
+pub use reads::Reads;
 pub use types::TimelineEntry;
 
 use crate::app::AppState;
@@ -125,6 +127,7 @@ fn build_schema_with_depth(state: AppState, max_depth: usize) -> AppSchema {
     schema_builder(state, max_depth)
         .extension(limits::BoundDocuments(state_limits))
         .extension(TraceIds)
+        .extension(reads::RecordWrites)
         .finish()
 }
 
@@ -294,8 +297,13 @@ pub fn actor_ctx(ctx: &Context<'_>) -> AppResult<Ctx> {
     })
 }
 
-pub async fn conn(ctx: &Context<'_>) -> AppResult<DbConn> {
-    Ok(state(ctx).pool.get().await?)
+/// A connection for a resolver: the primary, or the replica when this request's `Reads` chose
+/// it (a staff query of lists and statistics, see `reads`).
+pub(crate) async fn conn(ctx: &Context<'_>) -> AppResult<DbConn> {
+    match ctx.data_opt::<std::sync::Arc<Reads>>() {
+        Some(reads) => reads.conn().await,
+        None => Ok(state(ctx).pool.get().await?),
+    }
 }
 
 /// An `ID` argument, written the one way ids are written (decimal digits, no sign, no leading

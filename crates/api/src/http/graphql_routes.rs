@@ -16,7 +16,7 @@ use super::graphql_over_http::{self as over_http, BadRequest, Media, Params};
 use super::persisted::{Found, Refusal};
 use super::HttpState;
 use crate::auth::{self, Viewer};
-use crate::graphql::{DbLoader, ExecutionStarted, RequestContext};
+use crate::graphql::{DbLoader, ExecutionStarted, Reads, RequestContext};
 use crate::trace::TraceId;
 
 /// Close code for a connection whose `connection_init` carried no valid token.
@@ -174,13 +174,14 @@ async fn run(
             }
         }
     };
-    let Some((kind, variable_definitions)) = operation(&doc.parsed, operation_name.as_deref()) else {
+    let Some(op) = operation(&doc.parsed, operation_name.as_deref()) else {
         let message = match &operation_name {
             Some(name) => format!("the document has no operation named {name:?}"),
             None => "the document has several operations: name one with operationName".to_string(),
         };
         return over_http::not_run(media, None, vec![over_http::error(message, "BAD_USER_INPUT", vec![])]);
     };
+    let (kind, variable_definitions) = (op.ty, &op.variable_definitions);
     if via_get && kind != OperationType::Query {
         let mut resp = over_http::not_run(
             media,
@@ -232,6 +233,10 @@ async fn run(
     let trace_id = trace.as_str().to_string();
     let client_addr = peer.and_then(|p| super::client_addr::client_addr(p, headers, &s.app.config.trusted_proxies));
     let started = ExecutionStarted::default();
+    // Where this request reads: the replica for staff lists and statistics, else the primary.
+    let reads = std::sync::Arc::new(Reads::for_operation(&s.app, viewer.as_ref(), op));
+    // A staff mutation is remembered for read-your-writes (the lean schema has no extension).
+    let writer = viewer.clone().filter(|_| lean && kind == OperationType::Mutation);
     let mut request = async_graphql::Request::new(doc.text.to_string())
         .variables(variables)
         .data(RequestContext {
@@ -244,7 +249,8 @@ async fn run(
                 .map(|ip| ip.to_string()),
             client_addr,
         })
-        .data(DbLoader::new(s.app.pool.clone()))
+        .data(DbLoader::reading(reads.clone()))
+        .data(reads)
         .data(started.clone());
     if let Some(name) = operation_name {
         request = request.operation_name(name);
@@ -254,7 +260,11 @@ async fn run(
     let (response, started) = if introspection {
         (s.introspection.execute(request).await, started.started())
     } else if lean {
-        crate::graphql::finish_bounded(s.http_schema.execute(request).await, &trace_id)
+        let answered = crate::graphql::finish_bounded(s.http_schema.execute(request).await, &trace_id);
+        if let (Some(v), true) = (&writer, answered.1) {
+            crate::graphql::reads::record_staff_write(&s.app, v).await;
+        }
+        answered
     } else {
         (s.schema.execute(request).await, started.started())
     };
@@ -299,14 +309,11 @@ fn retry_after(response: &async_graphql::Response) -> Option<u64> {
         .max()
 }
 
-/// The kind and the variables of the operation a request runs (None: no such operation).
+/// The operation a request runs (None: no such operation).
 fn operation<'d>(
     doc: &'d async_graphql::parser::types::ExecutableDocument,
     name: Option<&str>,
-) -> Option<(
-    OperationType,
-    &'d [async_graphql::Positioned<async_graphql::parser::types::VariableDefinition>],
-)> {
+) -> Option<&'d async_graphql::parser::types::OperationDefinition> {
     use async_graphql::parser::types::DocumentOperations;
     let op = match (&doc.operations, name) {
         (DocumentOperations::Single(op), _) => op,
@@ -314,7 +321,7 @@ fn operation<'d>(
         (DocumentOperations::Multiple(ops), None) if ops.len() == 1 => ops.values().next()?,
         (DocumentOperations::Multiple(_), None) => return None,
     };
-    Some((op.node.ty, &op.node.variable_definitions))
+    Some(&op.node)
 }
 
 /// A document that does not parse: where, and what was expected, never the document's text.

@@ -147,6 +147,8 @@ pub const FAMILIES: &[(&str, &str, &[&str])] = &[
     ("fitorder_orders_placed_total", "counter", &["method"]),
     ("fitorder_outbox_delivery_seconds", "summary", &["kind"]),
     ("fitorder_provider_failures_total", "counter", &["provider", "call"]),
+    ("fitorder_read_replica_fallback_total", "counter", &["reason"]),
+    ("fitorder_read_replica_reads_total", "counter", &[]),
     ("fitorder_ready", "gauge", &[]),
     ("fitorder_reconciliation_findings_total", "counter", &["provider"]),
     ("fitorder_refresh_token_reuse_total", "counter", &[]),

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
 use fitorder::auth::Role;
-use fitorder::db::dev_pg::DevPostgres;
+use fitorder::dev::dev_pg::DevPostgres;
 use serde_json::{json, Value};
 
 use crate::harness::*;

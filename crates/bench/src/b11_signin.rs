@@ -44,7 +44,7 @@ pub fn member_operation(head: &str) -> Result<String> {
 /// The server's environment for signing in against the sandbox's mini-program API; the
 /// per-address and per-openid sign-in limits raised (every client of the bench is one address).
 fn sign_in_env(bench: &Bench) -> Vec<(&'static str, String)> {
-    use fitorder::payments::sandbox_server::miniprogram;
+    use fitorder::dev::sandbox_server::miniprogram;
     vec![
         ("WECHAT_MINIPROGRAM_APP_ID", miniprogram::DEV_MINIPROGRAM_APP_ID.into()),
         ("WECHAT_MINIPROGRAM_SECRET", miniprogram::DEV_MINIPROGRAM_SECRET.into()),
@@ -171,7 +171,7 @@ pub async fn run(bench: &mut Bench, s: &Sizes) -> Result<Row> {
     // The stand-in answers an openid for a fresh code.
     let probe_code = codes(bench, &openids, 1).await?.remove(0);
     let exchange = |code: &str| -> Prepared {
-        use fitorder::payments::sandbox_server::miniprogram::{DEV_MINIPROGRAM_APP_ID, DEV_MINIPROGRAM_SECRET};
+        use fitorder::dev::sandbox_server::miniprogram::{DEV_MINIPROGRAM_APP_ID, DEV_MINIPROGRAM_SECRET};
         Prepared {
             url: format!(
                 "{}/wechat-mp/sns/jscode2session?appid={DEV_MINIPROGRAM_APP_ID}&secret={DEV_MINIPROGRAM_SECRET}\

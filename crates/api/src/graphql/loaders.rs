@@ -130,7 +130,7 @@ pub async fn prefetch_order_page(
     if rel.compensation {
         got.compensation = ids.iter().map(|id| (*id, vec![])).collect();
         for r in compensation_of(conn, &ids).await.map_err(LoadError::into_app)? {
-            got.compensation.entry(r.order_id).or_default().push(r);
+            got.compensation.entry(r.order_id.unwrap_or_default()).or_default().push(r);
         }
     }
     if rel.tickets {

@@ -414,7 +414,7 @@ impl Worker {
         let Some(order_id) = e.order_id else {
             tracing::error!(event = e.id, kind = %e.kind, attempts = e.attempts, last_error = ?e.last_error,
                 "compensation event of no order is DEAD");
-            metrics::counter!("fitorder_compensation_dead_total", "kind" => e.kind.clone()).increment(1);
+            metrics::counter!("fitorder_compensation_dead_total", "kind" => e.kind.as_str()).increment(1);
             return Ok(());
         };
         let order: Order = orders::table

@@ -16,7 +16,6 @@ use async_graphql::{Context, Schema};
 pub use connection::{decode_cursor, encode_cursor};
 pub use introspection::Introspection;
 pub use loaders::DbLoader;
-pub use types::TimelineEntry;
 
 use crate::app::AppState;
 use crate::auth::Viewer;

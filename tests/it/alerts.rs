@@ -2,8 +2,7 @@
 //! providers' documentation in Python, sharing no code with fitorder's client): message shapes,
 //! DingTalk and Feishu signatures, robots that fail, one alert per cause under three instances.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use fitorder::compensation::worker::Worker;
@@ -13,27 +12,24 @@ use crate::fakes::{FakeDownstream, Mode};
 use crate::harness::*;
 
 pub struct Robots {
-    child: Child,
+    _process: Helper,
     pub base: String,
 }
 
 impl Robots {
     pub fn start(config: Value) -> Robots {
         let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/robots/standin.py");
-        let mut child = Command::new("python3")
-            .arg(script)
-            .arg(config.to_string())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("python3 runs the robot stand-in");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
+        let process = Helper::start(
+            Command::new("python3")
+                .arg(script)
+                .arg(config.to_string())
+                .stderr(Stdio::inherit()),
+            "python3 (the robot stand-in)",
+        );
+        let line = process.line(Duration::from_secs(60)).unwrap_or_default();
         let port: u16 = line.trim().parse().expect("the stand-in prints its port");
         Robots {
-            child,
+            _process: process,
             base: format!("http://127.0.0.1:{port}"),
         }
     }
@@ -53,13 +49,6 @@ impl Robots {
             .into_iter()
             .filter(|r| r["name"] == name && r["accepted"] == true)
             .collect()
-    }
-}
-
-impl Drop for Robots {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
@@ -504,14 +493,14 @@ async fn each_channel_gets_at_most_its_rate_per_minute_across_workers() {
         "the rest wait for the next minute"
     );
     // What an operator sees: `fitorder alerts`.
-    let out = Command::new(env!("CARGO_BIN_EXE_fitorder"))
-        .args(["alerts", "--replay-dead"])
+    let out = Fitorder::new(&["alerts", "--replay-dead"])
         .env("DATABASE_URL", &app.db_url)
         .env("FITORDER_LOG_FORMAT", "text")
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let text = String::from_utf8(out.stdout).unwrap();
+        .output(Duration::from_secs(60))
+        .await
+        .expect("fitorder alerts ran on");
+    assert!(out.status.success(), "{}", out.stderr);
+    let text = out.stdout;
     assert!(text.starts_with("0 DEAD deliveries sent again"), "{text}");
     assert_eq!(text.matches("TASK_STUCK").count(), 5, "{text}");
     assert_eq!(text.matches(" SUCCEEDED x1").count(), 2, "{text}");

@@ -595,3 +595,245 @@ pub const REFUND: &str = "mutation($orderNo: String!, $reason: String!, $amountC
 
 pub const CONFIRM_OFFLINE: &str = "mutation($orderNo: String!, $reference: String!) {
     confirmOfflinePayment(orderNo: $orderNo, reference: $reference) { orderNo status paidAt } }";
+
+/// A free loopback port (free when asked: whoever binds it next gets it).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// The `fitorder` binary under test, to be run: its arguments, its environment (the test's,
+/// plus what is set here), stdin closed, stdout and stderr written to files in a directory of
+/// its own (removed when the process or its result is dropped).
+pub struct Fitorder {
+    cmd: std::process::Command,
+    dir: ProcDir,
+    port: Option<u16>,
+}
+
+/// A process's directory under the system's temporary one, removed on drop.
+struct ProcDir(std::path::PathBuf);
+
+impl Drop for ProcDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+impl Fitorder {
+    /// `fitorder <args>`, run in the test's working directory.
+    pub fn new(args: &[&str]) -> Fitorder {
+        let dir = std::env::temp_dir().join(format!(
+            "fitorder-proc-{}-{}-{}",
+            args.first().copied().unwrap_or("none"),
+            std::process::id(),
+            COUNTER.fetch_add(1, Ordering::SeqCst)
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_fitorder"));
+        cmd.args(args).stdin(std::process::Stdio::null());
+        Fitorder {
+            cmd,
+            dir: ProcDir(dir),
+            port: None,
+        }
+    }
+
+    /// `fitorder serve` on a free loopback port (`FITORDER_ADDR`).
+    pub fn serve() -> Fitorder {
+        let port = free_port();
+        let mut f = Fitorder::new(&["serve"]).env("FITORDER_ADDR", format!("127.0.0.1:{port}"));
+        f.port = Some(port);
+        f
+    }
+
+    pub fn arg(mut self, arg: impl AsRef<std::ffi::OsStr>) -> Fitorder {
+        self.cmd.arg(arg);
+        self
+    }
+
+    pub fn env(mut self, key: impl AsRef<std::ffi::OsStr>, value: impl AsRef<std::ffi::OsStr>) -> Fitorder {
+        self.cmd.env(key, value);
+        self
+    }
+
+    pub fn envs<K, V>(mut self, vars: impl IntoIterator<Item = (K, V)>) -> Fitorder
+    where
+        K: AsRef<std::ffi::OsStr>,
+        V: AsRef<std::ffi::OsStr>,
+    {
+        self.cmd.envs(vars);
+        self
+    }
+
+    pub fn env_remove(mut self, key: impl AsRef<std::ffi::OsStr>) -> Fitorder {
+        self.cmd.env_remove(key);
+        self
+    }
+
+    /// Runs in its own (empty) directory instead: no `.fitorder/` of a developer to fall back on.
+    pub fn in_own_dir(mut self) -> Fitorder {
+        self.cmd.current_dir(&self.dir.0);
+        self
+    }
+
+    /// The port a [`Fitorder::serve`] will listen on.
+    pub fn port(&self) -> u16 {
+        self.port.expect("a fitorder serve")
+    }
+
+    fn start(mut self) -> (std::process::Child, ProcDir, Option<u16>) {
+        let out = std::fs::File::create(self.dir.0.join("stdout.log")).unwrap();
+        let err = std::fs::File::create(self.dir.0.join("stderr.log")).unwrap();
+        let child = self.cmd.stdout(out).stderr(err).spawn().expect("start fitorder");
+        (child, self.dir, self.port)
+    }
+
+    /// Starts it; it is killed when the answer is dropped (see [`Running::stop`]).
+    pub fn spawn(self) -> Running {
+        let (child, dir, port) = self.start();
+        Running { child, dir, port }
+    }
+
+    /// Runs it to its end; `None` when it is still running after `within` (then it is killed).
+    pub async fn output(self, within: std::time::Duration) -> Option<Finished> {
+        let (mut child, dir, _) = self.start();
+        let deadline = std::time::Instant::now() + within;
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break status;
+            }
+            if std::time::Instant::now() >= deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                return None;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        };
+        Some(Finished {
+            status,
+            stdout: std::fs::read_to_string(dir.0.join("stdout.log")).unwrap_or_default(),
+            stderr: std::fs::read_to_string(dir.0.join("stderr.log")).unwrap_or_default(),
+            dir,
+        })
+    }
+}
+
+/// A `fitorder` run to its end.
+pub struct Finished {
+    pub status: std::process::ExitStatus,
+    pub stdout: String,
+    pub stderr: String,
+    dir: ProcDir,
+}
+
+impl Finished {
+    /// The directory it ran with (its working directory after [`Fitorder::in_own_dir`]), there
+    /// until this is dropped.
+    pub fn dir(&self) -> &std::path::Path {
+        &self.dir.0
+    }
+}
+
+/// A running `fitorder`, killed (SIGKILL) when dropped.
+pub struct Running {
+    child: std::process::Child,
+    dir: ProcDir,
+    port: Option<u16>,
+}
+
+impl Running {
+    /// The port of a [`Fitorder::serve`].
+    pub fn port(&self) -> u16 {
+        self.port.expect("a fitorder serve")
+    }
+
+    /// `127.0.0.1:<port>` of a [`Fitorder::serve`].
+    pub fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port())
+    }
+
+    /// `http://127.0.0.1:<port>` of a [`Fitorder::serve`].
+    pub fn base(&self) -> String {
+        format!("http://{}", self.addr())
+    }
+
+    /// Whether it answers `/readyz` with 200 within `within` (see [`wait_ready`]).
+    pub async fn ready(&self, http: &reqwest::Client, within: std::time::Duration) -> bool {
+        wait_ready(http, &self.base(), within).await
+    }
+
+    /// What it wrote to stderr (its log) so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.0.join("stderr.log")).unwrap_or_default()
+    }
+
+    /// Stops it as an orchestrator does (SIGTERM), waits for it to exit and answers its log.
+    pub fn stop(mut self) -> String {
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let _ = self.child.wait();
+        self.log()
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A process a test starts beside fitorder (a stand-in, an issuer), with its stdout read line
+/// by line; killed when dropped (or by [`Helper::kill`]).
+pub struct Helper {
+    child: std::process::Child,
+    lines: std::sync::mpsc::Receiver<String>,
+}
+
+impl Helper {
+    /// Starts `cmd` with its stdout piped (the rest of its stdio as `cmd` says).
+    pub fn start(cmd: &mut std::process::Command, what: &str) -> Helper {
+        let mut child = cmd
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting {what}: {e}"));
+        let stdout = child.stdout.take().unwrap();
+        let (tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    return;
+                }
+            }
+        });
+        Helper { child, lines }
+    }
+
+    /// The next line it prints; `None` when it printed none within `within` or its stdout ended.
+    pub fn line(&self, within: std::time::Duration) -> Option<String> {
+        self.lines.recv_timeout(within).ok()
+    }
+
+    /// Its stdin, when `cmd` piped it (once).
+    pub fn stdin(&mut self) -> Option<std::process::ChildStdin> {
+        self.child.stdin.take()
+    }
+
+    /// Kills it (if it still runs) and waits for it.
+    pub fn kill(&mut self) {
+        if self.child.try_wait().ok().flatten().is_none() {
+            let _ = self.child.kill();
+        }
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Helper {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}

@@ -2,7 +2,6 @@
 //! id of a request finds its log lines — the request's and the outbox worker's that delivered
 //! (here: killed) its effects — as well as its rows.
 
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use serde_json::{json, Value};
@@ -13,19 +12,9 @@ use crate::harness::*;
 async fn json_log_lines_carry_the_trace_id_of_the_rows_of_the_same_request() {
     let app = TestApp::new().await;
     let s = app.studio(100_000, None, 3).await;
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
     // Nothing listens on port 9 (discard): every grant fails and, at one attempt, goes DEAD.
-    let dir = std::env::temp_dir().join(format!("fitorder-logs-{}-{port}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let log_path = dir.join("stderr.log");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_fitorder"))
-        .arg("serve")
+    let server = Fitorder::serve()
         .env("DATABASE_URL", &app.db_url)
-        .env("FITORDER_ADDR", format!("127.0.0.1:{port}"))
         .env("FITORDER_JWT_SECRET", &app.state.config.jwt_secret)
         .env("FITORDER_DOOR_ACCESS_URL", "http://127.0.0.1:9/door")
         .env("FITORDER_AI_ACCESS_URL", "http://127.0.0.1:9/ai")
@@ -36,15 +25,12 @@ async fn json_log_lines_carry_the_trace_id_of_the_rows_of_the_same_request() {
         )
         .env("RUST_LOG", "info,fitorder=debug")
         .env_remove("FITORDER_LOG_FORMAT") // the default off a terminal: JSON
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log_path).unwrap())
-        .spawn()
-        .unwrap();
+        .spawn();
     let http = reqwest::Client::new();
-    let base = format!("http://127.0.0.1:{port}");
-    let ready = wait_ready(&http, &base, Duration::from_secs(20)).await;
+    let base = server.base();
+    let ready = server.ready(&http, Duration::from_secs(20)).await;
     assert!(ready);
-    let trace = format!("logtest{:025}", port);
+    let trace = format!("logtest{:025}", server.port());
     let r: Value = http
         .post(format!("{base}/graphql"))
         .bearer_auth(app.member_token(&s.member))
@@ -69,10 +55,7 @@ async fn json_log_lines_carry_the_trace_id_of_the_rows_of_the_same_request() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
-    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-    let _ = child.wait();
-    let text = std::fs::read_to_string(&log_path).unwrap();
-    let _ = std::fs::remove_dir_all(&dir);
+    let text = server.stop();
     assert!(!text.contains('\u{1b}'), "no ANSI colours");
     for secret in ["SECsupersecret", "TOKEN123", app.state.config.jwt_secret.as_str()] {
         assert!(!text.contains(secret), "{secret} leaked into the log");

@@ -6,8 +6,8 @@
 //! issuer, alg confusion, …) are made beside it with jose, the provider's own JOSE library,
 //! with its current private key.
 
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::io::Write;
+use std::process::{ChildStdin, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,7 +15,7 @@ use std::time::Duration;
 use fitorder::config::oidc::OidcConfig;
 use serde_json::{json, Value};
 
-use crate::harness::{error_code, TestApp};
+use crate::harness::{error_code, free_port, Helper, TestApp};
 use crate::standin::{need, root};
 use crate::ws::WsClient;
 
@@ -36,9 +36,8 @@ fn issuer_installed() -> Result<(), String> {
 
 /// The running oidc-provider; ends with the test (its standard input closes).
 struct Issuer {
-    child: Child,
+    process: Helper,
     stdin: Option<ChildStdin>,
-    lines: std::sync::mpsc::Receiver<Value>,
     url: String,
     http: reqwest::Client,
 }
@@ -62,30 +61,18 @@ impl Issuer {
             .unwrap(),
         )
         .unwrap();
-        let mut child = Command::new("node")
-            .arg(root().join("tests/oidc/issuer.mjs"))
-            .arg(&input)
-            .current_dir(root().join("tests/oidc"))
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("node starts the issuer");
-        let stdout = child.stdout.take().unwrap();
-        let (tx, lines) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if let Ok(v) = serde_json::from_str::<Value>(&line) {
-                    if tx.send(v).is_err() {
-                        return;
-                    }
-                }
-            }
-        });
+        let mut process = Helper::start(
+            Command::new("node")
+                .arg(root().join("tests/oidc/issuer.mjs"))
+                .arg(&input)
+                .current_dir(root().join("tests/oidc"))
+                .stdin(Stdio::piped())
+                .stderr(Stdio::null()),
+            "node (the issuer)",
+        );
         let mut issuer = Issuer {
-            stdin: child.stdin.take(),
-            child,
-            lines,
+            stdin: process.stdin(),
+            process,
             url: String::new(),
             http: reqwest::Client::new(),
         };
@@ -94,10 +81,16 @@ impl Issuer {
         issuer
     }
 
+    /// The next JSON line the issuer prints (others are skipped).
     fn line(&self) -> Value {
-        self.lines
-            .recv_timeout(Duration::from_secs(30))
-            .expect("the issuer answers within 30 s")
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            let line = self.process.line(left).expect("the issuer answers within 30 s");
+            if let Ok(v) = serde_json::from_str::<Value>(&line) {
+                return v;
+            }
+        }
     }
 
     /// An access token from the token endpoint (client_credentials, client_secret_basic).
@@ -166,19 +159,8 @@ impl Issuer {
 impl Drop for Issuer {
     fn drop(&mut self) {
         drop(self.stdin.take());
-        if self.child.try_wait().ok().flatten().is_none() {
-            let _ = self.child.kill();
-        }
-        let _ = self.child.wait();
+        self.process.kill();
     }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// An app that trusts the issuer at `port` (not started yet: its clients need the stores).

@@ -24,14 +24,6 @@ fn pgbouncer_bin() -> Option<String> {
         .map(|b| b.to_string())
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 struct Proc(Child);
 impl Drop for Proc {
     fn drop(&mut self) {
@@ -150,43 +142,30 @@ async fn place_pay_expire_deliver_and_subscribe_through_pgbouncer() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let fake = FakeDownstream::start(Mode::Healthy).await;
-    let aport = free_port();
-    let base = format!("http://127.0.0.1:{aport}");
-    let log = std::fs::File::create(dir.join("fitorder.log")).unwrap();
-    let _server = Proc(
-        Command::new(env!("CARGO_BIN_EXE_fitorder"))
-            .arg("serve")
-            .env("DATABASE_URL", &bouncer_url)
-            .env("FITORDER_LISTEN_DATABASE_URL", &app.db_url)
-            .env("FITORDER_ADDR", format!("127.0.0.1:{aport}"))
-            .env("FITORDER_JWT_SECRET", &app.state.config.jwt_secret)
-            .env("FITORDER_ORDER_TIMEOUT", "3s")
-            .env("FITORDER_SCAN_INTERVAL", "2s")
-            .env("FITORDER_DOOR_ACCESS_URL", &fake.url)
-            .env("FITORDER_AI_ACCESS_URL", &fake.url)
-            .env("FITORDER_DB_POOL_SIZE", "8")
-            // One member places every order here: past the open-order cap and the placing rate.
-            .env("FITORDER_MAX_OPEN_ORDERS", "100000")
-            .env("FITORDER_PLACE_RATE", "100000")
-            .env("FITORDER_LOG_FORMAT", "json")
-            // Both providers, their APIs at the app's sandbox.
-            .envs(crate::providers::env_of(&app.state.config))
-            .env_remove("RUST_LOG")
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("start fitorder"),
-    );
+    let server = Fitorder::serve()
+        .env("DATABASE_URL", &bouncer_url)
+        .env("FITORDER_LISTEN_DATABASE_URL", &app.db_url)
+        .env("FITORDER_JWT_SECRET", &app.state.config.jwt_secret)
+        .env("FITORDER_ORDER_TIMEOUT", "3s")
+        .env("FITORDER_SCAN_INTERVAL", "2s")
+        .env("FITORDER_DOOR_ACCESS_URL", &fake.url)
+        .env("FITORDER_AI_ACCESS_URL", &fake.url)
+        .env("FITORDER_DB_POOL_SIZE", "8")
+        // One member places every order here: past the open-order cap and the placing rate.
+        .env("FITORDER_MAX_OPEN_ORDERS", "100000")
+        .env("FITORDER_PLACE_RATE", "100000")
+        .env("FITORDER_LOG_FORMAT", "json")
+        // Both providers, their APIs at the app's sandbox.
+        .envs(crate::providers::env_of(&app.state.config))
+        .env_remove("RUST_LOG")
+        .spawn();
+    let base = server.base();
     let http = reqwest::Client::new();
-    let ready = wait_ready(&http, &base, Duration::from_secs(20)).await;
-    assert!(
-        ready,
-        "fitorder behind PgBouncer never got ready: {}",
-        std::fs::read_to_string(dir.join("fitorder.log")).unwrap_or_default()
-    );
+    let ready = server.ready(&http, Duration::from_secs(20)).await;
+    assert!(ready, "fitorder behind PgBouncer never got ready: {}", server.log());
     let admin = app.admin_token();
     let member = app.member_token(&s.member);
-    let mut ws = WsClient::connect(&format!("127.0.0.1:{aport}"), Some(&admin), false)
+    let mut ws = WsClient::connect(&server.addr(), Some(&admin), false)
         .await
         .unwrap_or_else(|_| panic!("subscription refused"));
     ws.subscribe(
@@ -242,7 +221,7 @@ async fn place_pay_expire_deliver_and_subscribe_through_pgbouncer() {
         assert!(
             tokio::time::Instant::now() < deadline,
             "expired {expired}, delivered {delivered}: {}",
-            std::fs::read_to_string(dir.join("fitorder.log")).unwrap_or_default()
+            server.log()
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
@@ -286,7 +265,7 @@ async fn place_pay_expire_deliver_and_subscribe_through_pgbouncer() {
         }
     }
     assert!(xacts > 100, "only {xacts} transactions went through PgBouncer");
-    let log = std::fs::read_to_string(dir.join("fitorder.log")).unwrap_or_default();
+    let log = server.log();
     assert!(
         !log.contains("prepared statement") && !log.contains("does not exist"),
         "prepared statements broke behind PgBouncer ({version}): {log}"

@@ -3,7 +3,6 @@
 //! URL and a signed alert channel. It refuses to start without a secret, and its logs never show
 //! a secret, a key or a password, even while it takes a payment.
 
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use serde_json::{json, Value};
@@ -11,40 +10,19 @@ use serde_json::{json, Value};
 use crate::harness::*;
 use crate::providers;
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 #[tokio::test]
 async fn without_a_jwt_secret_outside_development_mode_serve_refuses_to_start() {
     let app = TestApp::new().await;
-    let dir = std::env::temp_dir().join(format!("fitorder-nosecret-{}-{}", std::process::id(), free_port()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let out = tokio::task::spawn_blocking({
-        let url = app.db_url.clone();
-        let dir = dir.clone();
-        move || {
-            Command::new(env!("CARGO_BIN_EXE_fitorder"))
-                .arg("serve")
-                // Its own directory: no `.fitorder/jwt-secret` of a developer to fall back on.
-                .current_dir(&dir)
-                .env("DATABASE_URL", url)
-                .env("FITORDER_ADDR", format!("127.0.0.1:{}", free_port()))
-                .env_remove("FITORDER_JWT_SECRET")
-                .env_remove("RUST_LOG")
-                .stdin(Stdio::null())
-                .output()
-                .unwrap()
-        }
-    })
-    .await
-    .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let out = Fitorder::serve()
+        // Its own directory: no `.fitorder/jwt-secret` of a developer to fall back on.
+        .in_own_dir()
+        .env("DATABASE_URL", &app.db_url)
+        .env_remove("FITORDER_JWT_SECRET")
+        .env_remove("RUST_LOG")
+        .output(Duration::from_secs(60))
+        .await
+        .expect("it started and kept running");
+    let (stdout, stderr) = (&out.stdout, &out.stderr);
     assert!(!out.status.success(), "it started: {stdout}\n{stderr}");
     assert!(stderr.contains("FITORDER_JWT_SECRET is not set"), "{stderr}");
     // Nothing demo-only happened: no tokens printed, no demo data, no secret file made up.
@@ -57,29 +35,23 @@ async fn without_a_jwt_secret_outside_development_mode_serve_refuses_to_start() 
         0,
         "demo data was seeded"
     );
-    assert!(!dir.join(".fitorder/jwt-secret").exists());
-    let _ = std::fs::remove_dir_all(&dir);
+    assert!(!out.dir().join(".fitorder/jwt-secret").exists());
 }
 
 #[tokio::test]
 async fn serve_logs_no_secret_key_or_password_while_it_takes_a_payment() {
     let app = TestApp::with_config(providers::configure).await;
     let s = app.studio(100_000, None, 3).await;
-    let port = free_port();
-    let dir = std::env::temp_dir().join(format!("fitorder-secrets-{}-{port}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let log_path = dir.join("stderr.log");
     const JWT_SECRET: &str = "prodJWTsecret-4f9a0c7e1b2d-8c3e5a7f9b1d";
     const DB_PASSWORD: &str = "dbPASSWORDxyz";
     const ALERT_SECRET: &str = "SECalertSIGNING";
     // The test cluster trusts loopback: the password is accepted and must never be shown.
     let db_url = app.db_url.replacen("postgres@", &format!("postgres:{DB_PASSWORD}@"), 1);
     assert!(db_url.contains(DB_PASSWORD), "{db_url}");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_fitorder"))
-        .arg("serve")
-        .current_dir(&dir)
+    let server = Fitorder::serve().in_own_dir();
+    let port = server.port();
+    let server = server
         .env("DATABASE_URL", &db_url)
-        .env("FITORDER_ADDR", format!("127.0.0.1:{port}"))
         .env("FITORDER_PUBLIC_URL", format!("http://127.0.0.1:{port}"))
         .env("FITORDER_JWT_SECRET", JWT_SECRET)
         .env(
@@ -89,14 +61,11 @@ async fn serve_logs_no_secret_key_or_password_while_it_takes_a_payment() {
         .envs(providers::env_of(&app.state.config))
         .env("RUST_LOG", "debug")
         .env("FITORDER_LOG_FORMAT", "json")
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log_path).unwrap())
-        .spawn()
-        .unwrap();
+        .spawn();
     let http = reqwest::Client::new();
-    let base = format!("http://127.0.0.1:{port}");
-    let ready = wait_ready(&http, &base, Duration::from_secs(20)).await;
-    assert!(ready, "{}", std::fs::read_to_string(&log_path).unwrap_or_default());
+    let base = server.base();
+    let ready = server.ready(&http, Duration::from_secs(20)).await;
+    assert!(ready, "{}", server.log());
     let token = fitorder::auth::issue_token(
         JWT_SECRET,
         fitorder::auth::Role::Member,
@@ -140,10 +109,7 @@ async fn serve_logs_no_secret_key_or_password_while_it_takes_a_payment() {
         ))
         .await;
     tokio::time::sleep(Duration::from_millis(500)).await;
-    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-    let _ = child.wait();
-    let text = std::fs::read_to_string(&log_path).unwrap();
-    let _ = std::fs::remove_dir_all(&dir);
+    let text = server.stop();
     assert_eq!(paid, 1, "the payment was not taken: {text}");
     // The configuration was logged (so the test sees what a leak would look like) …
     assert!(text.contains("\"configuration\""), "{text}");

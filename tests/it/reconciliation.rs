@@ -470,34 +470,31 @@ async fn the_command_line_reconciles_and_fails_loudly() {
         10_000,
         None,
     )]);
-    let run = |file: Option<&std::path::Path>| {
-        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_fitorder"));
-        cmd.args(["reconcile", "--provider", "wechatpay", "--date", &today().to_string()])
+    let run = async |file: Option<&std::path::Path>| {
+        let mut cmd = Fitorder::new(&["reconcile", "--provider", "wechatpay", "--date", &today().to_string()])
             .env("DATABASE_URL", &b.app.db_url)
             .env("FITORDER_STATEMENT_DIR", &b.dir)
             .env("FITORDER_JWT_SECRET", "x")
             .env("RUST_LOG", "error");
         if let Some(f) = file {
-            cmd.arg("--file").arg(f);
+            cmd = cmd.arg("--file").arg(f);
         }
-        cmd.output().unwrap()
+        cmd.output(std::time::Duration::from_secs(60))
+            .await
+            .expect("fitorder reconcile ran on")
     };
-    let ok = run(None);
-    assert!(ok.status.success(), "{}", String::from_utf8_lossy(&ok.stderr));
-    let out = String::from_utf8_lossy(&ok.stdout);
+    let ok = run(None).await;
+    assert!(ok.status.success(), "{}", ok.stderr);
+    let out = &ok.stdout;
     assert!(
         out.contains("1 provider rows") && out.contains("1 matched") && out.contains("0 tickets opened"),
         "{out}"
     );
     let bad = b.dir.join("broken.csv");
     std::fs::write(&bad, "not a bill\n").unwrap();
-    let failed = run(Some(&bad));
+    let failed = run(Some(&bad)).await;
     assert!(!failed.status.success());
-    assert!(
-        String::from_utf8_lossy(&failed.stdout).contains("line 1"),
-        "{}",
-        String::from_utf8_lossy(&failed.stdout)
-    );
+    assert!(failed.stdout.contains("line 1"), "{}", failed.stdout);
 }
 
 #[tokio::test]

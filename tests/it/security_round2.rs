@@ -155,29 +155,15 @@ async fn a_weak_jwt_secret_stops_the_start_outside_development_mode() {
         ("0123456789abcdef0123456789abcde", "too short"),
         ("abababababababababababababababababababab", "too simple"),
     ] {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_fitorder"))
-            .arg("serve")
+        let out = Fitorder::serve()
             .env("DATABASE_URL", &app.db_url)
-            .env("FITORDER_ADDR", format!("127.0.0.1:{port}"))
             .env("FITORDER_JWT_SECRET", secret)
             .env("RUST_LOG", "error")
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap();
-        let status = tokio::time::timeout(Duration::from_secs(30), child.wait())
+            .output(Duration::from_secs(30))
             .await
-            .unwrap_or_else(|_| panic!("started with FITORDER_JWT_SECRET={secret:?}"))
-            .unwrap();
-        let mut stderr = String::new();
-        child.stderr.take().unwrap().read_to_string(&mut stderr).await.unwrap();
-        assert!(!status.success(), "{secret:?}");
+            .unwrap_or_else(|| panic!("started with FITORDER_JWT_SECRET={secret:?}"));
+        let stderr = out.stderr;
+        assert!(!out.status.success(), "{secret:?}");
         assert!(
             stderr.contains("FITORDER_JWT_SECRET") && stderr.contains(why),
             "{secret:?}: {stderr}"
@@ -476,13 +462,13 @@ async fn absurd_exp_future_iat_bare_tokens_and_null_stores_are_refused() {
         assert_eq!(code, Some(4403));
     }
     // `fitorder token` refuses to make a token that would be refused.
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_fitorder"))
-        .args(["token", "--role", "admin", "--sub", "staff-1", "--ttl", "2years"])
+    let out = Fitorder::new(&["token", "--role", "admin", "--sub", "staff-1", "--ttl", "2years"])
         .env("FITORDER_JWT_SECRET", &app.state.config.jwt_secret)
-        .output()
-        .unwrap();
+        .output(Duration::from_secs(60))
+        .await
+        .expect("fitorder token ran on");
     assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("longer than a year"));
+    assert!(out.stderr.contains("longer than a year"));
 }
 
 /// The raw answer of POSTing `body` to /graphql with `content_type` (and an admin token).

@@ -3,8 +3,7 @@
 //! (`tests/standin/wechat_miniprogram.py`, written from WeChat's documentation), through the
 //! contract's own documents.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
@@ -20,37 +19,27 @@ const SECRET: &str = "standin-app-secret-0123456789abcdef";
 
 /// The stand-in, killed when dropped.
 pub struct WechatStandIn {
-    child: Child,
+    _process: Helper,
     pub port: u16,
     http: reqwest::Client,
-}
-
-impl Drop for WechatStandIn {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 impl WechatStandIn {
     pub fn start() -> WechatStandIn {
         let script = crate::standin::root().join("tests/standin/wechat_miniprogram.py");
-        let mut child = Command::new("python3")
-            .arg(script)
-            .args(["--appid", APP_ID, "--secret", SECRET])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("python3 runs the WeChat stand-in");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
+        let process = Helper::start(
+            Command::new("python3")
+                .arg(script)
+                .args(["--appid", APP_ID, "--secret", SECRET])
+                .stderr(Stdio::inherit()),
+            "python3 (the WeChat stand-in)",
+        );
+        let line = process.line(std::time::Duration::from_secs(60)).unwrap_or_default();
         let port = serde_json::from_str::<Value>(&line).expect("the stand-in prints its port")["port"]
             .as_u64()
             .unwrap() as u16;
         WechatStandIn {
-            child,
+            _process: process,
             port,
             http: reqwest::Client::new(),
         }

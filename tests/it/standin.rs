@@ -35,9 +35,8 @@
 // Part of this API is for the client tests the lead writes against it.
 #![allow(dead_code)]
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use fitorder::payments::alipay::gateway;
@@ -140,7 +139,7 @@ fn public_path(private: &Path) -> PathBuf {
 
 /// A running stand-in; killed on drop.
 pub struct StandIn {
-    child: Child,
+    process: crate::harness::Helper,
     port: u16,
     dir: PathBuf,
     pub mode: StandInMode,
@@ -233,36 +232,32 @@ impl StandIn {
         let dir = scratch_dir("standin");
         make_rsa_key(&dir.join("merchant_key.pem"));
         make_rsa_key(&dir.join("app_key.pem"));
-        let mut child = Command::new("python3")
-            .arg(root().join("tests/standin/provider.py"))
-            .arg("--dir")
-            .arg(&dir)
-            .arg("--mode")
-            .arg(match mode {
-                StandInMode::PublicKey => "public-key",
-                StandInMode::Certificate => "certificate",
-            })
-            .arg("--merchant-public-key")
-            .arg(dir.join("merchant_public.pem"))
-            .arg("--app-public-key")
-            .arg(dir.join("app_public.pem"))
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("spawning python3 tests/standin/provider.py");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
+        let process = crate::harness::Helper::start(
+            Command::new("python3")
+                .arg(root().join("tests/standin/provider.py"))
+                .arg("--dir")
+                .arg(&dir)
+                .arg("--mode")
+                .arg(match mode {
+                    StandInMode::PublicKey => "public-key",
+                    StandInMode::Certificate => "certificate",
+                })
+                .arg("--merchant-public-key")
+                .arg(dir.join("merchant_public.pem"))
+                .arg("--app-public-key")
+                .arg(dir.join("app_public.pem"))
+                .stderr(Stdio::inherit()),
+            "python3 tests/standin/provider.py",
+        );
+        // Not started (killed as `process` drops) when its first line names no port.
+        let line = process.line(std::time::Duration::from_secs(60)).unwrap_or_default();
         let port = serde_json::from_str::<Value>(&line)
             .ok()
             .and_then(|v| v["port"].as_u64())
-            .unwrap_or_else(|| {
-                let _ = child.kill();
-                panic!("the stand-in did not start (first line {line:?}); see its stderr above")
-            }) as u16;
+            .unwrap_or_else(|| panic!("the stand-in did not start (first line {line:?}); see its stderr above"))
+            as u16;
         StandIn {
-            child,
+            process,
             port,
             dir,
             mode,
@@ -417,8 +412,7 @@ impl StandIn {
 
 impl Drop for StandIn {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.process.kill();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }

@@ -1,5 +1,11 @@
-//! Who is calling: HS256 JWTs with `sub`, `role`, `exp` and an optional `stores` list.
+//! Who is calling: HS256 JWTs with `sub`, `role`, `exp` and an optional `stores` list; and
+//! what of the stored rows they see ([`Viewer::scope`], written once here for every query,
+//! row check and subscription).
 
+use diesel::dsl;
+use diesel::query_dsl::methods::FilterDsl;
+use diesel::sql_types::BigInt;
+use diesel::{Expression, ExpressionMethods};
 use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
 use serde::{Deserialize, Serialize};
 
@@ -45,6 +51,17 @@ pub struct Claims {
     pub sid: Option<String>,
 }
 
+/// What of the stored rows a caller sees ([`Viewer::scope`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope<'a> {
+    /// A member: their own rows (orders, memberships, themselves) and nothing of staff's.
+    Own(i64),
+    /// An admin limited to some stores (the token's `stores` claim): those stores' rows.
+    Stores(&'a [i64]),
+    /// Chain-wide staff: an admin without a `stores` claim, ops.
+    Chain,
+}
+
 /// An authenticated caller.
 #[derive(Debug, Clone)]
 pub struct Viewer {
@@ -79,11 +96,77 @@ impl Viewer {
         }
     }
 
+    /// What of the stored rows this caller sees: the one rule every query, row check and
+    /// subscription reads (through the methods below).
+    pub fn scope(&self) -> Scope<'_> {
+        match (self.role, &self.stores) {
+            (Role::Member, _) => Scope::Own(self.member_id.unwrap_or_default()),
+            (Role::Admin, Some(list)) => Scope::Stores(list),
+            _ => Scope::Chain,
+        }
+    }
+
+    /// The stores a store-limited admin is limited to; `None` for everyone else (chain-wide
+    /// staff, and members, who are limited by ownership instead).
+    pub fn store_scope(&self) -> Option<&[i64]> {
+        match self.scope() {
+            Scope::Stores(list) => Some(list),
+            Scope::Own(_) | Scope::Chain => None,
+        }
+    }
+
     /// Whether this caller may see data of `store_id` (members are checked by ownership).
     pub fn sees_store(&self, store_id: i64) -> bool {
-        match &self.stores {
-            Some(list) if self.role == Role::Admin => list.contains(&store_id),
-            _ => true,
+        self.store_scope().is_none_or(|list| list.contains(&store_id))
+    }
+
+    /// Whether this caller may see a row of a store or of none (a ticket of a payment for an
+    /// order fitorder does not know): a store's by whoever sees that store, one of no store
+    /// only by those not limited to stores, as no store's staff can be told it is theirs.
+    pub fn sees_store_of(&self, store_id: Option<i64>) -> bool {
+        match store_id {
+            Some(s) => self.sees_store(s),
+            None => self.store_scope().is_none(),
+        }
+    }
+
+    /// Whether this caller may see a row that belongs to member `member_id` of store
+    /// `store_id` (an order, a membership, the member): a member only their own, staff by
+    /// the store.
+    pub fn sees_owned(&self, member_id: i64, store_id: i64) -> bool {
+        match self.scope() {
+            Scope::Own(me) => me == member_id,
+            Scope::Stores(list) => list.contains(&store_id),
+            Scope::Chain => true,
+        }
+    }
+
+    /// [`Viewer::sees_owned`] as a filter: `query` over rows with a `member` and a `store`
+    /// column, narrowed to what this caller sees.
+    pub fn owned_rows<Q, M, S>(&self, query: Q, member: M, store: S) -> Q
+    where
+        M: Expression<SqlType = BigInt>,
+        S: Expression<SqlType = BigInt>,
+        Q: FilterDsl<dsl::Eq<M, i64>, Output = Q> + FilterDsl<dsl::EqAny<S, Vec<i64>>, Output = Q>,
+    {
+        match self.scope() {
+            Scope::Own(me) => query.filter(member.eq(me)),
+            Scope::Stores(list) => query.filter(store.eq_any(list.to_vec())),
+            Scope::Chain => query,
+        }
+    }
+
+    /// [`Viewer::sees_store_of`] as a filter: `query` over rows with a `store` column (a
+    /// nullable one as `.assume_not_null()`: a row of no store is left out for store-limited
+    /// staff all the same, as `= ANY` is not true of NULL).
+    pub fn store_rows<Q, S>(&self, query: Q, store: S) -> Q
+    where
+        S: Expression<SqlType = BigInt>,
+        Q: FilterDsl<dsl::EqAny<S, Vec<i64>>, Output = Q>,
+    {
+        match self.store_scope() {
+            Some(list) => query.filter(store.eq_any(list.to_vec())),
+            None => query,
         }
     }
 
@@ -315,6 +398,42 @@ mod tests {
         assert_eq!(t.split('.').next(), Some(OWN_HEADER));
         let h = jsonwebtoken::decode_header(&t).unwrap();
         assert_eq!(h.alg, Algorithm::HS256);
+    }
+
+    fn viewer(role: Role, member_id: Option<i64>, stores: Option<Vec<i64>>) -> Viewer {
+        Viewer {
+            role,
+            subject: "s".into(),
+            member_id,
+            stores,
+            session: None,
+        }
+    }
+
+    #[test]
+    fn who_sees_what() {
+        let member = viewer(Role::Member, Some(7), None);
+        let limited = viewer(Role::Admin, None, Some(vec![1, 2]));
+        let admin = viewer(Role::Admin, None, None);
+        // A stores claim limits admins only.
+        let ops = viewer(Role::Ops, None, Some(vec![1]));
+        assert_eq!(member.scope(), Scope::Own(7));
+        assert_eq!(limited.scope(), Scope::Stores(&[1, 2]));
+        assert_eq!(admin.scope(), Scope::Chain);
+        assert_eq!(ops.scope(), Scope::Chain);
+        // (member, store) rows: a member's own, staff's by store.
+        assert!(member.sees_owned(7, 3) && !member.sees_owned(8, 1));
+        assert!(limited.sees_owned(8, 2) && !limited.sees_owned(8, 3));
+        assert!(admin.sees_owned(8, 3) && ops.sees_owned(8, 3));
+        // Rows of a store, or of none.
+        for v in [&member, &admin, &ops] {
+            assert!(v.sees_store(3) && v.sees_store_of(Some(3)) && v.sees_store_of(None));
+        }
+        assert!(limited.sees_store_of(Some(1)) && !limited.sees_store_of(Some(3)));
+        assert!(!limited.sees_store_of(None));
+        assert_eq!(limited.store_scope(), Some(&[1, 2][..]));
+        assert_eq!(ops.store_scope(), None);
+        assert_eq!(member.store_scope(), None);
     }
 
     #[test]

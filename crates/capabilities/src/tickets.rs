@@ -103,21 +103,10 @@ async fn lock(conn: &mut AsyncPgConnection, id: i64, viewer: &Viewer) -> AppResu
         .await
         .optional()?
         .ok_or_else(|| AppError::NotFound(format!("ticket {id}")))?;
-    if !visible_to(viewer, t.store_id) {
+    if !viewer.sees_store_of(t.store_id) {
         return Err(AppError::NotFound(format!("ticket {id}")));
     }
     Ok(t)
-}
-
-/// Whether `viewer` may see a ticket of `store_id`: a store's ticket by whoever sees that
-/// store; a ticket of no store (a payment for an order fitorder does not know, a dead
-/// compensation of no order) only by chain-wide staff, as no store's staff can be told it is
-/// theirs.
-pub fn visible_to(viewer: &Viewer, store_id: Option<i64>) -> bool {
-    match store_id {
-        Some(s) => viewer.sees_store(s),
-        None => viewer.role != crate::auth::Role::Admin || viewer.stores.is_none(),
-    }
 }
 
 /// OPEN -> IN_PROGRESS: someone is on it.

@@ -3,13 +3,12 @@
 //! killed -9 and started again.
 
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use fitorder::dev::dev_pg::DevPostgres;
 
 use crate::fakes::FakeDownstream;
-use crate::harness::wait_ready;
+use crate::harness::{free_port, wait_ready, Fitorder, Running};
 use crate::providers;
 
 /// The JWT secret the processes share with the test's tokens.
@@ -71,7 +70,7 @@ impl Database {
 pub struct Proc {
     pub args: Vec<&'static str>,
     port: Option<u16>,
-    child: Option<Child>,
+    child: Option<Running>,
 }
 
 pub struct Cluster {
@@ -81,14 +80,6 @@ pub struct Cluster {
     /// PROCESSING and finish a moment later, Alipay refunds answer `fund_change` N and finish a
     /// moment later; members may pay during the close (`World`).
     pub sandbox: fitorder::dev::sandbox_server::SandboxProvider,
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 impl Cluster {
@@ -166,22 +157,16 @@ impl Cluster {
 
     pub fn start_proc(&mut self, i: usize) {
         let p = &mut self.procs[i];
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_fitorder"));
-        cmd.args(&p.args).stdout(Stdio::null()).stderr(Stdio::null());
-        for (k, v) in &self.env {
-            cmd.env(k, v);
-        }
+        let mut cmd = Fitorder::new(&p.args).envs(self.env.iter().map(|(k, v)| (k, v)));
         if let Some(port) = p.port {
-            cmd.env("FITORDER_ADDR", format!("127.0.0.1:{port}"));
+            cmd = cmd.env("FITORDER_ADDR", format!("127.0.0.1:{port}"));
         }
-        p.child = Some(cmd.spawn().expect("start fitorder"));
+        p.child = Some(cmd.spawn());
     }
 
     pub fn kill(&mut self, i: usize) {
-        if let Some(mut c) = self.procs[i].child.take() {
-            let _ = c.kill(); // SIGKILL
-            let _ = c.wait();
-        }
+        // Dropped: SIGKILL.
+        drop(self.procs[i].child.take());
     }
 
     /// Starts whichever process is not running.

@@ -216,30 +216,15 @@ key!(
     OrderTimeline
 );
 
-fn timeline_entry(e: crate::timeline::Entry) -> super::TimelineEntry {
-    super::TimelineEntry {
-        at: e.at,
-        kind: e.kind,
-        actor: e.actor,
-        from_status: e.from_status.map(Into::into),
-        to_status: e.to_status.map(Into::into),
-        summary: e.summary,
-        trace_id: e.trace_id,
-    }
-}
-
 /// The timelines of every order of a response: six statements for the whole page.
 impl Loader<OrderTimeline> for DbLoader {
-    type Value = Vec<super::TimelineEntry>;
+    type Value = Vec<crate::timeline::Entry>;
     type Error = LoadError;
     async fn load(&self, keys: &[OrderTimeline]) -> Result<HashMap<OrderTimeline, Self::Value>, LoadError> {
         let ids: Vec<i64> = keys.iter().map(|k| k.0).collect();
         let mut conn = self.reads.conn().await?;
         let all = crate::timeline::for_orders(&mut conn, &ids).await?;
-        Ok(all
-            .into_iter()
-            .map(|(id, v)| (OrderTimeline(id), v.into_iter().map(timeline_entry).collect()))
-            .collect())
+        Ok(all.into_iter().map(|(id, v)| (OrderTimeline(id), v)).collect())
     }
 }
 

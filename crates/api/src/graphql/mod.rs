@@ -18,7 +18,6 @@ pub use connection::{decode_cursor, encode_cursor};
 pub use introspection::Introspection;
 pub use loaders::DbLoader;
 pub use reads::Reads;
-pub use types::TimelineEntry;
 
 use crate::app::AppState;
 use crate::auth::Viewer;

@@ -231,7 +231,7 @@ impl Mutation {
 
     async fn create_store(&self, ctx: &Context<'_>, input: CreateStoreInput) -> AppResult<StoreNode> {
         let v = require_admin(ctx)?;
-        if v.stores.is_some() {
+        if v.store_scope().is_some() {
             return Err(AppError::Forbidden("store-limited staff may not open stores".into()));
         }
         let mut c = conn(ctx).await?;
@@ -387,8 +387,7 @@ impl Mutation {
             None => None,
         };
         let more = state(ctx).config.max_attempts;
-        let stores = if v.role == Role::Admin { v.stores.clone() } else { None };
-        crate::compensation::replay_dead(&mut c, order_id, stores.as_deref(), &actx, more).await
+        crate::compensation::replay_dead(&mut c, order_id, v.store_scope(), &actx, more).await
     }
 
     /// Closes a ticket with an action (admin and ops; actions that move money or orders still
@@ -473,7 +472,7 @@ impl Mutation {
         let v = viewer(ctx)?;
         v.require(&[Role::Admin])?;
         // A provider's bill covers every store of the chain.
-        if v.stores.is_some() {
+        if v.store_scope().is_some() {
             return Err(AppError::Forbidden(
                 "store-limited staff may not run the chain-wide reconciliation".into(),
             ));

@@ -86,20 +86,12 @@ macro_rules! page {
 /// Runs (reconciliation, periodic tasks) and their statistics cover the whole chain: a
 /// store-limited admin is refused them, as `runReconciliation` refuses them.
 fn require_chain_wide(v: &crate::auth::Viewer) -> AppResult<()> {
-    if store_scope(v).is_some() {
+    if v.store_scope().is_some() {
         return Err(AppError::Forbidden(
             "store-limited staff may not read the chain-wide runs".into(),
         ));
     }
     Ok(())
-}
-
-/// Store-limited staff see only their stores.
-fn store_scope(v: &crate::auth::Viewer) -> Option<Vec<i64>> {
-    match v.role {
-        Role::Admin => v.stores.clone(),
-        _ => None,
-    }
 }
 
 #[Object]
@@ -162,13 +154,7 @@ impl Query {
         let after = after.as_deref().map(decode_cursor).transpose()?;
         let f = filter.unwrap_or_default();
         let make = || -> AppResult<orders::BoxedQuery<'static, Pg>> {
-            let mut p = orders::table.into_boxed();
-            if v.role == Role::Member {
-                p = p.filter(orders::member_id.eq(v.member_id.unwrap_or_default()));
-            }
-            if let Some(stores) = store_scope(v) {
-                p = p.filter(orders::store_id.eq_any(stores));
-            }
+            let mut p = v.owned_rows(orders::table.into_boxed(), orders::member_id, orders::store_id);
             if let Some(statuses) = &f.status {
                 let s: Vec<domain::OrderStatus> = domain_words(statuses);
                 p = p.filter(orders::status.eq_any(s));
@@ -220,11 +206,8 @@ impl Query {
     async fn member(&self, ctx: &Context<'_>, id: ID) -> AppResult<Option<MemberNode>> {
         let v = viewer(ctx)?;
         let id = parse_id(&id, "id")?;
-        if v.role == Role::Member && v.member_id != Some(id) {
-            return Ok(None);
-        }
         match load_member(ctx, id).await {
-            Ok(m) if v.sees_store(m.0.store_id) => Ok(Some(m)),
+            Ok(m) if v.sees_owned(m.0.id, m.0.store_id) => Ok(Some(m)),
             Ok(_) | Err(AppError::NotFound(_)) => Ok(None),
             Err(e) => Err(e),
         }
@@ -243,13 +226,11 @@ impl Query {
         let after = after.as_deref().map(decode_cursor).transpose()?;
         let f = filter.unwrap_or_default();
         let make = || -> AppResult<memberships::BoxedQuery<'static, Pg>> {
-            let mut p = memberships::table.into_boxed();
-            if v.role == Role::Member {
-                p = p.filter(memberships::member_id.eq(v.member_id.unwrap_or_default()));
-            }
-            if let Some(stores) = store_scope(v) {
-                p = p.filter(memberships::store_id.eq_any(stores));
-            }
+            let mut p = v.owned_rows(
+                memberships::table.into_boxed(),
+                memberships::member_id,
+                memberships::store_id,
+            );
             if let Some(id) = &f.member_id {
                 p = p.filter(memberships::member_id.eq(parse_id(id, "memberId")?));
             }
@@ -277,8 +258,7 @@ impl Query {
             .get_result(&mut c)
             .await
             .optional()?;
-        Ok(t.filter(|t| crate::tickets::visible_to(v, t.store_id))
-            .map(ExceptionTicketNode))
+        Ok(t.filter(|t| v.sees_store_of(t.store_id)).map(ExceptionTicketNode))
     }
 
     #[graphql(complexity = "connection::page_size(first).unwrap_or(20) as usize * child_complexity + 2")]
@@ -295,10 +275,10 @@ impl Query {
         let after = after.as_deref().map(decode_cursor).transpose()?;
         let f = filter.unwrap_or_default();
         let make = || -> AppResult<exception_tickets::BoxedQuery<'static, Pg>> {
-            let mut p = exception_tickets::table.into_boxed();
-            if let Some(stores) = store_scope(v) {
-                p = p.filter(exception_tickets::store_id.eq_any(stores).assume_not_null());
-            }
+            let mut p = v.store_rows(
+                exception_tickets::table.into_boxed(),
+                exception_tickets::store_id.assume_not_null(),
+            );
             if let Some(st) = &f.status {
                 let s: Vec<domain::TicketStatus> = domain_words(st);
                 p = p.filter(exception_tickets::status.eq_any(s));
@@ -350,14 +330,10 @@ impl Query {
             let mut p = compensation_events::table
                 .filter(compensation_events::kind.eq_any(CompensationKind::SHOWN))
                 .into_boxed();
-            if let Some(stores) = store_scope(v) {
-                p = p.filter(
-                    compensation_events::order_id.eq_any(
-                        orders::table
-                            .filter(orders::store_id.eq_any(stores))
-                            .select(orders::id.nullable()),
-                    ),
-                );
+            // An event's store is its order's.
+            if let Some(stores) = v.store_scope() {
+                let seen = orders::table.filter(orders::store_id.eq_any(stores.to_vec()));
+                p = p.filter(compensation_events::order_id.eq_any(seen.select(orders::id.nullable())));
             }
             if let Some(st) = &f.status {
                 let s: Vec<crate::domain::CompensationStatus> = st.iter().map(|&s| s.into()).collect();
@@ -468,7 +444,7 @@ impl Query {
                 v.require_store(s)?;
                 Some(vec![s])
             }
-            None => store_scope(v),
+            None => v.store_scope().map(<[i64]>::to_vec),
         };
         let mut c = conn(ctx).await?;
         let rows = crate::reconciliation::healing(&mut c, from, to, stores).await?;
@@ -486,10 +462,7 @@ impl Query {
     async fn stores(&self, ctx: &Context<'_>) -> AppResult<Vec<StoreNode>> {
         let v = viewer(ctx)?;
         v.require(&[Role::Admin, Role::Ops])?;
-        let mut q = stores::table.order(stores::id).into_boxed();
-        if let Some(list) = store_scope(v) {
-            q = q.filter(stores::id.eq_any(list));
-        }
+        let q = v.store_rows(stores::table.order(stores::id).into_boxed(), stores::id);
         let mut c = conn(ctx).await?;
         let rows: Vec<models::Store> = q.select(models::Store::as_select()).load(&mut c).await?;
         Ok(rows.into_iter().map(StoreNode).collect())
@@ -513,7 +486,7 @@ impl Query {
             v.require_store(s)?;
         }
         let mut c = conn(ctx).await?;
-        let counts = crate::anomalies::count(&mut c, from, to, store, store_scope(v)).await?;
+        let counts = crate::anomalies::count(&mut c, from, to, store, v.store_scope().map(<[i64]>::to_vec)).await?;
         Ok(domain::AnomalyCategory::ALL
             .into_iter()
             .map(|cat| AnomalyStat {

@@ -8,7 +8,7 @@ use tokio::sync::broadcast::error::RecvError;
 use super::outbox::CompensationStatus;
 use super::types::{ExceptionTicketNode, OrderStatusChange};
 use super::{parse_id, state, viewer};
-use crate::auth::{Role, Viewer};
+use crate::auth::Role;
 use crate::events::Event;
 use crate::graphql::types::CompensationEventNode;
 
@@ -44,10 +44,6 @@ fn events(ctx: &Context<'_>) -> BoxStream<'static, Event> {
     .boxed()
 }
 
-fn sees_store(v: &Viewer, store_id: i64) -> bool {
-    v.sees_store(store_id)
-}
-
 #[Subscription]
 impl Subscription {
     /// Compensation events as they are written and attempted (admin and ops).
@@ -65,7 +61,7 @@ impl Subscription {
             .filter_map(move |e| {
                 let keep = match &e {
                     Event::Compensation(ev, no, store) => {
-                        sees_store(&v, *store)
+                        v.sees_store(*store)
                             && order_no.as_ref().is_none_or(|o| o == no.as_str())
                             && wanted.as_ref().is_none_or(|w| w.contains(&ev.status))
                     }
@@ -93,11 +89,7 @@ impl Subscription {
             .filter_map(move |e| {
                 let out = match e {
                     Event::Order(c) => {
-                        let mine = match v.role {
-                            Role::Member => v.member_id == Some(c.member_id),
-                            _ => sees_store(&v, c.store_id),
-                        };
-                        let keep = mine
+                        let keep = v.sees_owned(c.member_id, c.store_id)
                             && order_no.as_ref().is_none_or(|o| *o == c.order_no)
                             && store.is_none_or(|s| s == c.store_id);
                         keep.then(|| OrderStatusChange {
@@ -154,8 +146,7 @@ fn tickets(
     Ok(events(ctx)
         .filter_map(move |e| {
             let out = pick(e).and_then(|t| {
-                let visible = crate::tickets::visible_to(&v, t.store_id);
-                let keep = visible && store.is_none_or(|s| t.store_id == Some(s));
+                let keep = v.sees_store_of(t.store_id) && store.is_none_or(|s| t.store_id == Some(s));
                 keep.then(|| ExceptionTicketNode((*t).clone()))
             });
             futures_util::future::ready(out)

@@ -39,7 +39,6 @@ pub struct HttpState {
     /// Introspection-only documents: the same schema with room for introspection's depth, and
     /// answers kept (the schema does not change while the process runs).
     pub introspection: crate::graphql::Introspection,
-    pub keys: std::sync::Arc<crate::payments::keys::ProviderKeys>,
     /// Documents by hash: the persisted queries, the trusted manifest, the parsed trees.
     pub documents: std::sync::Arc<persisted::PersistedDocuments>,
     /// When `/metrics` last read the outbox backlog from the database (it does at most every
@@ -59,7 +58,6 @@ pub fn router(app: AppState) -> Router {
         max_bytes: limit,
         timeout: app.config.http_body_timeout,
     };
-    let keys = app.keys.clone();
     // Outside development mode `/metrics` is for Prometheus only: behind FITORDER_METRICS_TOKEN
     // here, or open on the FITORDER_METRICS_ADDR listener (`ops_router`).
     let metrics_open = app.config.dev_mode;
@@ -73,7 +71,6 @@ pub fn router(app: AppState) -> Router {
         schema,
         http_schema,
         introspection,
-        keys,
         documents,
         backlog_read: Default::default(),
         subscriptions: Default::default(),
@@ -120,13 +117,11 @@ pub fn ops_router(app: AppState) -> Router {
     metrics::install();
     let schema = build_schema(app.clone());
     let introspection = crate::graphql::Introspection::new(schema.clone());
-    let keys = app.keys.clone();
     let state = HttpState {
         app,
         http_schema: schema.clone(),
         schema,
         introspection,
-        keys,
         documents: std::sync::Arc::new(persisted::PersistedDocuments::new(
             None,
             crate::config::TrustedDocumentsFor::Member,
@@ -168,11 +163,7 @@ async fn trace_requests(mut req: Request, next: Next) -> Response {
     req.extensions_mut().insert(trace.clone());
     let started = Instant::now();
     let span = tracing::info_span!("request", trace_id = %trace, %method, %route);
-    let mut resp = {
-        let _enter = span.enter();
-        drop(_enter);
-        tracing::Instrument::instrument(next.run(req), span.clone()).await
-    };
+    let mut resp = tracing::Instrument::instrument(next.run(req), span.clone()).await;
     let elapsed = started.elapsed();
     let status = resp.status().as_u16();
     if let Ok(v) = HeaderValue::from_str(trace.as_str()) {

@@ -18,7 +18,7 @@ use diesel::prelude::*;
 use diesel::sql_types::{Array, BigInt, Integer, Nullable, Text};
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 
-use crate::auth::{Role, Viewer};
+use crate::auth::Viewer;
 use crate::db::models::Order;
 use crate::db::schema::orders;
 use crate::db::sql::StaticQuery;
@@ -174,9 +174,7 @@ pub async fn lock_order(conn: &mut AsyncPgConnection, order_no: &str, viewer: Op
     Ok(order)
 }
 
+/// [`Viewer::sees_owned`] of an order.
 pub fn viewer_sees_order(viewer: &Viewer, order: &Order) -> bool {
-    match viewer.role {
-        Role::Member => viewer.member_id == Some(order.member_id),
-        _ => viewer.sees_store(order.store_id),
-    }
+    viewer.sees_owned(order.member_id, order.store_id)
 }

@@ -315,9 +315,6 @@ pub async fn refresh(state: &AppState, addr: Option<IpAddr>, presented: &str) ->
 struct Ended {
     #[diesel(sql_type = Text)]
     id: String,
-    #[diesel(sql_type = BigInt)]
-    #[allow(dead_code)]
-    told: i64,
 }
 
 /// `signOut`: ends the session of `presented` (true), or finds nothing to end (false).

@@ -99,7 +99,7 @@ impl OrderNode {
             .map_err(LoadError::into_app)?
             .unwrap_or_default();
         if !is_member(ctx) {
-            return Ok(entries);
+            return Ok(entries.into_iter().map(TimelineEntry).collect());
         }
         // Members: no tickets (staff's working material), no downstream error texts, no
         // worker names.
@@ -113,7 +113,7 @@ impl OrderNode {
                     }
                     e.actor = "system".into();
                 }
-                e
+                TimelineEntry(e)
             })
             .collect())
     }
@@ -166,16 +166,33 @@ impl OrderNode {
     }
 }
 
-#[derive(SimpleObject, Clone, Debug)]
-pub struct TimelineEntry {
-    pub at: DateTime<Utc>,
+/// One happening in an order's chain, as [`crate::timeline`] tells it.
+pub struct TimelineEntry(pub crate::timeline::Entry);
+
+#[Object]
+impl TimelineEntry {
+    async fn at(&self) -> DateTime<Utc> {
+        self.0.at
+    }
     /// STATUS_CHANGE, CALLBACK, COMPENSATION_ATTEMPT, CHECK_IN, TICKET, ...
-    pub kind: String,
-    pub actor: String,
-    pub from_status: Option<OrderStatus>,
-    pub to_status: Option<OrderStatus>,
-    pub summary: String,
-    pub trace_id: String,
+    async fn kind(&self) -> &str {
+        &self.0.kind
+    }
+    async fn actor(&self) -> &str {
+        &self.0.actor
+    }
+    async fn from_status(&self) -> Option<OrderStatus> {
+        self.0.from_status.map(Into::into)
+    }
+    async fn to_status(&self) -> Option<OrderStatus> {
+        self.0.to_status.map(Into::into)
+    }
+    async fn summary(&self) -> &str {
+        &self.0.summary
+    }
+    async fn trace_id(&self) -> &str {
+        &self.0.trace_id
+    }
 }
 
 #[derive(SimpleObject)]

@@ -342,6 +342,8 @@ fn tickets_are_written_by_the_tickets_module_only() {
     let mut files = vec![];
     sources(&root.join("src"), &mut files);
     sources(&root.join("crates"), &mut files);
+    // The bench seeds its own databases; it is outside the layers.
+    files.retain(|f| !f.starts_with(root.join("crates/bench")));
     assert!(files.len() > 50, "the sources were found");
     let mut writers = vec![];
     for f in &files {

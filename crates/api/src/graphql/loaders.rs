@@ -130,7 +130,10 @@ pub async fn prefetch_order_page(
     if rel.compensation {
         got.compensation = ids.iter().map(|id| (*id, vec![])).collect();
         for r in compensation_of(conn, &ids).await.map_err(LoadError::into_app)? {
-            got.compensation.entry(r.order_id.unwrap_or_default()).or_default().push(r);
+            got.compensation
+                .entry(r.order_id.unwrap_or_default())
+                .or_default()
+                .push(r);
         }
     }
     if rel.tickets {
@@ -288,7 +291,9 @@ impl Loader<OrderCompensation> for DbLoader {
         let mut conn = self.reads.conn().await?;
         let mut map: HashMap<OrderCompensation, Vec<CompensationEvent>> = HashMap::new();
         for r in compensation_of(&mut conn, &ids).await? {
-            map.entry(OrderCompensation(r.order_id.unwrap_or_default())).or_default().push(r);
+            map.entry(OrderCompensation(r.order_id.unwrap_or_default()))
+                .or_default()
+                .push(r);
         }
         Ok(map)
     }

@@ -30,8 +30,9 @@ impl CompensationEventNode {
     }
     async fn kind(&self) -> AppResult<CompensationKind> {
         // An order's events only are listed; an effect of no order here is a broken row.
-        CompensationKind::shown(self.0.kind)
-            .ok_or_else(|| crate::error::AppError::internal(format!("compensation kind {} on an order", self.0.kind.as_str())))
+        CompensationKind::shown(self.0.kind).ok_or_else(|| {
+            crate::error::AppError::internal(format!("compensation kind {} on an order", self.0.kind.as_str()))
+        })
     }
     async fn status(&self) -> CompensationStatus {
         self.0.status.into()

@@ -1229,7 +1229,7 @@ fn layers_table() -> String {
                     *r == rank && {
                         let first = e.split("::").next().unwrap();
                         // The module lives in this crate?
-                        let mine = if krate.dir == "." {
+                        if krate.dir == "." {
                             matches!(first, "server" | "main")
                         } else if krate.mount.is_empty() {
                             !matches!(
@@ -1238,8 +1238,7 @@ fn layers_table() -> String {
                             ) || (krate.dir == "crates/capabilities" && *e == "payments")
                         } else {
                             first == krate.mount || krate.unmounted.contains(&first)
-                        };
-                        mine
+                        }
                     }
                 })
                 .map(|(e, _, p)| (*p, *e))

@@ -98,7 +98,7 @@ pub fn table(rows: &[Row]) -> String {
 /// crate so that regenerating the figures never loses it. Read when the report is written, so
 /// that editing it needs no rebuild; the copy compiled in serves when the file is gone.
 fn notes() -> String {
-    std::fs::read_to_string(crate::env::repo_root().join("bench").join("NOTES.md"))
+    std::fs::read_to_string(crate::env::repo_root().join("crates/bench/NOTES.md"))
         .unwrap_or_else(|_| include_str!("../NOTES.md").to_string())
 }
 

@@ -339,7 +339,7 @@ pub(crate) mod test_samples {
     use serde_json::Value;
 
     pub(crate) fn samples() -> PathBuf {
-        let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/provider-samples");
+        let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/provider-samples");
         assert!(
             p.is_dir(),
             "{} is missing: the provider samples sit beside the checkout",

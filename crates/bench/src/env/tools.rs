@@ -15,9 +15,13 @@ pub fn which(name: &str) -> Option<PathBuf> {
     })
 }
 
-/// `target/release/fitorder`, built if missing. A binary older than the sources is used but
-/// reported, since it would measure other code than what is checked out.
+/// `target/release/fitorder`, built if missing (or `FITORDER_BIN`, e.g. the `profiling` build's
+/// `target/profiling/fitorder` for perf's line numbers). A binary older than the sources is used
+/// but reported, since it would measure other code than what is checked out.
 pub fn find_binary() -> Result<PathBuf> {
+    if let Some(bin) = std::env::var_os("FITORDER_BIN").map(PathBuf::from) {
+        return Ok(bin);
+    }
     let bin = target_dir().join("release").join("fitorder");
     if !bin.exists() {
         say!("building the fitorder release binary (cargo build --release) ...");

@@ -68,7 +68,7 @@ Environment:
                        databases named fitorder_bench_* are created and dropped on it
   BENCH_PGBOUNCER      a PgBouncer binary for B10 (else the newest of PATH, /usr/sbin,
                        /opt/pgbouncer/bin, /usr/local/bin)
-  CARGO_TARGET_DIR     where target/release/fitorder is looked for (default <repo>/target)
+  CARGO_TARGET_DIR     where target/production/fitorder is looked for (default <repo>/target)
 ";
 
 /// What a run measures, and how much of it.

@@ -155,7 +155,7 @@ pub fn markdown(m: &Machine, args: &Args, rows: &[Row], elapsed: Duration) -> St
     ));
     out.push_str(
         "- load: from the bench process (its own Rust load generator: keep-alive connections, closed \
-         loop), never from inside the server; the server is `target/release/fitorder serve --no-workers`, \
+         loop), never from inside the server; the server is `target/production/fitorder serve --no-workers`, \
          the outbox `fitorder worker`, reconciliation `fitorder reconcile`, each a child process\n\n",
     );
     out.push_str(&table(rows));

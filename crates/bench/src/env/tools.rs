@@ -15,23 +15,32 @@ pub fn which(name: &str) -> Option<PathBuf> {
     })
 }
 
-/// `target/release/fitorder`, built if missing (or `FITORDER_BIN`, e.g. the `profiling` build's
+/// `target/production/fitorder` (the deployed build, not the incremental `release`), built if
+/// missing (or `FITORDER_BIN`, e.g. the `profiling` build's
 /// `target/profiling/fitorder` for perf's line numbers). A binary older than the sources is used
 /// but reported, since it would measure other code than what is checked out.
 pub fn find_binary() -> Result<PathBuf> {
     if let Some(bin) = std::env::var_os("FITORDER_BIN").map(PathBuf::from) {
         return Ok(bin);
     }
-    let bin = target_dir().join("release").join("fitorder");
+    let bin = target_dir().join("production").join("fitorder");
     if !bin.exists() {
-        say!("building the fitorder release binary (cargo build --release) ...");
+        say!("building the fitorder production binary (cargo build --profile production) ...");
         let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-            .args(["build", "--release", "-p", "fitorder", "--bin", "fitorder"])
+            .args([
+                "build",
+                "--profile",
+                "production",
+                "-p",
+                "fitorder",
+                "--bin",
+                "fitorder",
+            ])
             .current_dir(repo_root())
             .status()
             .context("running cargo")?;
         if !status.success() || !bin.exists() {
-            bail!("cargo build --release failed");
+            bail!("cargo build --profile production failed");
         }
     }
     let built = std::fs::metadata(&bin)?.modified()?;
@@ -40,7 +49,7 @@ pub fn find_binary() -> Result<PathBuf> {
         .max(newest_mtime(&repo_root().join("migrations")));
     if newest_source.is_some_and(|t| t > built) {
         println!(
-            "warning: {} is older than the sources; run `cargo build --release` to measure the current code",
+            "warning: {} is older than the sources; run `cargo build --profile production` to measure the current code",
             bin.display()
         );
     }

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use bytes::Bytes;
 use fitorder::dev::devkeys::{DEV_MCH_ID, DEV_MERCHANT_SERIAL, DEV_WECHAT_APP_ID};
 use fitorder::payments::wechat::signing::{authorization, Merchant};
@@ -17,30 +17,9 @@ use crate::load::{self, ms, Outcome, Prepared, Until};
 use crate::report::Row;
 use crate::{seed, Sizes};
 
-/// The member app's documents, as the app sends them.
-const MEMBER_DOCUMENTS: &str = include_str!("../../../playground/operations/member.graphql");
-
 /// The `PlaceOrder` operation and the fragment it spreads, cut out of the member documents.
 fn place_order_document() -> Result<String> {
-    let cut = |head: &str| -> Result<String> {
-        let start = MEMBER_DOCUMENTS
-            .find(head)
-            .with_context(|| format!("no `{head}` in playground/operations/member.graphql"))?;
-        let mut depth = 0usize;
-        for (i, c) in MEMBER_DOCUMENTS[start..].char_indices() {
-            match c {
-                '{' => depth += 1,
-                '}' => {
-                    depth -= 1;
-                    if depth == 0 {
-                        return Ok(MEMBER_DOCUMENTS[start..start + i + 1].to_string());
-                    }
-                }
-                _ => {}
-            }
-        }
-        bail!("`{head}` is not closed")
-    };
+    let cut = crate::b11_signin::member_operation;
     Ok(format!(
         "{}\n{}",
         cut("mutation PlaceOrder(")?,

@@ -752,3 +752,38 @@ async fn alipay_refunds_we_never_asked_for_are_tickets_and_a_timeout_close_chang
     assert_eq!(o["tickets"], json!([]));
     assert_eq!(app.sql_i64("SELECT count(*) AS v FROM payments").await, 1);
 }
+
+/// A provider's payment sends its announcements after its commit (`orders::Announcements`):
+/// subscribers still see the order paid and its grants written, once each.
+#[tokio::test]
+async fn a_wechat_payment_is_announced_after_its_commit() {
+    let app = app().await;
+    let addr = crate::fakes::serve(fitorder::http::router(app.state.clone())).await;
+    let mut ops = WsClient::connect(&addr, Some(&app.ops_token()), false).await.unwrap();
+    ops.subscribe("o", OPS_OPS, Some("OrderStatusChanges"), json!({})).await;
+    ops.subscribe("c", OPS_OPS, Some("CompensationUpdates"), json!({}))
+        .await;
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let s = app.studio(0, None, 3).await;
+    let no = online_order(&app, &s, "WECHAT_PAY").await;
+    assert_eq!(
+        app.wechat_paid(&no, "4200001234202612020000000001", 10_000).await,
+        StatusCode::NO_CONTENT
+    );
+    let (mut statuses, mut grants) = (vec![], vec![]);
+    while statuses.len() < 2 || grants.len() < 2 {
+        let p = ops.next_payload(10).await.expect("the payment's announcements");
+        if let Some(c) = p["data"].get("orderStatusChanged") {
+            assert_eq!(c["orderNo"], no);
+            statuses.push(c["toStatus"].as_str().unwrap().to_string());
+        }
+        if let Some(e) = p["data"].get("compensationUpdates") {
+            assert_eq!(e["orderNo"], no);
+            grants.push(e["status"].as_str().unwrap().to_string());
+        }
+    }
+    assert_eq!(statuses, ["WAIT_PAY", "PAID"]);
+    assert_eq!(grants, ["PENDING", "PENDING"]);
+    // Nothing announced twice.
+    assert!(ops.next_payload(1).await.is_none());
+}

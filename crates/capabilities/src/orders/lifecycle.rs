@@ -45,10 +45,82 @@ pub async fn apply_payment(
     ctx: &Ctx,
     reason: &str,
 ) -> AppResult<Order> {
-    use diesel::sql_types::{Array, BigInt, Integer, Jsonb, Nullable, Text};
+    Ok(pay(conn, config, order, payment, ctx, reason, true).await?.0)
+}
+
+/// [`apply_payment`], whose announcements the caller sends after its transaction commits
+/// ([`Announcements::send`]), for the payment path a provider's notification takes. A
+/// transaction that notifies holds PostgreSQL's one notify-queue lock from just before its
+/// commit until its WAL is flushed, so notifying commits are flushed one after another, never
+/// together: at 16 concurrent payments that lock was where they waited (issue 29's B1). Sent
+/// after the commit, in a statement that writes no WAL, they hold it for microseconds. The
+/// price: a process killed between the commit and the send loses them; subscribers then
+/// miss that change, and the outbox worker finds the grants on its next poll (≤ 5 s).
+pub async fn apply_payment_announced_later(
+    conn: &mut AsyncPgConnection,
+    config: &Config,
+    order: &Order,
+    payment: PaymentApplied<'_>,
+    ctx: &Ctx,
+    reason: &str,
+) -> AppResult<(Order, Announcements)> {
+    pay(conn, config, order, payment, ctx, reason, false).await
+}
+
+/// What a payment applied with [`apply_payment_announced_later`] has still to announce.
+#[derive(Debug, Default, Clone)]
+pub struct Announcements {
+    /// The audit row of the status change (`order:<id>`).
+    pub transition: Option<i64>,
+    /// The grant events written (`comp:<id>`, and the outbox's wake-up when there are any).
+    pub events: Vec<i64>,
+}
+
+impl Announcements {
+    /// Sends them in one autocommit statement (call it after the commit), through the one
+    /// builder of notifications (`fitorder_announce`).
+    pub async fn send(&self, conn: &mut AsyncPgConnection) -> AppResult<()> {
+        use diesel::sql_types::{Array, BigInt, Nullable, Text};
+        if self.transition.is_none() && self.events.is_empty() {
+            return Ok(());
+        }
+        StaticQuery::new(
+            "SELECT (SELECT count(fitorder_announce('order', $1)) WHERE $1 IS NOT NULL)
+                  + (SELECT count(fitorder_announce('comp', e)) FROM unnest($2::bigint[]) AS e)
+                  + (SELECT count(pg_notify($3, '')) WHERE cardinality($2::bigint[]) > 0) AS n",
+        )
+        .bind::<Nullable<BigInt>, _>(self.transition)
+        .bind::<Array<BigInt>, _>(&self.events)
+        .bind::<Text, _>(OUTBOX_CHANNEL)
+        .execute(conn)
+        .await?;
+        Ok(())
+    }
+}
+
+#[derive(diesel::QueryableByName)]
+struct PaidRow {
+    #[diesel(embed)]
+    order: Order,
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    audit_id: i64,
+    #[diesel(sql_type = diesel::sql_types::Array<diesel::sql_types::BigInt>)]
+    granted_ids: Vec<i64>,
+}
+
+async fn pay(
+    conn: &mut AsyncPgConnection,
+    config: &Config,
+    order: &Order,
+    payment: PaymentApplied<'_>,
+    ctx: &Ctx,
+    reason: &str,
+    announce_on_commit: bool,
+) -> AppResult<(Order, Announcements)> {
+    use diesel::sql_types::{Array, BigInt, Bool, Integer, Jsonb, Nullable, Text};
     order_status::check(order.status, OrderStatus::Paid, ctx.actor.kind)?;
     let grants = outbox::encode(&outbox::grants(order));
-    let paid: Option<Order> = StaticQuery::new(include_str!("pay.sql"))
+    let paid: Option<PaidRow> = StaticQuery::new(include_str!("pay.sql"))
         .bind::<BigInt, _>(order.id) // $1
         .bind::<Text, _>(ctx.actor.to_string()) // $2
         .bind::<Text, _>(reason) // $3
@@ -64,6 +136,7 @@ pub async fn apply_payment(
         .bind::<Integer, _>(config.max_attempts) // $13
         .bind::<Text, _>(OUTBOX_CHANNEL) // $14
         .bind::<Nullable<BigInt>, _>(payment.callback_id) // $15
+        .bind::<Bool, _>(announce_on_commit) // $16
         .get_result(conn)
         .await
         .optional()
@@ -73,7 +146,12 @@ pub async fn apply_payment(
             }
             _ => None,
         })?;
-    let Some(paid) = paid else {
+    let Some(PaidRow {
+        order: paid,
+        audit_id,
+        granted_ids,
+    }) = paid
+    else {
         // Someone else changed it first (only possible when the caller did not lock the row).
         let now: OrderStatus = orders::table
             .find(order.id)
@@ -103,7 +181,15 @@ pub async fn apply_payment(
     if let (Some(plan_id), Some(days)) = (order.membership_plan_id, order.plan_days) {
         open_membership(conn, &paid, plan_id, days).await?;
     }
-    Ok(paid)
+    let later = if announce_on_commit {
+        Announcements::default()
+    } else {
+        Announcements {
+            transition: Some(audit_id),
+            events: granted_ids,
+        }
+    };
+    Ok((paid, later))
 }
 
 /// A new card starts now, or when the member's current card of this store ends, so that

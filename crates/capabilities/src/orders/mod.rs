@@ -11,7 +11,10 @@ mod lifecycle;
 mod place;
 
 pub use check_in::{check_in, CheckInOutcome};
-pub use lifecycle::{apply_payment, cancel_order, confirm_offline_payment, refund_order, unused_share, PaymentApplied};
+pub use lifecycle::{
+    apply_payment, apply_payment_announced_later, cancel_order, confirm_offline_payment, refund_order, unused_share,
+    Announcements, PaymentApplied,
+};
 pub use place::{check_place_rate, place_order, PlaceOrder, PlacedItem};
 
 use diesel::prelude::*;

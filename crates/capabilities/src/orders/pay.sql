@@ -1,7 +1,7 @@
 -- The one status change not written by `transition.sql` (the fast payment path, kept one
 -- statement for speed; `tests/it/state_machine.rs` checks it stays the only one and writes
 -- nothing but PAID): WAIT_PAY -> PAID in one statement: the status change with its audit row, the payment, the
--- grant events, their announcements on commit, and, for a payment a provider's callback
+-- grant events, their announcements (on commit, or by the caller after its commit: $16), and, for a payment a provider's callback
 -- brought, that callback's outcome (APPLIED, with what it was about). The caller has locked
 -- the order and checked the transition with the state machine; the UPDATE matches only a
 -- waiting order and the `orders_status_guard` trigger checks the pair once more. A second payment of the order (or
@@ -22,6 +22,9 @@
 --   $13 max attempts                   integer
 --   $14 the outbox's channel           text
 --   $15 the callback that brought it   bigint, NULL (none: wallet, offline, staff)
+--   $16 announce on commit             boolean: false when the caller sends the announcements
+--                                      after its commit (`audit_id`, `granted_ids`), see
+--                                      `orders::apply_payment_announced_later`
 --
 -- The columns are listed (not RETURNING *) so that a column added by a later migration does
 -- not change the result of this statement, which each connection keeps prepared.
@@ -56,7 +59,10 @@ WITH moved AS (
       FROM moved
      WHERE c.id = $15
 )
-SELECT moved.*
+SELECT moved.*, changed.audit_id, effects.granted_ids
   FROM moved,
-       (SELECT fitorder_announce('order', id) FROM audit) AS changed,
-       (SELECT count(pg_notify($14, '')) + count(fitorder_announce('comp', id)) FROM granted) AS effects
+       (SELECT id AS audit_id, CASE WHEN $16 THEN fitorder_announce('order', id) END FROM audit) AS changed,
+       (SELECT coalesce(array_agg(id ORDER BY id), '{}') AS granted_ids,
+               -- FILTER, not CASE: an aggregate's argument is computed before a CASE around it.
+               count(pg_notify($14, '')) FILTER (WHERE $16) + count(fitorder_announce('comp', id)) FILTER (WHERE $16)
+          FROM granted) AS effects

@@ -154,7 +154,9 @@ pub async fn apply(
                     let key = notice.key().expect("a payment has a key");
                     let paid = Paid::of(provider, &notice, &key).expect("a payment notice");
                     let locked = claim_and_lock(conn, &key, callback_id, out_trade_no).await?;
-                    return apply_paid(conn, &config, &paid, callback_id, locked, &ctx).await;
+                    return apply_paid(conn, &config, &paid, callback_id, locked, &ctx, false)
+                        .await
+                        .map(|(outcome, _)| outcome);
                 }
                 Notice::Refund {
                     out_trade_no,
@@ -307,11 +309,17 @@ pub async fn receive_and_apply(
     };
     let applied = async {
         let mut conn = state.pool.get().await?;
-        conn.transaction(async |conn| -> AppResult<Outcome> {
-            let (callback_id, locked) = receive_and_lock(conn, &r, trace, &paid).await?;
-            apply_paid(conn, &config, &paid, callback_id, locked, &ctx).await
-        })
-        .await
+        let (outcome, later) = conn
+            .transaction(async |conn| -> AppResult<(Outcome, orders::Announcements)> {
+                let (callback_id, locked) = receive_and_lock(conn, &r, trace, &paid).await?;
+                apply_paid(conn, &config, &paid, callback_id, locked, &ctx, true).await
+            })
+            .await?;
+        // Committed: now its announcements (`orders::apply_payment_announced_later`).
+        if let Err(e) = later.send(&mut conn).await {
+            tracing::warn!(error = %e.message(), "a payment's announcements were not sent; subscribers miss it, the outbox polls");
+        }
+        Ok::<_, AppError>(outcome)
     }
     .await;
     match applied {
@@ -675,8 +683,9 @@ async fn apply_paid(
     callback_id: i64,
     locked: (bool, Option<Order>),
     ctx: &Ctx,
-) -> AppResult<Outcome> {
-    let (outcome, order) = pay_or_ticket(conn, config, p, callback_id, locked, ctx).await?;
+    announce_later: bool,
+) -> AppResult<(Outcome, orders::Announcements)> {
+    let (outcome, order, later) = pay_or_ticket(conn, config, p, callback_id, locked, ctx, announce_later).await?;
     if outcome != Outcome::Applied {
         let row = OutcomeRow {
             callback_id,
@@ -689,7 +698,7 @@ async fn apply_paid(
         };
         row.write(conn).await?;
     }
-    Ok(outcome)
+    Ok((outcome, later))
 }
 
 /// What a payment notice does to its locked order: the payment applied, a duplicate, or a
@@ -701,9 +710,11 @@ async fn pay_or_ticket(
     callback_id: i64,
     locked: (bool, Option<Order>),
     ctx: &Ctx,
-) -> AppResult<(Outcome, Option<Order>)> {
+    announce_later: bool,
+) -> AppResult<(Outcome, Option<Order>, orders::Announcements)> {
+    let none = orders::Announcements::default;
     let order = match locked {
-        (false, order) => return Ok((Outcome::Duplicate, order)),
+        (false, order) => return Ok((Outcome::Duplicate, order, none())),
         (true, Some(order)) => order,
         (true, None) => {
             p.ticket(
@@ -715,7 +726,7 @@ async fn pay_or_ticket(
                 ctx,
             )
             .await?;
-            return Ok((Outcome::UnknownOrder, None));
+            return Ok((Outcome::UnknownOrder, None, none()));
         }
     };
     match order.status {
@@ -728,7 +739,7 @@ async fn pay_or_ticket(
                              "why": format!("paid through {}, which is not how this order is paid", p.provider)});
             p.ticket(conn, config, TicketKind::AmountMismatch, Some(&order), why, ctx)
                 .await?;
-            Ok((Outcome::AmountMismatch, Some(order)))
+            Ok((Outcome::AmountMismatch, Some(order), none()))
         }
         // Only a payment that would be applied must match the amount; money for a canceled
         // order goes back whatever it was.
@@ -737,26 +748,27 @@ async fn pay_or_ticket(
                              "why": "the provider collected another amount than the order asks"});
             p.ticket(conn, config, TicketKind::AmountMismatch, Some(&order), why, ctx)
                 .await?;
-            Ok((Outcome::AmountMismatch, Some(order)))
+            Ok((Outcome::AmountMismatch, Some(order), none()))
         }
         OrderStatus::WaitPay => {
-            let paid = orders::apply_payment(
-                conn,
-                config,
-                &order,
-                PaymentApplied {
-                    method: PaymentMethod::from(p.provider),
-                    idempotency_key: p.key.to_string(),
-                    provider_txn_id: Some(p.txn_id),
-                    reference: None,
-                    online_cents: p.amount_cents,
-                    callback_id: Some(callback_id),
-                },
-                ctx,
-                &format!("{} payment {}", p.provider, p.txn_id),
-            )
-            .await?;
-            Ok((Outcome::Applied, Some(paid)))
+            let payment = PaymentApplied {
+                method: PaymentMethod::from(p.provider),
+                idempotency_key: p.key.to_string(),
+                provider_txn_id: Some(p.txn_id),
+                reference: None,
+                online_cents: p.amount_cents,
+                callback_id: Some(callback_id),
+            };
+            let reason = format!("{} payment {}", p.provider, p.txn_id);
+            let (paid, later) = if announce_later {
+                orders::apply_payment_announced_later(conn, config, &order, payment, ctx, &reason).await?
+            } else {
+                (
+                    orders::apply_payment(conn, config, &order, payment, ctx, &reason).await?,
+                    none(),
+                )
+            };
+            Ok((Outcome::Applied, Some(paid), later))
         }
         OrderStatus::Canceled => {
             // The order stays canceled; the money goes back to the payer.
@@ -774,7 +786,7 @@ async fn pay_or_ticket(
                 reason: "paid after the order was canceled".into(),
             });
             outbox::enqueue(conn, Some(order.id), &[refund], &ctx.trace, config.max_attempts).await?;
-            Ok((Outcome::PaidAfterCancel, Some(order)))
+            Ok((Outcome::PaidAfterCancel, Some(order), none()))
         }
         other => {
             // Already paid (by another transaction), used or refunded: a second payment.
@@ -782,7 +794,7 @@ async fn pay_or_ticket(
                                 "why": format!("payment {} arrived for an order that is {other}", p.txn_id)});
             p.ticket(conn, config, TicketKind::RejectedTransition, Some(&order), detail, ctx)
                 .await?;
-            Ok((Outcome::RejectedTransition, Some(order)))
+            Ok((Outcome::RejectedTransition, Some(order), none()))
         }
     }
 }

@@ -51,8 +51,9 @@ impl DbLoader {
 
 /// The relations of a page of orders, loaded by the `orders` query right after the page (the
 /// page's ids in one statement per relation the document selects) instead of through a
-/// DataLoader's gathering window. Only a query fills it (never a mutation: nothing it holds can
-/// change under the request), and a field finds its rows here before it asks the loader.
+/// DataLoader's gathering window. Only a query's page and a sign-in's member fill it (what it
+/// holds was read after the request's one write, if any, and nothing changes it under the
+/// request), and a field finds its rows here before it asks the loader.
 #[derive(Default)]
 pub struct Prefetched {
     members: HashMap<i64, Member>,
@@ -413,6 +414,32 @@ pub async fn load_member(ctx: &Context<'_>, id: i64) -> Result<MemberNode, AppEr
         .map_err(LoadError::into_app)?
         .map(MemberNode)
         .ok_or_else(|| AppError::NotFound(format!("member {id}")))
+}
+
+/// The member a sign-in or a refresh answers for, read now, with their store when the document
+/// selects it (`member { store { … } }`): one row each, asked for once, so two DataLoader
+/// gathering windows one after the other (3 ms each) would be all of the wait.
+pub async fn load_member_now(ctx: &Context<'_>, id: i64, with_store: bool) -> Result<MemberNode, AppError> {
+    let mut conn = super::conn(ctx).await?;
+    let member: Member = members::table
+        .find(id)
+        .select(Member::as_select())
+        .first(&mut *conn)
+        .await
+        .optional()?
+        .ok_or_else(|| AppError::NotFound(format!("member {id}")))?;
+    if with_store {
+        let store: Option<Store> = stores::table
+            .find(member.store_id)
+            .select(Store::as_select())
+            .first(&mut *conn)
+            .await
+            .optional()?;
+        if let Some(store) = store {
+            loader(ctx).loader().prefetched().stores.insert(store.id, store);
+        }
+    }
+    Ok(MemberNode(member))
 }
 
 pub async fn load_order(ctx: &Context<'_>, id: i64) -> Result<OrderNode, AppError> {

@@ -3,7 +3,7 @@
 use async_graphql::{Context, Object};
 use chrono::{DateTime, Utc};
 
-use super::super::loaders::load_member;
+use super::super::loaders::load_member_now;
 use super::MemberNode;
 use crate::error::AppResult;
 use crate::sessions;
@@ -30,6 +30,7 @@ impl SessionNode {
         self.0.new_member
     }
     async fn member(&self, ctx: &Context<'_>) -> AppResult<MemberNode> {
-        load_member(ctx, self.0.member_id).await
+        let with_store = ctx.look_ahead().field("store").exists();
+        load_member_now(ctx, self.0.member_id, with_store).await
     }
 }

@@ -76,7 +76,7 @@ fn sign_all(bench: &Bench, orders: &[(String, i64)], first_txn: usize) -> Vec<Pr
 const NOTIFY_PATH: &str = "/pay/wechat/notify";
 
 /// The same requests addressed to the server at `base`.
-fn retarget(requests: &[Prepared], base: &str) -> Arc<Vec<Prepared>> {
+pub(crate) fn retarget(requests: &[Prepared], base: &str) -> Arc<Vec<Prepared>> {
     Arc::new(
         requests
             .iter()
@@ -90,7 +90,7 @@ fn retarget(requests: &[Prepared], base: &str) -> Arc<Vec<Prepared>> {
 }
 
 /// Notifications signed at a known time, signed anew when they would soon lapse.
-struct Signed {
+pub(crate) struct Signed {
     orders: Vec<(String, i64)>,
     first_txn: usize,
     at: Instant,
@@ -98,7 +98,7 @@ struct Signed {
 }
 
 impl Signed {
-    fn new(bench: &Bench, orders: Vec<(String, i64)>, first_txn: usize) -> Signed {
+    pub(crate) fn new(bench: &Bench, orders: Vec<(String, i64)>, first_txn: usize) -> Signed {
         say!("signing {} notifications on every core ...", orders.len());
         let t = Instant::now();
         let requests = tokio::task::block_in_place(|| sign_all(bench, &orders, first_txn));
@@ -111,7 +111,7 @@ impl Signed {
         }
     }
 
-    fn fresh(&mut self, bench: &Bench) -> &[Prepared] {
+    pub(crate) fn fresh(&mut self, bench: &Bench) -> &[Prepared] {
         if self.at.elapsed() > SIGNED_FOR {
             *self = Signed::new(bench, std::mem::take(&mut self.orders), self.first_txn);
         }
@@ -138,7 +138,7 @@ fn sample_evidence(bench: &Bench) -> (String, String) {
     )
 }
 
-async fn waiting(db: &tokio_postgres::Client, prefix: &str) -> Result<Vec<(String, i64)>> {
+pub(crate) async fn waiting(db: &tokio_postgres::Client, prefix: &str) -> Result<Vec<(String, i64)>> {
     Ok(db
         .query(
             &format!(
@@ -173,12 +173,12 @@ fn fmt_outcomes(o: &[(String, i64)]) -> String {
     o.iter().map(|(k, n)| format!("{k} {n}")).collect::<Vec<_>>().join(", ")
 }
 
-fn count(o: &[(String, i64)], k: &str) -> i64 {
+pub(crate) fn count(o: &[(String, i64)], k: &str) -> i64 {
     o.iter().find(|(x, _)| x == k).map(|(_, c)| *c).unwrap_or(0)
 }
 
 /// B1's orders after a run: (PAID, payments, grant events).
-async fn paid_state(db: &tokio_postgres::Client) -> Result<(i64, i64, i64)> {
+pub(crate) async fn paid_state(db: &tokio_postgres::Client) -> Result<(i64, i64, i64)> {
     let r = db
         .query_one(
             "SELECT (SELECT count(*) FROM orders WHERE order_no LIKE 'FB1%' AND status = 'PAID'),
@@ -192,14 +192,24 @@ async fn paid_state(db: &tokio_postgres::Client) -> Result<(i64, i64, i64)> {
 }
 
 /// One timed pass of notifications at a server.
-struct Pass {
-    out: Outcome,
-    cpu: CpuSplit,
-    outcomes: Vec<(String, i64)>,
+pub(crate) struct Pass {
+    pub(crate) out: Outcome,
+    pub(crate) cpu: CpuSplit,
+    pub(crate) outcomes: Vec<(String, i64)>,
+    /// Where its slow requests waited ([`crate::stalls`]).
+    pub(crate) stalls: String,
+}
+
+fn label_unit(label: &str) -> &'static str {
+    if label == "B2" {
+        "duplicates"
+    } else {
+        "payments"
+    }
 }
 
 impl Pass {
-    fn describe(&self, unit: &str) -> String {
+    pub(crate) fn describe(&self, unit: &str) -> String {
         format!(
             "{:.0} {unit}/s (p50 {:.1} ms, p99 {:.1} ms)",
             self.out.rate(),
@@ -211,7 +221,7 @@ impl Pass {
 
 /// Opens the server's pool connections before the clock starts (pgbench's tps excludes its
 /// connection time too).
-async fn warm(server: &Server, concurrency: usize) {
+pub(crate) async fn warm(server: &Server, concurrency: usize) {
     let http = reqwest::Client::new();
     let warm: Vec<_> = (0..concurrency * 2)
         .map(|_| http.get(format!("{}/readyz", server.base)).send())
@@ -227,21 +237,41 @@ async fn pass(
     concurrency: usize,
     label: &str,
 ) -> Result<Pass> {
+    pass_on(&bench.pg.base, bench, server, db, requests, concurrency, label).await
+}
+
+/// One closed-loop pass of `requests` at `server`, sampled for stalls on the PostgreSQL whose
+/// maintenance database is `admin` (the machine's, or B5r's private primary).
+pub(crate) async fn pass_on(
+    admin: &str,
+    bench: &Bench,
+    server: &Server,
+    db: &tokio_postgres::Client,
+    requests: Arc<Vec<Prepared>>,
+    concurrency: usize,
+    label: &str,
+) -> Result<Pass> {
     seed::exec(db, "checkpoint", "CHECKPOINT").await?;
     say!(
         "{label}: {} notifications over {concurrency} connections ...",
         requests.len()
     );
+    let datname: String = db.query_one("SELECT current_database()", &[]).await?.get(0);
+    let sampler = crate::stalls::Sampler::start(admin, &datname, Some(&server.base)).await?;
     let perf = bench.perf_attach(server.proc.pid(), label)?;
     let cpu0 = CpuSplit::sample(server.proc.pid());
     let out = load::run(requests, concurrency, Until::Exhausted, 204, false).await?;
     let cpu1 = CpuSplit::sample(server.proc.pid());
     perf_stop(perf);
+    let stalls = sampler
+        .finish(&out, Duration::from_millis(30), label_unit(label))
+        .await?;
     let outcomes = outcomes(db).await?;
     let p = Pass {
         out,
         cpu: cpu1.since(&cpu0),
         outcomes,
+        stalls,
     };
     say!(
         "{label}: {}; outcomes: {}",
@@ -523,6 +553,7 @@ pub async fn run(bench: &mut Bench, args: &Args) -> Result<Vec<Row>> {
     ));
     r1.note(floor_note(&floor, &tpcb));
     r1.note(b1.cpu.describe("fitorder server", b1.out.elapsed));
+    r1.note(b1.stalls.clone());
     r1.note(format!(
         "PostgreSQL CPU per payment {:.2} ms; per floor payment {:.2} ms; per pgbench tpcb-like transaction {:.2} ms",
         1000.0 * b1.cpu.postgres / n as f64,
@@ -590,6 +621,7 @@ pub async fn run(bench: &mut Bench, args: &Args) -> Result<Vec<Row>> {
                     body.len()
                 ));
                 r.note(p.cpu.describe("fitorder server", p.out.elapsed));
+                r.note(p.stalls.clone());
                 r.note(format!(
                     "{:.1} s; outcomes: {}; PostgreSQL CPU per payment {:.2} ms (B1: {:.2} ms)",
                     p.out.elapsed.as_secs_f64(),
@@ -628,6 +660,7 @@ pub async fn run(bench: &mut Bench, args: &Args) -> Result<Vec<Row>> {
         fmt_outcomes(&b2.outcomes)
     ));
     r2.note(b2.cpu.describe("fitorder server", b2.out.elapsed));
+    r2.note(b2.stalls.clone());
     r2.note(format!(
         "PostgreSQL CPU per duplicate {:.2} ms, per pgbench transaction {:.2} ms",
         1000.0 * b2.cpu.postgres / n as f64,
@@ -691,6 +724,7 @@ pub async fn run(bench: &mut Bench, args: &Args) -> Result<Vec<Row>> {
                             }
                         ));
                         r.note(x.cpu.describe("fitorder server", x.out.elapsed));
+                        r.note(x.stalls.clone());
                     }
                     None => {
                         r.ours = format!("failed through PgBouncer {}", p.bouncer.version);

@@ -39,7 +39,7 @@ pub fn orders_operation() -> Result<String> {
     bail!("the Orders operation is not closed")
 }
 
-fn request(server: &str, token: &str, doc: &str, first: i32) -> Prepared {
+pub(crate) fn request(server: &str, token: &str, doc: &str, first: i32) -> Prepared {
     let body = serde_json::json!({"query": doc, "operationName": "Orders", "variables": {"first": first}});
     Prepared {
         url: format!("{server}/graphql"),

@@ -22,6 +22,8 @@ pub struct Prepared {
 /// What a load run saw.
 #[derive(Default)]
 pub struct Outcome {
+    /// When the run started (the origin of `timeline`).
+    pub started: Option<Instant>,
     pub elapsed: Duration,
     /// Responses with the expected status (and, when asked, a body without `"errors"`).
     pub ok: usize,
@@ -29,6 +31,9 @@ pub struct Outcome {
     pub other: BTreeMap<u16, (usize, String)>,
     /// Latencies of the ok responses, sorted.
     pub latencies: Vec<Duration>,
+    /// Every ok response as (sent, took), `sent` counted from the run's start: when the slow
+    /// ones happened (bursts or spread), for [`crate::stalls`].
+    pub timeline: Vec<(Duration, Duration)>,
 }
 
 impl Outcome {
@@ -59,6 +64,7 @@ impl Outcome {
             e.0 += n;
         }
         self.latencies.extend(other.latencies);
+        self.timeline.extend(other.timeline);
     }
 }
 
@@ -145,6 +151,7 @@ pub async fn run(
                 if status == expect && !errors {
                     out.ok += 1;
                     out.latencies.push(took);
+                    out.timeline.push((sent - started, took));
                 } else {
                     let e = out
                         .other
@@ -161,7 +168,9 @@ pub async fn run(
         total.merge(t.await?);
     }
     total.elapsed = started.elapsed();
+    total.started = Some(started);
     total.latencies.sort_unstable();
+    total.timeline.sort_unstable();
     Ok(total)
 }
 

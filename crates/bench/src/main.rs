@@ -23,9 +23,11 @@ mod load;
 mod peer;
 mod pgbench;
 mod pgbouncer;
+mod replica;
 mod report;
 mod seed;
 mod sqlcount;
+mod stalls;
 
 mod b11_signin;
 mod b12_persisted;
@@ -33,6 +35,7 @@ mod b1_callbacks;
 mod b3_expiry;
 mod b4_reconcile;
 mod b5_orders;
+mod b5r_replica;
 mod b6_outbox;
 mod b7_subscriptions;
 mod b9_prepay;
@@ -160,8 +163,8 @@ pub struct Args {
 }
 
 /// Every benchmark, in the report's order.
-pub const ALL: [&str; 13] = [
-    "B1", "B1b", "B2", "B3", "B4", "B5", "B6", "B7", "B8", "B9", "B10", "B11", "B12",
+pub const ALL: [&str; 14] = [
+    "B1", "B1b", "B2", "B3", "B4", "B5", "B5r", "B6", "B7", "B8", "B9", "B10", "B11", "B12",
 ];
 
 fn parse_args() -> Result<Args> {
@@ -311,6 +314,14 @@ async fn run_all(bench: &mut Bench, args: &Args) -> Result<Vec<Row>> {
             b5_orders::run(bench, args)
                 .await
                 .unwrap_or_else(|e| Row::failed("B5", &e)),
+        );
+    }
+    if args.wants("B5r") {
+        settle(bench, "B5r").await;
+        rows.push(
+            b5r_replica::run(bench, args)
+                .await
+                .unwrap_or_else(|e| Row::failed("B5r", &e)),
         );
     }
     if args.wants("B11") {

@@ -130,14 +130,24 @@ pub async fn api_db(bench: &mut Bench, s: &Sizes) -> Result<String> {
     }
     let url = bench.fresh_db("api").await?;
     let db = connect(&url).await?;
-    catalog(&db, MEMBERS).await?;
-    waiting_orders(&db, "FB1", s.notifications as i64, MEMBERS, "now() + interval '1 day'").await?;
-    waiting_orders(&db, "FBP", PROBE_ORDERS, MEMBERS, "now() + interval '1 day'").await?;
-    waiting_orders(&db, "FB5", s.listing_orders, MEMBERS, "now() + interval '1 day'").await?;
-    pay(&db, "FB5", "now() - interval '1 hour'").await?;
-    grants(&db, "FB5", "SUCCEEDED").await?;
+    api_data(&db, s).await?;
+    drop(db);
+    settle(&url).await?;
+    bench.api_url = Some(url.clone());
+    Ok(url)
+}
+
+/// The API database's rows (B1's waiting orders, the probe's, B5's paid listing with its grants
+/// and tickets) into the migrated database `db`.
+pub async fn api_data(db: &Client, s: &Sizes) -> Result<()> {
+    catalog(db, MEMBERS).await?;
+    waiting_orders(db, "FB1", s.notifications as i64, MEMBERS, "now() + interval '1 day'").await?;
+    waiting_orders(db, "FBP", PROBE_ORDERS, MEMBERS, "now() + interval '1 day'").await?;
+    waiting_orders(db, "FB5", s.listing_orders, MEMBERS, "now() + interval '1 day'").await?;
+    pay(db, "FB5", "now() - interval '1 hour'").await?;
+    grants(db, "FB5", "SUCCEEDED").await?;
     exec(
-        &db,
+        db,
         "tickets",
         "INSERT INTO exception_tickets (kind, provider, order_id, order_no, store_id, provider_txn_id,
                                         local_amount_cents, provider_amount_cents, detail, finding_key, trace_id)
@@ -146,8 +156,5 @@ pub async fn api_db(bench: &mut Bench, s: &Sizes) -> Result<String> {
            FROM orders WHERE order_no LIKE 'FB5%' AND id % 10 = 0 ORDER BY id;",
     )
     .await?;
-    drop(db);
-    settle(&url).await?;
-    bench.api_url = Some(url.clone());
-    Ok(url)
+    Ok(())
 }

@@ -19,6 +19,15 @@ use crate::Args;
 /// `/metrics` on the API port needs it).
 pub const METRICS_TOKEN: &str = "bench-metrics-token";
 
+/// `BENCH_CHILD_ENV`'s `KEY=value` pairs (whitespace between them).
+pub fn child_env() -> Vec<(String, String)> {
+    std::env::var("BENCH_CHILD_ENV")
+        .unwrap_or_default()
+        .split_whitespace()
+        .filter_map(|kv| kv.split_once('=').map(|(k, v)| (k.to_string(), v.to_string())))
+        .collect()
+}
+
 /// A running fitorder server.
 pub struct Server {
     pub proc: Proc,
@@ -168,6 +177,11 @@ impl Bench {
             .env("FITORDER_DOOR_ACCESS_URL", format!("{}/door-access", self.noop.url))
             .env("FITORDER_AI_ACCESS_URL", format!("{}/ai-access", self.noop.url))
             .envs(keys.sandbox_env(&self.sandbox.wechat_api_base(), &self.sandbox.alipay_gateway()));
+        // An experiment's settings for every child (`BENCH_CHILD_ENV="FITORDER_OUTBOX_BATCH=256
+        // FITORDER_OUTBOX_WORKERS=4"`), named in the report's header: the run of record sets none.
+        for (k, v) in child_env() {
+            cmd.env(k, v);
+        }
         cmd
     }
 

@@ -12,7 +12,7 @@ mod tools;
 
 use std::path::{Path, PathBuf};
 
-pub use bench::{perf_stop, Bench, Server, METRICS_TOKEN};
+pub use bench::{child_env, perf_stop, Bench, Server, METRICS_TOKEN};
 pub use cpu::CpuSplit;
 pub use machine::Machine;
 pub use pg::connect;

@@ -8,6 +8,7 @@ use serde_json::{json, Value};
 
 use crate::harness::*;
 use crate::providers;
+use crate::ws::WsClient;
 
 async fn app() -> TestApp {
     TestApp::with_config(providers::configure).await

@@ -34,7 +34,8 @@ async fn seed_expired(db: &Client, n: i64) -> Result<()> {
         "wallets, slots, packs",
         &format!(
             "INSERT INTO wallet_ledger (member_id, kind, balance_delta, frozen_delta, reference, actor, trace_id)
-             SELECT id, 'TOP_UP', 10000000, 0, 'seed-' || id, 'system:bench', 'bench-seed' FROM members ORDER BY id;
+             SELECT id, 'TOP_UP', 5000000, 0, 'seed-' || id || '-' || n, 'system:bench', 'bench-seed'
+               FROM members CROSS JOIN generate_series(1, 2) AS n ORDER BY id, n;
              INSERT INTO coach_slots (store_id, coach_name, starts_at, ends_at, capacity, remaining, price_cents)
              SELECT s.id, 'Coach ' || g, now() + interval '1 day' + g * interval '1 hour',
                     now() + interval '1 day' + g * interval '1 hour' + interval '1 hour', {SLOT_CAPACITY}, {SLOT_CAPACITY}, 30000

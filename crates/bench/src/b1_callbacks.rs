@@ -761,7 +761,8 @@ fn floor_note(floor: &Floor, tpcb: &Pgbench) -> String {
         "the floor: pgbench -n -M prepared -c {} -j 2 -t {} -f {} (written by the bench): ONE prepared statement \
          per payment doing every write a real one does on the project's tables (the callback's evidence row, its \
          idempotency key, the order's WAIT_PAY → PAID through its transition trigger, the audit row, the payment, \
-         the two grant events, the pg_notify of the order, the events and the outbox), each over the next of {} \
+         the two grant events), then, after its commit and as fitorder does, a statement with the pg_notify of the \
+         order, the events and the outbox; each over the next of {} \
          WAIT_PAY orders prepared for it, the evidence a real signed notification's body and headers; {:.0} \
          payments/s, latency avg {:.1} ms, {:.1} s; afterwards (PAID, payments, grant events, keys, callbacks) = \
          {:?}. Floor / tpcb-like = {:.2}",

@@ -73,10 +73,12 @@ async fn metric(server: &Server, series: &str) -> f64 {
         return 0.0;
     };
     let text = r.text().await.unwrap_or_default();
+    // `+ 0.0`: a float sum of nothing is -0.
     text.lines()
         .filter(|l| l.starts_with(series))
         .filter_map(|l| l.rsplit(' ').next()?.trim().parse::<f64>().ok())
-        .sum()
+        .sum::<f64>()
+        + 0.0
 }
 
 /// Rows the sessions of `db` on a cluster have read (`pg_stat_database`), to show where the
@@ -252,13 +254,15 @@ pub async fn run(bench: &mut Bench, args: &Args) -> Result<Row> {
         "payments: B1's notifications for this primary's {n} waiting orders, signed as B1's, half sent with the standby \
          streaming (its WAL sender, and its replay on the same two cores), then the standby stopped and the other half \
          sent: {b1_ratio:.2} × (with {:.0}/s, p99 {:.1} ms; without {:.0}/s, p99 {:.1} ms); the standby was {lag_at_end} \
-         bytes behind when the streaming half ended. {}; without: {}",
+         bytes behind when the streaming half ended. With the standby streaming: {}; without it, the server {:.1} s \
+         (PostgreSQL's share is not given: the stopped standby's processes leave the machine's sums of PostgreSQL \
+         CPU while the pass runs)",
         with.out.rate(),
         ms(with.out.percentile(99.0)),
         alone.out.rate(),
         ms(alone.out.percentile(99.0)),
         with.cpu.describe("fitorder server", with.out.elapsed),
-        alone.cpu.describe("fitorder server", alone.out.elapsed),
+        alone.cpu.subject,
     ));
     row.note(
         "on this one machine the replica shares the primary's two cores: how much a read on the replica leaves the \

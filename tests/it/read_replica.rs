@@ -20,38 +20,10 @@ use serde_json::{json, Value};
 
 use crate::harness::*;
 
-/// The directory holding `initdb`, `pg_ctl` and `pg_basebackup` (PATH first, as dev_pg looks).
+/// The directory holding `initdb`, `pg_ctl` and `pg_basebackup`, found as dev_pg finds the
+/// server's binaries.
 fn bin_dir() -> Option<PathBuf> {
-    let mut candidates: Vec<PathBuf> = std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).collect())
-        .unwrap_or_default();
-    let mut versioned: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|e| Some((e.file_name().to_str()?.parse::<u32>().ok()?, e.path().join("bin"))))
-        .collect();
-    versioned.sort_by_key(|v| std::cmp::Reverse(v.0));
-    candidates.extend(versioned.into_iter().map(|(_, p)| p));
-    candidates.into_iter().find(|d| {
-        ["initdb", "pg_ctl", "pg_basebackup"]
-            .iter()
-            .all(|b| d.join(b).is_file())
-    })
-}
-
-/// The account PostgreSQL runs as when the tests run as root (it refuses root).
-fn run_as() -> Option<(u32, u32)> {
-    if unsafe { libc::geteuid() } != 0 {
-        return None;
-    }
-    let passwd = std::fs::read_to_string("/etc/passwd").unwrap();
-    ["postgres", "nobody"].iter().find_map(|name| {
-        passwd.lines().find_map(|l| {
-            let f: Vec<&str> = l.split(':').collect();
-            (f.len() > 3 && f[0] == *name).then(|| (f[2].parse().unwrap(), f[3].parse().unwrap()))
-        })
-    })
+    fitorder::dev::dev_pg::server_bin_dir(&["pg_basebackup"]).ok()
 }
 
 fn free_port() -> u16 {
@@ -244,7 +216,7 @@ async fn staff_lists_read_the_replica_read_your_writes_and_fall_back_to_the_prim
         eprintln!("skipped: no initdb/pg_ctl/pg_basebackup on PATH or under /usr/lib/postgresql");
         return;
     };
-    let user = run_as();
+    let user = fitorder::dev::dev_pg::server_account().unwrap();
     let base = std::env::temp_dir().join(format!("fitorder-rr-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&base);
     std::fs::create_dir_all(&base).unwrap();

@@ -229,20 +229,9 @@ pub(crate) async fn warm(server: &Server, concurrency: usize) {
     futures_util::future::join_all(warm).await;
 }
 
-async fn pass(
-    bench: &Bench,
-    server: &Server,
-    db: &tokio_postgres::Client,
-    requests: Arc<Vec<Prepared>>,
-    concurrency: usize,
-    label: &str,
-) -> Result<Pass> {
-    pass_on(&bench.pg.base, bench, server, db, requests, concurrency, label).await
-}
-
 /// One closed-loop pass of `requests` at `server`, sampled for stalls on the PostgreSQL whose
 /// maintenance database is `admin` (the machine's, or B5r's private primary).
-pub(crate) async fn pass_on(
+pub(crate) async fn pass(
     admin: &str,
     bench: &Bench,
     server: &Server,
@@ -417,6 +406,7 @@ async fn through_pgbouncer(bench: &Bench, url: &str, requests: &[Prepared], conc
     let server = server_behind(bench, url, &bouncer, "server-b10").await?;
     warm(&server, concurrency).await;
     let result = pass(
+        &bench.pg.base,
         bench,
         &server,
         &db,
@@ -475,10 +465,19 @@ pub async fn run(bench: &mut Bench, args: &Args) -> Result<Vec<Row>> {
     crate::settle(bench, "B1").await;
     let rss_before = server.proc.status_kb("VmRSS").unwrap_or(0);
     let requests = retarget(signed.fresh(bench), &server.base);
-    let b1 = pass(bench, &server, &db, requests.clone(), s.concurrency, "B1").await?;
+    let b1 = pass(
+        &bench.pg.base,
+        bench,
+        &server,
+        &db,
+        requests.clone(),
+        s.concurrency,
+        "B1",
+    )
+    .await?;
     let hwm_b1 = server.proc.status_kb("VmHWM").unwrap_or(0);
     let state = paid_state(&db).await?;
-    let b2 = pass(bench, &server, &db, requests, s.concurrency, "B2").await?;
+    let b2 = pass(&bench.pg.base, bench, &server, &db, requests, s.concurrency, "B2").await?;
     let hwm_b2 = server.proc.status_kb("VmHWM").unwrap_or(0);
     drop(server);
     let (per_payment, per_duplicate) = count_statements(bench, &url, &db).await?;
@@ -490,7 +489,7 @@ pub async fn run(bench: &mut Bench, args: &Args) -> Result<Vec<Row>> {
             let server = bench.start_server(&h.url, "server-b1b").await?;
             warm(&server, s.concurrency).await;
             let requests = retarget(signed.fresh(bench), &server.base);
-            let p = pass(bench, &server, &hdb, requests, s.concurrency, "B1b").await?;
+            let p = pass(&bench.pg.base, bench, &server, &hdb, requests, s.concurrency, "B1b").await?;
             let st = paid_state(&hdb).await?;
             Some((p, st))
         }

@@ -9,11 +9,11 @@ use anyhow::{bail, Context, Result};
 use bytes::Bytes;
 use tokio_postgres::Client;
 
-use crate::env::{connect, perf_stop, Bench, CpuSplit};
+use crate::env::{connect, perf_stop, Bench, CpuSplit, Server};
 use crate::load::{self, ms, Prepared, Until};
 use crate::report::Row;
 use crate::sqlcount::{upstream_of, via, Counts, SqlCounter};
-use crate::{seed, Args};
+use crate::{seed, Args, Sizes};
 
 /// The admin console's documents, as the console sends them.
 const ADMIN_DOCUMENTS: &str = include_str!("../../../playground/operations/admin.graphql");
@@ -164,6 +164,41 @@ async fn baseline(url: &str, clients: usize, secs: u64, first: i64) -> Result<lo
     Ok(out)
 }
 
+/// `req` (an `Orders` page) over `s.concurrency` connections for `s.orders_secs` at `server`,
+/// recorded by perf when asked, with where the CPU went over the run (B5, B5r).
+pub(crate) async fn timed_pages(
+    bench: &Bench,
+    server: &Server,
+    req: Prepared,
+    s: &Sizes,
+    label: &str,
+) -> Result<(load::Outcome, CpuSplit)> {
+    say!(
+        "{label}: Orders first: 100, {} connections, {} s ...",
+        s.concurrency,
+        s.orders_secs
+    );
+    let perf = bench.perf_attach(server.proc.pid(), label)?;
+    let cpu0 = CpuSplit::sample(server.proc.pid());
+    let out = load::run(
+        Arc::new(vec![req]),
+        s.concurrency,
+        Until::Elapsed(Duration::from_secs(s.orders_secs)),
+        200,
+        true,
+    )
+    .await?;
+    let cpu1 = CpuSplit::sample(server.proc.pid());
+    perf_stop(perf);
+    say!(
+        "{label}: {:.0} requests/s, p50 {:.1} ms, p99 {:.1} ms",
+        out.rate(),
+        ms(out.percentile(50.0)),
+        ms(out.percentile(99.0))
+    );
+    Ok((out, cpu1.since(&cpu0)))
+}
+
 pub async fn run(bench: &mut Bench, args: &Args) -> Result<Row> {
     let s = &args.sizes;
     let url = seed::api_db(bench, s).await?;
@@ -224,32 +259,9 @@ pub async fn run(bench: &mut Bench, args: &Args) -> Result<Row> {
     let (all_100, all_10) = (per_100.all() as f64 / n as f64, per_10.all() as f64 / n as f64);
     say!("B5: {all_100:.1} statements per request with first: 100, {all_10:.1} with first: 10");
 
-    say!(
-        "B5: Orders first: 100, {} connections, {} s ...",
-        s.concurrency,
-        s.orders_secs
-    );
-    let requests = Arc::new(vec![probe]);
-    let perf = bench.perf_attach(server.proc.pid(), "B5")?;
-    let cpu0 = CpuSplit::sample(server.proc.pid());
-    let ours = load::run(
-        requests,
-        s.concurrency,
-        Until::Elapsed(Duration::from_secs(s.orders_secs)),
-        200,
-        true,
-    )
-    .await?;
-    let cpu1 = CpuSplit::sample(server.proc.pid());
-    perf_stop(perf);
+    let (ours, cpu) = timed_pages(bench, &server, probe, s, "B5").await?;
     let hwm = server.proc.status_kb("VmHWM").unwrap_or(0);
     drop(server);
-    say!(
-        "B5: {:.0} requests/s, p50 {:.1} ms, p99 {:.1} ms",
-        ours.rate(),
-        ms(ours.percentile(50.0)),
-        ms(ours.percentile(99.0))
-    );
 
     say!(
         "B5: baseline, raw SQL, {} connections, {} s ...",
@@ -312,7 +324,6 @@ pub async fn run(bench: &mut Bench, args: &Args) -> Result<Row> {
         per_100.per(n, "request"),
         per_10.per(n, "request")
     ));
-    let cpu = cpu1.since(&cpu0);
     r.note(format!(
         "{}; server CPU per page {:.2} ms, PostgreSQL CPU per page {:.2} ms",
         cpu.describe("fitorder server", ours.elapsed),

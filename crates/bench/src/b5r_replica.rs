@@ -7,20 +7,18 @@
 //! other database on it. The primary gets the machine's settings and B1's and B5's very data.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 
-use crate::b1_callbacks::{count, paid_state, pass_on, retarget, waiting, warm, Signed};
-use crate::b5_orders::{orders_operation, request};
-use crate::env::{connect, perf_stop, Bench, CpuSplit, Server};
+use crate::b1_callbacks::{count, paid_state, pass, retarget, waiting, warm, Signed};
+use crate::b5_orders::{orders_operation, request, timed_pages};
+use crate::env::{connect, Bench, CpuSplit, Server};
 use crate::load::{self, ms, Outcome, Until};
 use crate::replica::Pair;
 use crate::report::Row;
 use crate::{seed, Args};
 
-/// `Orders` `first: 100` for `secs` over `concurrency` connections, with the server's and
-/// PostgreSQL's CPU over the run.
+/// `Orders` `first: 100` at `server` as B5 measures it, after one request that must answer.
 async fn pages(
     bench: &Bench,
     server: &Server,
@@ -29,37 +27,13 @@ async fn pages(
     args: &Args,
     label: &str,
 ) -> Result<(Outcome, CpuSplit)> {
-    let s = &args.sizes;
     let req = request(&server.base, token, doc, 100);
     // The first answer must be a whole page (a replica that is not read would still answer).
     let probe = load::run(Arc::new(vec![req.clone()]), 1, Until::Exhausted, 200, true).await?;
     if probe.ok != 1 {
         bail!("{label}: Orders did not answer: {}", probe.describe_failures());
     }
-    say!(
-        "{label}: Orders first: 100, {} connections, {} s ...",
-        s.concurrency,
-        s.orders_secs
-    );
-    let perf = bench.perf_attach(server.proc.pid(), label)?;
-    let cpu0 = CpuSplit::sample(server.proc.pid());
-    let out = load::run(
-        Arc::new(vec![req]),
-        s.concurrency,
-        Until::Elapsed(Duration::from_secs(s.orders_secs)),
-        200,
-        true,
-    )
-    .await?;
-    let cpu1 = CpuSplit::sample(server.proc.pid());
-    perf_stop(perf);
-    say!(
-        "{label}: {:.0} requests/s, p50 {:.1} ms, p99 {:.1} ms",
-        out.rate(),
-        ms(out.percentile(50.0)),
-        ms(out.percentile(99.0))
-    );
-    Ok((out, cpu1.since(&cpu0)))
+    timed_pages(bench, server, req, &args.sizes, label).await
 }
 
 /// A counter or gauge of the server's `/metrics` (0 when absent).
@@ -157,7 +131,7 @@ pub async fn run(bench: &mut Bench, args: &Args) -> Result<Row> {
     warm(&server, s.concurrency).await;
     pair.caught_up().await?;
     let streaming_before = pair.streaming().await?;
-    let with = pass_on(
+    let with = pass(
         &admin_url,
         bench,
         &server,
@@ -179,7 +153,7 @@ pub async fn run(bench: &mut Bench, args: &Args) -> Result<Row> {
     };
     pair.caught_up().await?;
     tokio::task::block_in_place(|| pair.standby.stop())?;
-    let alone = pass_on(
+    let alone = pass(
         &admin_url,
         bench,
         &server,

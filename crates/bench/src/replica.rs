@@ -12,45 +12,6 @@ use anyhow::{bail, Context, Result};
 
 use crate::env::connect;
 
-/// The directory holding `initdb`, `pg_ctl` and `pg_basebackup`: PATH first, then the newest
-/// of /usr/lib/postgresql/<major>/bin (Debian does not put the server's binaries on PATH).
-pub fn bin_dir() -> Option<PathBuf> {
-    let mut candidates: Vec<PathBuf> = std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).collect())
-        .unwrap_or_default();
-    let mut versioned: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|e| Some((e.file_name().to_str()?.parse::<u32>().ok()?, e.path().join("bin"))))
-        .collect();
-    versioned.sort_by_key(|v| std::cmp::Reverse(v.0));
-    candidates.extend(versioned.into_iter().map(|(_, p)| p));
-    candidates.into_iter().find(|d| {
-        ["initdb", "pg_ctl", "pg_basebackup"]
-            .iter()
-            .all(|b| d.join(b).is_file())
-    })
-}
-
-/// The account PostgreSQL runs as when the bench runs as root (PostgreSQL refuses root).
-fn run_as() -> Option<(u32, u32)> {
-    if unsafe { libc::geteuid() } != 0 {
-        return None;
-    }
-    let passwd = std::fs::read_to_string("/etc/passwd").ok()?;
-    ["postgres", "nobody"].iter().find_map(|name| {
-        passwd.lines().find_map(|l| {
-            let f: Vec<&str> = l.split(':').collect();
-            if f.len() > 3 && f[0] == *name {
-                Some((f[2].parse().ok()?, f[3].parse().ok()?))
-            } else {
-                None
-            }
-        })
-    })
-}
-
 fn free_port() -> Result<u16> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
@@ -67,7 +28,7 @@ pub struct Cluster {
 impl Cluster {
     fn new(bin: &Path, dir: PathBuf) -> Result<Cluster> {
         std::fs::create_dir_all(&dir)?;
-        let user = run_as();
+        let user = fitorder::dev::dev_pg::server_account()?;
         if let Some((uid, gid)) = user {
             std::os::unix::fs::chown(&dir, Some(uid), Some(gid))?;
         }
@@ -166,7 +127,8 @@ pub struct Pair {
 impl Pair {
     /// A new primary under `tmp`, started; the standby is made by [`Pair::attach_standby`].
     pub fn start(tmp: &Path) -> Result<Pair> {
-        let bin = bin_dir().context("B5r needs the PostgreSQL server's binaries (initdb, pg_ctl, pg_basebackup)")?;
+        let bin = fitorder::dev::dev_pg::server_bin_dir(&["pg_basebackup"])
+            .context("B5r needs the PostgreSQL server's binaries (initdb, pg_ctl, pg_basebackup)")?;
         let base = tmp.join("replica-pair");
         let _ = std::fs::remove_dir_all(&base);
         let mut primary = Cluster::new(&bin, base.join("primary"))?;

@@ -55,13 +55,8 @@ struct RunAs {
 impl DevPostgres {
     /// Starts (or reuses) the private cluster under `dir`.
     pub fn ensure(dir: &Path) -> Result<DevPostgres> {
-        let bin_dir = find_bin_dir()?;
-        let run_as = if unsafe { libc::geteuid() } == 0 {
-            let user = lookup_user("postgres").or_else(|| lookup_user("nobody"));
-            Some(user.context("running as root, but no `postgres`/`nobody` user to run PostgreSQL as")?)
-        } else {
-            None
-        };
+        let bin_dir = find_bin_dir(&[])?;
+        let run_as = run_as_user()?;
         let dir = prepare_dir(dir, run_as.as_ref())?;
         let data = dir.join("data");
 
@@ -272,10 +267,35 @@ fn pg_command(program: &Path, run_as: Option<&RunAs>) -> Command {
     cmd
 }
 
+/// The account PostgreSQL must run as: none unless this process is root (PostgreSQL refuses
+/// root), then `postgres`, or `nobody`.
+fn run_as_user() -> Result<Option<RunAs>> {
+    if unsafe { libc::geteuid() } != 0 {
+        return Ok(None);
+    }
+    let user = lookup_user("postgres").or_else(|| lookup_user("nobody"));
+    Ok(Some(user.context(
+        "running as root, but no `postgres`/`nobody` user to run PostgreSQL as",
+    )?))
+}
+
+/// The directory of the PostgreSQL server's binaries, found as [`DevPostgres::ensure`] finds
+/// its own, that also holds `also` (`pg_basebackup`), for other clusters made the same way
+/// (the read-replica test's and B5r's standby).
+pub fn server_bin_dir(also: &[&str]) -> Result<PathBuf> {
+    find_bin_dir(also)
+}
+
+/// The (uid, gid) PostgreSQL's commands must run as here, as [`DevPostgres::ensure`] runs them:
+/// none unless this process is root.
+pub fn server_account() -> Result<Option<(u32, u32)>> {
+    Ok(run_as_user()?.map(|u| (u.uid, u.gid)))
+}
+
 /// PATH first (respects whatever the developer chose), then the newest Debian-style
 /// `/usr/lib/postgresql/<major>/bin`. A candidate must hold both `initdb` and `pg_ctl` and
-/// `pg_ctl --version` must actually run.
-fn find_bin_dir() -> Result<PathBuf> {
+/// `pg_ctl --version` must actually run; and it must hold `also`.
+fn find_bin_dir(also: &[&str]) -> Result<PathBuf> {
     let mut candidates: Vec<PathBuf> = std::env::var_os("PATH")
         .map(|p| std::env::split_paths(&p).collect())
         .unwrap_or_default();
@@ -297,6 +317,7 @@ fn find_bin_dir() -> Result<PathBuf> {
         .find(|d| {
             is_exe(d.join("initdb"))
                 && is_exe(d.join("pg_ctl"))
+                && also.iter().all(|b| is_exe(d.join(b)))
                 && Command::new(d.join("pg_ctl"))
                     .arg("--version")
                     .output()

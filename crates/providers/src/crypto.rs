@@ -1,9 +1,9 @@
 //! RSA-SHA256 (PKCS#1 v1.5, base64), the one signature both providers use: WeChat Pay v3
 //! (`WECHATPAY2-SHA256-RSA2048`, client pay parameters, answers, notifications and the
 //! `/v3/certificates` answer) and Alipay (`RSA2`, requests, order strings, answers and
-//! notifications, and the sha256WithRSA certificates of its chain). Beside it what else both
-//! providers' key material needs: RSA keys from PEM, and X.509 certificates read. What is one
-//! provider's own is in its module: WeChat Pay's in `platform_keys`, Alipay's in `alipay::certs`.
+//! notifications). Beside it what else both providers' key material needs: RSA keys from PEM,
+//! and X.509 certificates read. What is one provider's own is in its module: WeChat Pay's in
+//! `platform_keys`, Alipay's in `alipay::certs` (with the chain check, by webpki).
 
 use anyhow::Context;
 use base64::Engine;
@@ -71,7 +71,7 @@ pub fn verify(key: &RsaPublicKey, message: &[u8], signature_b64: &str) -> bool {
         .is_ok_and(|raw| verify_bytes(key, message, &raw))
 }
 
-/// [`verify`] of a signature as bytes (an X.509 certificate's, signed sha256WithRSAEncryption).
+/// [`verify`] of a signature as bytes.
 pub fn verify_bytes(key: &RsaPublicKey, message: &[u8], raw: &[u8]) -> bool {
     use rsa::traits::PublicKeyParts;
     let (n, e) = (key.n().to_bytes_be(), key.e().to_bytes_be());
@@ -222,11 +222,6 @@ impl CertInfo {
             .and_then(|c| c.to_pem(x509_cert::der::pem::LineEnding::LF))
             .map_err(bad)
     }
-
-    /// Whether `now` lies within the validity period.
-    pub fn is_valid_at(&self, now: DateTime<Utc>) -> bool {
-        self.not_before <= now && now <= self.not_after
-    }
 }
 
 fn to_utc(t: x509_cert::time::Time) -> Result<DateTime<Utc>, CertError> {
@@ -294,36 +289,6 @@ pub fn parse_pem_bundle(bundle: &str) -> Result<Vec<CertInfo>, CertError> {
     ders.iter()
         .map(|d| info_of(&Certificate::from_der(d).map_err(bad)?))
         .collect()
-}
-
-/// Whether `issuer` signed `child` (sha256/384/512WithRSAEncryption; the other algorithms of
-/// Alipay's root file, SM2 and ECDSA, are not used for the RSA chain) and names it as issuer.
-pub fn is_issued_by(child: &CertInfo, issuer: &CertInfo) -> bool {
-    if child.issuer != issuer.subject {
-        return false;
-    }
-    let Some(key) = &issuer.public_key else { return false };
-    let Ok(cert) = Certificate::from_der(&child.der) else {
-        return false;
-    };
-    let Ok(tbs) = cert.tbs_certificate.to_der() else {
-        return false;
-    };
-    let Some(raw) = cert.signature.as_bytes() else {
-        return false;
-    };
-    let by_rsa_crate = |verify: &dyn Fn(&Signature) -> bool| Signature::try_from(raw).is_ok_and(|sig| verify(&sig));
-    match cert.signature_algorithm.oid.to_string().as_str() {
-        // RSA-SHA256: the one verification both providers' signatures go through.
-        "1.2.840.113549.1.1.11" => crate::payments::crypto::verify_bytes(key, &tbs, raw),
-        "1.2.840.113549.1.1.12" => {
-            by_rsa_crate(&|sig| VerifyingKey::<sha2::Sha384>::new(key.clone()).verify(&tbs, sig).is_ok())
-        }
-        "1.2.840.113549.1.1.13" => {
-            by_rsa_crate(&|sig| VerifyingKey::<sha2::Sha512>::new(key.clone()).verify(&tbs, sig).is_ok())
-        }
-        _ => false,
-    }
 }
 
 /// The provider samples the key material's tests check against (`tests/provider-samples`,

@@ -344,7 +344,7 @@ fn told(api: &str, f: Failure, what: &str) -> AppError {
 
 /// A code as wx.login and getPhoneNumber hand them out: short printable ASCII. Anything else
 /// is refused without asking WeChat.
-fn plausible_code(code: &str) -> bool {
+pub fn plausible_code(code: &str) -> bool {
     (1..=128).contains(&code.len())
         && code
             .bytes()

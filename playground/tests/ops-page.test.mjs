@@ -1,6 +1,7 @@
 // The ops watch page (GET /ops) in Chromium: it goes live over /graphql/ws, shows a WALLET
 // order's grants dying while it is open, and a Replay from the page delivers once the
-// downstream is healthy again.
+// downstream is healthy again. Its script and styles are files under /ops/assets/ and its policy
+// allows nothing inline: no page here breaks it.
 
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
@@ -8,7 +9,9 @@ import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { launchChromium, startServer, placeWalletOrder, downstreamService, OPS_DOC } from './support.mjs';
 
-const PAGE_FILE = new URL('../ops/index.html', import.meta.url);
+const OPS_DIR = new URL('../ops/', import.meta.url);
+const PAGE_FILE = new URL('index.html', OPS_DIR);
+const ASSETS = ['watch.js', 'watch.css', 'live.js'];
 const SCREENSHOT = fileURLToPath(new URL('./ops-page.png', import.meta.url));
 
 // The door and AI endpoints: 503 while `failing`, 200 after.
@@ -41,6 +44,22 @@ async function count(page, selector, n, timeout = 15000) {
   }
 }
 
+/**
+ * Records what the page's policy refused, both as Chromium reports it on the console and as the
+ * document's `securitypolicyviolation` events; `violations()` returns them all.
+ */
+async function policyWatch(page) {
+  const seen = [];
+  page.on('console', (m) => /Content Security Policy|Refused to/.test(m.text()) && seen.push(`console: ${m.text()}`));
+  await page.addInitScript(() => {
+    window.__violations = [];
+    document.addEventListener('securitypolicyviolation', (e) =>
+      window.__violations.push(`${e.effectiveDirective} refused ${e.blockedURI || 'inline'} (${e.sourceFile || ''}:${e.lineNumber})`),
+    );
+  });
+  return async () => [...seen, ...(await page.evaluate(() => window.__violations || []).catch(() => []))];
+}
+
 async function waitLive(page) {
   await page.waitForFunction(() => document.querySelector('[data-testid="connection-status"]')?.textContent === 'live', null, {
     timeout: 15000,
@@ -55,6 +74,63 @@ test('GET /ops serves the page, and the page carries ops.graphql unchanged', asy
   assert.ok(m, 'the page embeds its documents in <script id="ops-doc">');
   assert.equal(m[1], OPS_DOC, 'the page documents are playground/operations/ops.graphql byte for byte');
   assert.doesNotMatch(html, /\b(src|href)=["']?(https?:)?\/\//i, 'no external resources');
+
+  // Nothing inline runs or styles: the script and styles are the server's files, as the workbench's.
+  const csp = (await fetch(server.url + '/ops')).headers.get('content-security-policy');
+  assert.match(csp, /(^|; )script-src 'self';/);
+  assert.match(csp, /(^|; )style-src 'self';/);
+  assert.doesNotMatch(csp, /unsafe-inline/);
+  assert.doesNotMatch(html, /unsafe-inline/, 'the <meta> policy');
+  for (const [, attrs, body] of html.matchAll(/<script\b([^>]*)>([\s\S]*?)<\/script>/g)) {
+    if (body.trim()) assert.match(attrs, /type="application\/graphql"/, `an inline script runs: <script${attrs}>`);
+    else assert.match(attrs, /src="\/ops\/assets\/[\w.]+"/);
+  }
+  assert.doesNotMatch(html, /<style\b|\sstyle=|\son[a-z]+=|javascript:/i, 'no inline style or handler');
+  for (const name of ASSETS) {
+    const r = await fetch(`${server.url}/ops/assets/${name}`);
+    assert.equal(r.status, 200, name);
+    assert.equal(r.headers.get('cache-control'), 'no-cache', name);
+    assert.equal(r.headers.get('content-type'), name.endsWith('.js') ? 'text/javascript; charset=utf-8' : 'text/css; charset=utf-8');
+    assert.ok((await r.text()) === readFileSync(new URL(name, OPS_DIR), 'utf8'), `${name} differs from playground/ops: rebuild (cargo build)`);
+    assert.doesNotMatch(readFileSync(new URL(name, OPS_DIR), 'utf8'), /\bhttps?:\/\/(?!www\.w3\.org\/2000\/svg)/, `${name}: no external resources`);
+  }
+});
+
+test("the page's policy refuses inline script and style, and the page needs neither", { timeout: 30000 }, async () => {
+  const page = await browser.newPage();
+  const violations = await policyWatch(page);
+  try {
+    await page.goto(`${server.url}/ops`);
+    // watch.js ran (no token: it asks for one) and watch.css styles the page.
+    await page.getByTestId('token-form').waitFor({ state: 'visible', timeout: 10000 });
+    assert.equal(await page.getByTestId('connection-status').textContent(), 'no token');
+    assert.equal(await page.evaluate(() => getComputedStyle(document.querySelector('header')).backgroundColor), 'rgb(29, 39, 51)');
+    assert.deepEqual(await violations(), [], 'the page broke its own policy');
+
+    // What an injected inline script or style would do is refused.
+    const injected = await page.evaluate(() => {
+      const s = document.createElement('script');
+      s.textContent = 'window.__inlineRan = true;';
+      document.head.append(s);
+      const st = document.createElement('style');
+      st.textContent = 'header { background: rgb(255, 0, 0) !important; }';
+      document.head.append(st);
+      document.querySelector('h1').setAttribute('style', 'color: rgb(255, 0, 0)');
+      return {
+        ran: window.__inlineRan === true,
+        header: getComputedStyle(document.querySelector('header')).backgroundColor,
+        h1: getComputedStyle(document.querySelector('h1')).color,
+      };
+    });
+    assert.deepEqual(injected, { ran: false, header: 'rgb(29, 39, 51)', h1: 'rgb(255, 255, 255)' });
+    await page.waitForFunction(() => window.__violations.length >= 3, null, { timeout: 5000 });
+    const refused = (await violations()).filter((v) => !v.startsWith('console:'));
+    assert.ok(refused.some((v) => v.startsWith('script-src-elem refused inline')), refused.join('\n'));
+    assert.ok(refused.some((v) => v.startsWith('style-src-elem refused inline')), refused.join('\n'));
+    assert.ok(refused.some((v) => v.startsWith('style-src-attr refused inline')), refused.join('\n'));
+  } finally {
+    await page.close().catch(() => {});
+  }
 });
 
 test('the page watches compensation die live and replays it', { timeout: 60000 }, async (t) => {
@@ -66,6 +142,7 @@ test('the page watches compensation die live and replays it', { timeout: 60000 }
   page.on('websocket', (ws) => new URL(ws.url()).host !== origin && foreign.push(ws.url()));
   page.on('pageerror', (e) => problems.push(`pageerror: ${e.message}`));
   page.on('console', (m) => m.type() === 'error' && problems.push(`console: ${m.text()}`));
+  const violations = await policyWatch(page);
 
   try {
     const ops = server.token('ops', 'ops-1');
@@ -131,6 +208,7 @@ test('the page watches compensation die live and replays it', { timeout: 60000 }
 
     assert.deepEqual(foreign, [], 'the page talks to its own server only');
     assert.deepEqual(problems, [], 'no page errors');
+    assert.deepEqual(await violations(), [], 'the page broke its own policy');
   } finally {
     await page.close().catch(() => {});
   }
@@ -138,6 +216,7 @@ test('the page watches compensation die live and replays it', { timeout: 60000 }
 
 test('a refused token brings back the token form', { timeout: 30000 }, async () => {
   const page = await browser.newPage();
+  const violations = await policyWatch(page);
   try {
     await page.goto(`${server.url}/ops#token=not-a-jwt`);
     await page.getByTestId('token-form').waitFor({ state: 'visible', timeout: 10000 });
@@ -148,6 +227,7 @@ test('a refused token brings back the token form', { timeout: 30000 }, async () 
     await page.locator('#login button[type=submit]').click();
     await waitLive(page);
     assert.equal(await page.getByTestId('token-form').isVisible(), false);
+    assert.deepEqual(await violations(), [], 'the page broke its own policy');
   } finally {
     await page.close().catch(() => {});
   }

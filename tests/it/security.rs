@@ -723,6 +723,145 @@ async fn html_pages_are_self_contained_and_never_framed() {
     assert_eq!(h["x-content-type-options"], "nosniff");
 }
 
+/// What a GET answers here: status, headers and body as text.
+async fn fetch_page(app: &TestApp, path: &str) -> (u16, axum::http::HeaderMap, String) {
+    use tower::ServiceExt;
+    let resp = app
+        .router
+        .clone()
+        .oneshot(
+            axum::http::Request::get(path)
+                .header("host", "127.0.0.1:8080")
+                .body(axum::body::Body::empty())
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    let (status, headers) = (resp.status().as_u16(), resp.headers().clone());
+    let body = http_body_util::BodyExt::collect(resp.into_body())
+        .await
+        .unwrap()
+        .to_bytes();
+    (status, headers, String::from_utf8(body.to_vec()).unwrap())
+}
+
+/// A policy's directives, each as one space-separated string.
+fn directives(csp: &str) -> Vec<String> {
+    csp.split(';')
+        .map(|d| d.split_whitespace().collect::<Vec<_>>().join(" "))
+        .filter(|d| !d.is_empty())
+        .collect()
+}
+
+/// The opening tags of a page (comments skipped), and each `<script>` with what it holds.
+fn tags_and_scripts(html: &str) -> (Vec<String>, Vec<(String, String)>) {
+    let (mut tags, mut scripts) = (Vec::new(), Vec::new());
+    let mut rest = html;
+    while let Some(i) = rest.find('<') {
+        rest = &rest[i..];
+        if rest.starts_with("<!--") {
+            rest = &rest[rest.find("-->").expect("comment closed") + 3..];
+            continue;
+        }
+        let end = rest.find('>').expect("tag closed");
+        let tag = rest[..=end].to_string();
+        rest = &rest[end + 1..];
+        if tag.to_ascii_lowercase().starts_with("<script") {
+            let close = rest.to_ascii_lowercase().find("</script>").expect("script closed");
+            scripts.push((tag.clone(), rest[..close].to_string()));
+            rest = &rest[close..];
+        }
+        tags.push(tag);
+    }
+    (tags, scripts)
+}
+
+/// Issue 34: the ops watch page runs no inline script and sets no inline style, so its policy
+/// (the header's and the page's own `<meta>`) allows neither; its script and styles are files
+/// under `/ops/assets/`, served as the workbench's are.
+#[tokio::test]
+async fn the_ops_page_needs_no_unsafe_inline() {
+    let app = TestApp::new().await;
+    let (status, h, html) = fetch_page(&app, "/ops").await;
+    assert_eq!(status, 200);
+    let csp = h["content-security-policy"].to_str().unwrap().to_string();
+    assert!(!csp.contains("unsafe-inline") && !csp.contains("unsafe-eval"), "{csp}");
+    let header = directives(&csp);
+    assert!(header.contains(&"script-src 'self'".to_string()), "{csp}");
+    assert!(header.contains(&"style-src 'self'".to_string()), "{csp}");
+    assert!(header.contains(&"frame-ancestors 'none'".to_string()), "{csp}");
+    // The page's own policy says the same (a <meta> cannot say frame-ancestors).
+    let meta = html
+        .split(r#"<meta http-equiv="Content-Security-Policy" content=""#)
+        .nth(1)
+        .and_then(|m| m.split('"').next())
+        .expect("the page carries its policy");
+    let without_framing: Vec<String> = header
+        .iter()
+        .filter(|d| !d.starts_with("frame-ancestors"))
+        .cloned()
+        .collect();
+    assert_eq!(directives(meta), without_framing, "<meta> {meta} vs header {csp}");
+
+    let (tags, scripts) = tags_and_scripts(&html);
+    let mut assets = Vec::new();
+    for (tag, content) in &scripts {
+        if content.trim().is_empty() {
+            let src = tag.split("src=\"").nth(1).and_then(|s| s.split('"').next());
+            let src = src.unwrap_or_else(|| panic!("an empty script without src: {tag}"));
+            assert!(src.starts_with("/ops/assets/"), "{tag}");
+            assets.push(src.to_string());
+        } else {
+            // The documents the page sends: data the browser does not run.
+            assert!(
+                tag.contains(r#"type="application/graphql""#),
+                "an inline script runs: {tag}{content}"
+            );
+        }
+    }
+    for tag in &tags {
+        let lower = tag.to_ascii_lowercase();
+        assert!(!lower.starts_with("<style"), "an inline <style>");
+        for attr in lower.split_whitespace().skip(1) {
+            let name = attr.split('=').next().unwrap();
+            let handler = name.len() > 2 && name.starts_with("on") && name.bytes().all(|b| b.is_ascii_lowercase());
+            assert!(
+                !(attr.contains('=') && (handler || name == "style")),
+                "inline {name}: {tag}"
+            );
+        }
+        if lower.starts_with("<link") {
+            let href = tag.split("href=\"").nth(1).and_then(|s| s.split('"').next()).unwrap();
+            assert!(href.starts_with("/ops/assets/"), "{tag}");
+            assets.push(href.to_string());
+        }
+    }
+    assert!(!html.to_ascii_lowercase().contains("javascript:"));
+    assets.sort();
+    assert_eq!(assets, ["/ops/assets/watch.css", "/ops/assets/watch.js"]);
+
+    // Served as the workbench's files are; the script's own imports too.
+    let (_, _, script) = fetch_page(&app, "/ops/assets/watch.js").await;
+    let imports: Vec<String> = script
+        .split("from './")
+        .skip(1)
+        .map(|s| format!("/ops/assets/{}", s.split('\'').next().unwrap()))
+        .collect();
+    assert_eq!(imports, ["/ops/assets/live.js"]);
+    for path in assets.iter().chain(&imports) {
+        let (status, h, body) = fetch_page(&app, path).await;
+        assert_eq!(status, 200, "{path}");
+        let kind = if path.ends_with(".js") {
+            "text/javascript; charset=utf-8"
+        } else {
+            "text/css; charset=utf-8"
+        };
+        assert_eq!(h["content-type"], kind, "{path}");
+        assert_eq!(h["cache-control"], "no-cache", "{path}");
+        assert!(body.len() > 1_000, "{path}: {} bytes", body.len());
+    }
+}
+
 #[tokio::test]
 async fn metrics_scrapes_share_one_backlog_query() {
     let app = TestApp::new().await;

@@ -137,7 +137,8 @@ pub fn ops_router(app: AppState) -> Router {
         .layer(middleware::from_fn(trace_requests))
 }
 
-/// The ops watch page: one self-contained file (no build step, no CDN), compiled into the binary.
+/// The ops watch page: plain files (no build step, no CDN) compiled into the binary, its script
+/// and styles under `/ops/assets/` (`watch.js`, `watch.css`), so nothing inline runs or styles.
 /// Its own `<meta>` policy cannot forbid framing; the header does.
 async fn ops_page() -> Response {
     let mut resp = axum::response::IntoResponse::into_response(axum::response::Html(include_str!(
@@ -145,7 +146,7 @@ async fn ops_page() -> Response {
     )));
     graphiql::html_headers(
         &mut resp,
-        "default-src 'none'; script-src 'self' 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self' ws: wss:; \
+        "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self' ws: wss:; \
          img-src data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
     );
     resp

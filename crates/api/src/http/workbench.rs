@@ -1,6 +1,7 @@
 //! The ops workbench (`GET /ops/tickets`): exception tickets, one ticket's chain and the actions
 //! that close it, in Chinese or English. Plain files (no build step, no CDN) compiled into the
-//! binary: the page and its modules under `/ops/assets/` (`live.js` is the watch page's too).
+//! binary: the page and its modules under `/ops/assets/`, which also serves the watch page's
+//! (`GET /ops`: `watch.js`, `watch.css`, and `live.js`, shared).
 
 use axum::extract::{Path, State};
 use axum::http::{header, StatusCode};
@@ -33,6 +34,16 @@ const ASSETS: &[(&str, &str, &str)] = &[
     (
         "workbench.css",
         include_str!("../../../../playground/ops/workbench.css"),
+        "text/css; charset=utf-8",
+    ),
+    (
+        "watch.js",
+        include_str!("../../../../playground/ops/watch.js"),
+        "text/javascript; charset=utf-8",
+    ),
+    (
+        "watch.css",
+        include_str!("../../../../playground/ops/watch.css"),
         "text/css; charset=utf-8",
     ),
 ];

@@ -374,6 +374,12 @@ async fn tokens_of_another_audience_issuer_role_time_or_algorithm_are_refused() 
             "must be store ids",
             issuer.forge("RS256", None, with("stores", json!(["01"]))).await,
         ),
+        // Issue 34: `null` read every store; fitorder's own tokens refuse it, so does this.
+        (
+            "stores: null",
+            "stores claim is null",
+            issuer.forge("RS256", None, with("stores", json!(null))).await,
+        ),
         // Algorithm confusion: HS256 keyed with the issuer's public key, and no signature.
         (
             "HS256 with the public key",

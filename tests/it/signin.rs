@@ -231,12 +231,12 @@ async fn a_first_sign_in_binds_the_member_with_that_phone_and_later_ones_need_on
         s.member.as_str(),
         "{r:#}"
     );
-    // The refresh token is stored only as a hash.
+    // The refresh token is stored only as a hash (of its 32 random bytes; 16 bytes of tag follow).
     let refresh_token = r["data"]["signInWithWechat"]["refreshToken"].as_str().unwrap();
-    assert_eq!(refresh_token.len(), 43);
+    assert_eq!(refresh_token.len(), 64);
     assert_eq!(
         app.sql_i64(&format!(
-            "SELECT count(*) AS v FROM refresh_tokens WHERE hash = sha256(decode(translate('{refresh_token}', '-_', '+/') || '=', 'base64'))"
+            "SELECT count(*) AS v FROM refresh_tokens WHERE hash = sha256(substring(decode(translate('{refresh_token}', '-_', '+/'), 'base64') from 1 for 32))"
         ))
         .await,
         1
@@ -569,10 +569,12 @@ async fn sign_in_calls_are_rate_limited_per_address_and_per_openid() {
         c.trusted_proxies = vec!["10.0.0.0/8".parse().unwrap()];
     })
     .await;
-    let body = json!({"query": MEMBER_OPS, "operationName": "SignOut", "variables": {"refreshToken": "x"}});
+    // Sign-ins WeChat is asked about count (a code it refuses, too).
+    let body =
+        json!({"query": MEMBER_OPS, "operationName": "SignInWithWechat", "variables": {"code": "refusedByWechat1"}});
     for _ in 0..3 {
         let (_, _, r) = post_from(&app, "203.0.113.5:4000", body.clone()).await;
-        assert_eq!(r["data"]["signOut"], false, "{r:#}");
+        assert_eq!(error_code(&r), "UNAUTHENTICATED", "{r:#}");
     }
     let (status, headers, r) = post_from(&app, "203.0.113.5:4001", body.clone()).await;
     assert_eq!(status, StatusCode::OK);
@@ -586,7 +588,7 @@ async fn sign_in_calls_are_rate_limited_per_address_and_per_openid() {
     assert_eq!(headers["retry-after"].to_str().unwrap(), after.to_string());
     // Another address has its own count; one behind the trusted proxy is counted as itself.
     let (_, _, r) = post_from(&app, "203.0.113.6:4000", body.clone()).await;
-    assert_eq!(r["data"]["signOut"], false, "{r:#}");
+    assert_eq!(error_code(&r), "UNAUTHENTICATED", "{r:#}");
     let mut req = Request::post("/graphql")
         .header("content-type", "application/json")
         .header("x-forwarded-for", "203.0.113.5, 198.51.100.9")
@@ -597,13 +599,75 @@ async fn sign_in_calls_are_rate_limited_per_address_and_per_openid() {
     ));
     let resp = app.router.clone().oneshot(req).await.unwrap();
     let r: Value = serde_json::from_slice(&resp.into_body().collect().await.unwrap().to_bytes()).unwrap();
-    assert_eq!(r["data"]["signOut"], false, "198.51.100.9 is not 203.0.113.5: {r:#}");
+    assert_eq!(
+        error_code(&r),
+        "UNAUTHENTICATED",
+        "198.51.100.9 is not 203.0.113.5: {r:#}"
+    );
     // Per openid: the third sign-in of one account within the minute, from anywhere.
     let (_, _, _) = signed_in_member(&app, &wechat, "oStandInLimited1").await;
     let r = sign_in(&app, &wechat.login("oStandInLimited1").await, None, None).await;
     assert!(r.get("errors").is_none(), "{r:#}");
     let r = sign_in(&app, &wechat.login("oStandInLimited1").await, None, None).await;
     assert_eq!(reason(&r), "RATE_LIMITED", "{r:#}");
+}
+
+/// Issue 34: thirty junk refreshes a minute from one address locked everyone behind it (a
+/// carrier-grade or office NAT) out of refreshing, signing in and signing out.
+#[tokio::test]
+async fn junk_tokens_from_one_address_cost_no_budget_its_neighbours_need() {
+    if !python() {
+        return;
+    }
+    let wechat = WechatStandIn::start();
+    let app = TestApp::with_config(|c| {
+        sign_in_config(c, &wechat);
+        c.sign_in.rate_per_address = 5;
+        c.sign_in.rate_per_openid = 100;
+    })
+    .await;
+    let nat = "198.51.100.77:5000";
+    let (_, _, refresh_token) = signed_in_member(&app, &wechat, "oStandInBehindNat").await;
+    // A forged token of the new form (64 characters, a tag that does not hold), junk of any
+    // other length, a junk code: 40 of each from the address, none refused for the rate.
+    let forged = format!("{}{}", &refresh_token[..32], "A".repeat(32));
+    for junk in ["junk", forged.as_str(), &"x".repeat(300)] {
+        for op in ["RefreshSession", "SignOut"] {
+            let body = json!({"query": MEMBER_OPS, "operationName": op, "variables": {"refreshToken": junk}});
+            for _ in 0..40 {
+                let (_, _, r) = post_from(&app, nat, body.clone()).await;
+                assert_ne!(reason(&r), "RATE_LIMITED", "{op} {junk}: {r:#}");
+            }
+        }
+    }
+    let junk_code =
+        json!({"query": MEMBER_OPS, "operationName": "SignInWithWechat", "variables": {"code": "<script>"}});
+    for _ in 0..40 {
+        let (_, _, r) = post_from(&app, nat, junk_code.clone()).await;
+        assert_eq!(error_code(&r), "UNAUTHENTICATED", "{r:#}");
+    }
+    // The neighbour's valid refresh, sign-in and sign-out from the same address all work.
+    let body =
+        json!({"query": MEMBER_OPS, "operationName": "RefreshSession", "variables": {"refreshToken": refresh_token}});
+    let (_, _, r) = post_from(&app, nat, body).await;
+    assert!(r.get("errors").is_none(), "{r:#}");
+    let next = r["data"]["refreshSession"]["refreshToken"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let code = wechat.login("oStandInBehindNat").await;
+    let body = json!({"query": MEMBER_OPS, "operationName": "SignInWithWechat", "variables": {"code": code}});
+    let (_, _, r) = post_from(&app, nat, body).await;
+    assert!(r.get("errors").is_none(), "{r:#}");
+    let body = json!({"query": MEMBER_OPS, "operationName": "SignOut", "variables": {"refreshToken": next}});
+    let (_, _, r) = post_from(&app, nat, body).await;
+    assert_eq!(r["data"]["signOut"], true, "{r:#}");
+    // Nothing of the junk reached the database: no session was ended by it.
+    assert_eq!(
+        app.sql_i64("SELECT count(*) AS v FROM member_sessions WHERE end_reason = 'REFRESH_REUSED'")
+            .await,
+        0
+    );
 }
 
 #[tokio::test]

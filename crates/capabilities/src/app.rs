@@ -42,10 +42,13 @@ pub struct AppState {
     pub replica: Option<Arc<crate::db::replica::Replica>>,
 }
 
-/// Sign-in calls per client address, sign-ins per WeChat account (a minute each).
+/// Sign-ins per client address and per WeChat account, and lookups of untagged (old) refresh
+/// tokens per client address (a minute each). Nothing that cannot be a code or a token counts:
+/// junk from one address does not use up its neighbours' sign-ins behind the same NAT.
 pub struct SignInLimits {
     pub per_address: crate::ratelimit::RateLimiter,
     pub per_openid: crate::ratelimit::RateLimiter,
+    pub untagged_per_address: crate::ratelimit::RateLimiter,
 }
 
 impl SignInLimits {
@@ -54,6 +57,7 @@ impl SignInLimits {
         SignInLimits {
             per_address: crate::ratelimit::RateLimiter::new(config.rate_per_address, minute, 100_000),
             per_openid: crate::ratelimit::RateLimiter::new(config.rate_per_openid, minute, 100_000),
+            untagged_per_address: crate::ratelimit::RateLimiter::new(config.rate_per_address, minute, 100_000),
         }
     }
 }

@@ -130,8 +130,15 @@ impl OidcVerifier {
             Some(Value::String(s)) if !s.is_empty() && s.len() <= MAX_SUBJECT_BYTES => s.clone(),
             _ => return Err(refused("the token's sub is not a usable staff id")),
         };
+        // As fitorder's own tokens: an admin is chain-wide only without the claim at all;
+        // `null` is a malformed claim (an issuer's mapping that failed), not "every store".
         let stores = match claims.get(&self.config.stores_claim) {
-            None | Some(Value::Null) => None,
+            None => None,
+            Some(Value::Null) => {
+                return Err(refused(
+                    "the token's stores claim is null: leave it out for every store",
+                ))
+            }
             Some(Value::Array(list)) => Some(
                 list.iter()
                     .map(|v| match v {

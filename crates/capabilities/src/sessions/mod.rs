@@ -7,7 +7,11 @@
 //! keyed by the openid, and the unique keys of `wechat_bindings` hold either way: one member.
 //!
 //! A session answers an access token (HS256, role `member`, `sub`, `exp`, `sid`) and a refresh
-//! token: 256 random bits, of which only the SHA-256 is stored. `refreshSession` spends it for a
+//! token: 256 random bits, of which only the SHA-256 is stored, and a tag (HMAC-SHA256 of the
+//! bits under the JWT secret, 128 bits), so that a token this service did not make is refused
+//! without a query and without costing any address's budget: a flood of junk from behind one
+//! NAT does not lock its neighbours out. Tokens of 32 bytes without a tag (made before tags)
+//! are still taken, under a per-address budget of their own, until they expire. `refreshSession` spends it for a
 //! new pair in one statement; a spent one presented again ends the whole session, as a stolen
 //! one would be (OAuth 2.0 Security BCP, refresh token rotation with reuse detection). An ended
 //! session's access tokens are refused on their next use: every instance keeps the ended
@@ -43,23 +47,80 @@ struct RefreshToken {
     hash: Vec<u8>,
 }
 
-fn new_refresh_token() -> RefreshToken {
+/// The bytes of a refresh token's tag.
+const TAG_BYTES: usize = 16;
+
+/// The tag of a refresh token's random bits: HMAC-SHA256 under the JWT secret, truncated.
+fn tag(secret: &str, bits: &[u8]) -> hmac::Hmac<Sha256> {
+    use hmac::Mac;
+    let mut mac = <hmac::Hmac<Sha256> as Mac>::new_from_slice(secret.as_bytes()).expect("HMAC takes any key");
+    mac.update(b"fitorder refresh token\0");
+    mac.update(bits);
+    mac
+}
+
+fn new_refresh_token(secret: &str) -> RefreshToken {
+    use hmac::Mac;
     use rand::Rng;
     let bits: [u8; 32] = rand::rng().random();
+    let mut token = bits.to_vec();
+    token.extend_from_slice(&tag(secret, &bits).finalize().into_bytes()[..TAG_BYTES]);
     RefreshToken {
-        text: base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bits),
+        text: base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(token),
         hash: Sha256::digest(bits).to_vec(),
     }
 }
 
-/// The stored hash of a presented refresh token; `None` when it is not one we could have made
-/// (43 characters of URL-safe base64 for 32 bytes), so it is refused without a query.
-fn presented_hash(text: &str) -> Option<Vec<u8>> {
-    if text.len() != 43 {
-        return None;
+/// What a presented refresh token is.
+#[derive(Debug, PartialEq, Eq)]
+enum Presented {
+    /// One this service made (its tag holds): the stored hash to look up.
+    Tagged(Vec<u8>),
+    /// 32 bytes without a tag, as tokens were made before tags: looked up under a budget.
+    Untagged(Vec<u8>),
+    /// Not a token this service could have made: refused without a query or a budget.
+    NotOne,
+}
+
+/// Reads a presented refresh token (64 characters of URL-safe base64 for 32 bytes and their
+/// tag; 43 for an untagged one).
+fn presented(secret: &str, text: &str) -> Presented {
+    use hmac::Mac;
+    let decode = |t: &str| base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(t).ok();
+    match text.len() {
+        64 => match decode(text) {
+            Some(b) if b.len() == 32 + TAG_BYTES => {
+                let (bits, given) = b.split_at(32);
+                match tag(secret, bits).verify_truncated_left(given) {
+                    Ok(()) => Presented::Tagged(Sha256::digest(bits).to_vec()),
+                    Err(_) => Presented::NotOne,
+                }
+            }
+            _ => Presented::NotOne,
+        },
+        43 => match decode(text) {
+            Some(bits) if bits.len() == 32 => Presented::Untagged(Sha256::digest(&bits).to_vec()),
+            _ => Presented::NotOne,
+        },
+        _ => Presented::NotOne,
     }
-    let bits = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(text).ok()?;
-    (bits.len() == 32).then(|| Sha256::digest(&bits).to_vec())
+}
+
+/// The stored hash of a presented refresh token, when it is worth a query: a tagged one, or an
+/// untagged one within its address's budget (`Err`: that budget is spent). `None`: not a token.
+fn worth_a_query(state: &AppState, addr: Option<IpAddr>, text: &str) -> AppResult<Option<Vec<u8>>> {
+    match presented(&state.config.jwt_secret, text) {
+        Presented::Tagged(hash) => Ok(Some(hash)),
+        Presented::Untagged(hash) => {
+            state
+                .sign_in_limits
+                .untagged_per_address
+                .check(&address_key(addr))
+                .map_err(|wait| AppError::rate_limited("refresh tokens of the old form from this address", wait))?;
+            Ok(Some(hash))
+        }
+        Presented::NotOne => Ok(None),
+    }
 }
 
 fn new_session_id() -> String {
@@ -81,7 +142,7 @@ fn address_key(addr: Option<IpAddr>) -> String {
     }
 }
 
-/// Counts a sign-in call of `addr` against the per-address limit.
+/// Counts a sign-in of `addr` (one that asks WeChat) against the per-address limit.
 pub fn limit_address(state: &AppState, addr: Option<IpAddr>) -> AppResult<()> {
     state
         .sign_in_limits
@@ -110,6 +171,10 @@ pub async fn sign_in_with_wechat(
     phone_code: Option<&str>,
     store_id: Option<i64>,
 ) -> AppResult<Session> {
+    // A code that cannot be one is refused before it costs a budget or a call to WeChat.
+    if !crate::miniprogram::plausible_code(code.trim()) {
+        return Err(AppError::Unauthenticated("WeChat refused the sign-in code".into()));
+    }
     limit_address(state, addr)?;
     let wechat = state
         .miniprogram
@@ -122,7 +187,7 @@ pub async fn sign_in_with_wechat(
         .check(&user.openid)
         .map_err(|wait| AppError::rate_limited("sign-ins of this WeChat account", wait))?;
     let sid = new_session_id();
-    let refresh = new_refresh_token();
+    let refresh = new_refresh_token(&state.config.jwt_secret);
     let ttl = ttl_secs(state.config.sign_in.refresh_token_ttl);
     let mut conn = state.pool.get().await?;
     // A member bound to this account: one statement.
@@ -261,10 +326,9 @@ struct Refreshed {
 
 /// `refreshSession`: one statement.
 pub async fn refresh(state: &AppState, addr: Option<IpAddr>, presented: &str) -> AppResult<Session> {
-    limit_address(state, addr)?;
     let refused = || AppError::Unauthenticated("the refresh token is not valid: sign in again".into());
-    let hash = presented_hash(presented.trim()).ok_or_else(refused)?;
-    let next = new_refresh_token();
+    let hash = worth_a_query(state, addr, presented.trim())?.ok_or_else(refused)?;
+    let next = new_refresh_token(&state.config.jwt_secret);
     let mut conn = state.pool.get().await?;
     let row: Option<Refreshed> = StaticQuery::new(include_str!("refresh.sql"))
         .bind::<Bytea, _>(&hash) // $1
@@ -319,8 +383,7 @@ struct Ended {
 
 /// `signOut`: ends the session of `presented` (true), or finds nothing to end (false).
 pub async fn sign_out(state: &AppState, addr: Option<IpAddr>, presented: &str) -> AppResult<bool> {
-    limit_address(state, addr)?;
-    let Some(hash) = presented_hash(presented.trim()) else {
+    let Some(hash) = worth_a_query(state, addr, presented.trim())? else {
         return Ok(false);
     };
     let mut conn = state.pool.get().await?;
@@ -347,4 +410,40 @@ pub async fn prune(conn: &mut diesel_async::AsyncPgConnection) -> AppResult<i64>
         .get_result(conn)
         .await?;
     Ok(r.n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refresh_token_is_known_for_ours_by_its_tag_alone() {
+        let secret = "test-secret-not-for-production-0123456789";
+        let t = new_refresh_token(secret);
+        assert_eq!(t.text.len(), 64);
+        assert_eq!(presented(secret, &t.text), Presented::Tagged(t.hash.clone()));
+        // Under another secret, or with one character changed, it is not ours.
+        assert_eq!(presented("another-secret", &t.text), Presented::NotOne);
+        let mut forged = t.text.clone().into_bytes();
+        forged[63] = if forged[63] == b'A' { b'B' } else { b'A' };
+        assert_eq!(
+            presented(secret, std::str::from_utf8(&forged).unwrap()),
+            Presented::NotOne
+        );
+        let mut forged = t.text.clone().into_bytes();
+        forged[0] = if forged[0] == b'A' { b'B' } else { b'A' };
+        assert_eq!(
+            presented(secret, std::str::from_utf8(&forged).unwrap()),
+            Presented::NotOne
+        );
+        // The old form, 32 bytes without a tag, is looked up (under a budget of its own).
+        let old = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode([7u8; 32]);
+        assert_eq!(
+            presented(secret, &old),
+            Presented::Untagged(Sha256::digest([7u8; 32]).to_vec())
+        );
+        for junk in ["", "x", "junk", &"A".repeat(44), &"!".repeat(64), &"A".repeat(200)] {
+            assert_eq!(presented(secret, junk), Presented::NotOne, "{junk}");
+        }
+    }
 }

@@ -7,7 +7,7 @@
 //! names the layers' modules in one place for the binary, the tests and the bench.
 
 pub use fitorder_api::{graphql, http};
-pub use fitorder_base::{auth, config, error, logging, ratelimit, trace};
+pub use fitorder_base::{auth, bounds, config, error, logging, ratelimit, trace};
 pub use fitorder_capabilities::{
     alerts, anomalies, app, catalog, compensation, expiry, orders, outbox, payments, reconciliation, sessions, tasks,
     ticket_resolution, tickets, timeline, wallet,

@@ -766,6 +766,16 @@ impl Running {
         wait_ready(http, &self.base(), within).await
     }
 
+    /// Its process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Whether it is still running (not exited, not killed).
+    pub fn alive(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
     /// What it wrote to stderr (its log) so far.
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.dir.0.join("stderr.log")).unwrap_or_default()

@@ -25,6 +25,8 @@ const RANKS: &[(&str, u8, u8)] = &[
     ("auth", 1, 0),
     // The per-key rate limiter (sign-in, placing orders).
     ("ratelimit", 1, 0),
+    // Bounds on text from outside, measured before any recursive parser sees it.
+    ("bounds", 1, 0),
     ("logging", 1, 0),
     // 2: the database and its notifications.
     ("db", 2, 0),

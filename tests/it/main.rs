@@ -43,6 +43,7 @@ mod schema_sdl;
 mod sdk_crosscheck;
 mod security;
 mod security_round2;
+mod security_round3;
 mod signin;
 mod standin;
 // The bench's counting proxy of the PostgreSQL protocol, shared rather than copied.

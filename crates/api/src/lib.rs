@@ -7,7 +7,7 @@ pub mod http;
 
 // The lower layers, under the names every crate of the workspace uses (`crate::domain::…`).
 #[allow(unused_imports)]
-use fitorder_base::{auth, config, error, logging, ratelimit, trace};
+use fitorder_base::{auth, bounds, config, error, logging, ratelimit, trace};
 #[allow(unused_imports)]
 use fitorder_capabilities::{
     alerts, anomalies, app, catalog, compensation, expiry, orders, outbox, payments, reconciliation, sessions, tasks,

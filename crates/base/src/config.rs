@@ -73,6 +73,10 @@ pub struct Config {
     pub max_document_bytes: usize,
     pub max_selections: u64,
     pub max_fragment_spreads: u64,
+    /// Lexical tokens a document may have, by who sends it, and how deep its brackets may
+    /// nest: measured before it is parsed (`bounds`).
+    pub max_document_tokens: crate::bounds::TokenBudget,
+    pub max_document_nesting: usize,
     /// WebSocket: how long a connection may wait before `connection_init`, and how many
     /// subscriptions one connection may hold.
     pub ws_init_timeout: Duration,
@@ -138,6 +142,12 @@ pub struct TrustedDocuments {
 }
 
 impl TrustedDocuments {
+    /// The bounds a manifest's document is held to before it is parsed: a staff document's.
+    pub const BOUND: crate::bounds::Shape = crate::bounds::Shape {
+        tokens: crate::bounds::TokenBudget::DEFAULT.staff,
+        nesting: crate::bounds::DEFAULT_NESTING,
+    };
+
     pub fn from_json(text: &str) -> Result<TrustedDocuments> {
         let map: std::collections::BTreeMap<String, String> =
             serde_json::from_str(text).context("not a JSON object from document hash to document text")?;
@@ -146,6 +156,9 @@ impl TrustedDocuments {
             let id = id.trim().to_ascii_lowercase();
             let id = id.strip_prefix("sha256:").unwrap_or(&id).to_string();
             anyhow::ensure!(!id.is_empty(), "a document without a hash");
+            if let Some(why) = crate::bounds::graphql_refusal(&doc, Self::BOUND) {
+                anyhow::bail!("the document {id}: {why}");
+            }
             if let Err(e) = async_graphql::parser::parse_query(&doc) {
                 let at = e
                     .positions()
@@ -471,6 +484,22 @@ impl Config {
             max_document_bytes: number("FITORDER_MAX_DOCUMENT_BYTES", 65_536)?,
             max_selections: number("FITORDER_MAX_SELECTIONS", 3_000)?,
             max_fragment_spreads: number("FITORDER_MAX_FRAGMENT_SPREADS", 500)?,
+            max_document_tokens: crate::bounds::TokenBudget {
+                anonymous: number(
+                    "FITORDER_MAX_DOCUMENT_TOKENS_ANONYMOUS",
+                    crate::bounds::TokenBudget::DEFAULT.anonymous,
+                )?,
+                member: number(
+                    "FITORDER_MAX_DOCUMENT_TOKENS_MEMBER",
+                    crate::bounds::TokenBudget::DEFAULT.member,
+                )?,
+                staff: number(
+                    "FITORDER_MAX_DOCUMENT_TOKENS",
+                    crate::bounds::TokenBudget::DEFAULT.staff,
+                )?,
+            },
+            max_document_nesting: number("FITORDER_MAX_DOCUMENT_NESTING", crate::bounds::DEFAULT_NESTING)?
+                .clamp(1, 128),
             ws_init_timeout: duration("FITORDER_WS_INIT_TIMEOUT", "10s")?,
             ws_max_subscriptions: number("FITORDER_WS_MAX_SUBSCRIPTIONS", 100)?,
             http_header_timeout: duration("FITORDER_HTTP_HEADER_TIMEOUT", "10s")?,
@@ -546,6 +575,8 @@ impl Config {
             max_document_bytes: 65_536,
             max_selections: 3_000,
             max_fragment_spreads: 500,
+            max_document_tokens: crate::bounds::TokenBudget::DEFAULT,
+            max_document_nesting: crate::bounds::DEFAULT_NESTING,
             ws_init_timeout: Duration::from_secs(10),
             ws_max_subscriptions: 100,
             http_header_timeout: Duration::from_secs(10),
@@ -816,6 +847,8 @@ impl std::fmt::Debug for Config {
             max_document_bytes,
             max_selections,
             max_fragment_spreads,
+            max_document_tokens,
+            max_document_nesting,
             ws_init_timeout,
             ws_max_subscriptions,
             http_header_timeout,
@@ -877,6 +910,8 @@ impl std::fmt::Debug for Config {
             .field("metrics_addr", metrics_addr)
             .field("max_document_bytes", max_document_bytes)
             .field("max_selections", max_selections)
+            .field("max_document_tokens", max_document_tokens)
+            .field("max_document_nesting", max_document_nesting)
             .field("max_fragment_spreads", max_fragment_spreads)
             .field("ws_init_timeout", ws_init_timeout)
             .field("ws_max_subscriptions", ws_max_subscriptions)

@@ -1,7 +1,8 @@
-//! What every layer of fitorder shares: configuration, errors, trace ids, tokens, logging and
-//! the per-key rate limiter. Rank 1 (ARCHITECTURE.md, "Layers").
+//! What every layer of fitorder shares: configuration, errors, trace ids, tokens, logging,
+//! the per-key rate limiter and the bounds on text from outside. Rank 1 (ARCHITECTURE.md, "Layers").
 
 pub mod auth;
+pub mod bounds;
 pub mod config;
 pub mod error;
 pub mod logging;

@@ -70,3 +70,10 @@ pub fn cursor(data: &[u8]) {
         }
     }
 }
+
+/// The whole GraphQL request path short of running a resolver (see `http::fuzz_request`):
+/// whatever the bytes, the process must not abort (a stack overflow is not a panic: it ends
+/// the fuzzer as it ended the server) and nothing may panic.
+pub fn graphql_request(data: &[u8]) {
+    crate::http::fuzz_request(data);
+}

@@ -26,6 +26,29 @@ pub struct DocumentLimits {
     pub max_fragments: usize,
     /// What introspection may cost (None: not checked here).
     pub introspection: Option<super::introspection::IntrospectionBudget>,
+    /// Lexical tokens, by who sends the document, and the deepest nesting of brackets:
+    /// measured on the text before it is parsed (`bounds::graphql_shape`).
+    pub max_tokens: crate::bounds::TokenBudget,
+    pub max_nesting: usize,
+}
+
+/// Who sends a document, as its token budget counts them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Sender {
+    /// No token: the sign-in mutations and, where allowed, introspection.
+    Anonymous,
+    Member,
+    Staff,
+}
+
+impl Sender {
+    pub fn of(viewer: Option<&crate::auth::Viewer>) -> Sender {
+        match viewer.map(|v| v.role) {
+            None => Sender::Anonymous,
+            Some(crate::auth::Role::Member) => Sender::Member,
+            Some(_) => Sender::Staff,
+        }
+    }
 }
 
 impl DocumentLimits {
@@ -36,6 +59,20 @@ impl DocumentLimits {
             max_spreads: config.max_fragment_spreads,
             max_fragments: 200,
             introspection: None,
+            max_tokens: config.max_document_tokens,
+            max_nesting: config.max_document_nesting,
+        }
+    }
+
+    /// The bounds of the text `sender` may send, before it is parsed.
+    pub fn shape(&self, sender: Sender) -> crate::bounds::Shape {
+        crate::bounds::Shape {
+            tokens: match sender {
+                Sender::Anonymous => self.max_tokens.anonymous,
+                Sender::Member => self.max_tokens.member,
+                Sender::Staff => self.max_tokens.staff,
+            },
+            nesting: self.max_nesting,
         }
     }
 }
@@ -79,6 +116,49 @@ pub fn check_text(query: &str, limits: &DocumentLimits) -> ServerResult<()> {
         )));
     }
     Ok(())
+}
+
+/// Measures the text `sender` sent before anything parses it: its size, then its tokens and
+/// the nesting of its brackets (a loop, no recursion). What it answers is the document's
+/// [`Shape`](crate::bounds::Shape), for [`check_shape`] when the parsed document is used again.
+pub fn measure(query: &str, limits: &DocumentLimits, sender: Sender) -> ServerResult<crate::bounds::Shape> {
+    check_text(query, limits)?;
+    let bound = limits.shape(sender);
+    let shape = crate::bounds::graphql_shape(query, bound);
+    check_shape(shape, limits, sender)?;
+    Ok(shape)
+}
+
+/// Whether a document of `shape` (measured when it was first parsed) is within `sender`'s
+/// bounds: a document parsed for staff and kept is not run for a member over theirs.
+pub fn check_shape(shape: crate::bounds::Shape, limits: &DocumentLimits, sender: Sender) -> ServerResult<()> {
+    let bound = limits.shape(sender);
+    if shape.nesting > bound.nesting {
+        return Err(refusal(format!(
+            "query too complex: brackets nested more than {} deep",
+            bound.nesting
+        )));
+    }
+    if shape.tokens > bound.tokens {
+        return Err(refusal(format!(
+            "query too complex: more than {} tokens (names, values and punctuation)",
+            bound.tokens
+        )));
+    }
+    Ok(())
+}
+
+/// Parses text `sender` sent, measured first ([`measure`]), and checks the parsed document
+/// ([`check_document`]).
+pub fn parse(
+    query: &str,
+    limits: &DocumentLimits,
+    sender: Sender,
+) -> ServerResult<(ExecutableDocument, crate::bounds::Shape)> {
+    let shape = measure(query, limits, sender)?;
+    let doc = async_graphql::parser::parse_query(query).map_err(|e| syntax_refusal(&e))?;
+    check_document(&doc, limits)?;
+    Ok((doc, shape))
 }
 
 /// Checks a parsed document: fragment count, cycles, and the expanded size of every operation.
@@ -205,7 +285,6 @@ impl Extension for BoundDocumentsExtension {
         mut request: Request,
         next: NextPrepareRequest<'_>,
     ) -> ServerResult<Request> {
-        check_text(&request.query, &self.0)?;
         // A request may come parsed (the HTTP route keeps documents parsed by hash): that tree
         // is checked, not parsed again. `parsed_query` parses the text when there is none, so
         // with the text set aside it answers whether there is one.
@@ -213,9 +292,21 @@ impl Extension for BoundDocumentsExtension {
         let parsed = request.parsed_query().is_ok();
         request.query = query;
         if !parsed {
-            // Parsed once here; async-graphql reuses the parsed document.
+            // Measured, then parsed once here; async-graphql reuses the parsed document. The
+            // sender is the request's, or the connection's (a WebSocket's `connection_init`
+            // token); a request without either is held to the bounds of a caller without one.
+            let of_request = request
+                .data
+                .get(&std::any::TypeId::of::<super::RequestContext>())
+                .and_then(|d| d.downcast_ref::<super::RequestContext>());
+            let viewer = of_request
+                .or_else(|| ctx.data_opt::<super::RequestContext>())
+                .and_then(|r| r.viewer.as_ref());
+            measure(&request.query, &self.0, Sender::of(viewer))?;
             let doc = async_graphql::parser::parse_query(&request.query).map_err(|e| syntax_refusal(&e))?;
             request.set_parsed_query(doc);
+        } else {
+            check_text(&request.query, &self.0)?;
         }
         let variables = std::mem::take(&mut request.variables);
         let checked = request
@@ -348,6 +439,8 @@ mod tests {
         max_spreads: 500,
         max_fragments: 100,
         introspection: None,
+        max_tokens: crate::bounds::TokenBudget::DEFAULT,
+        max_nesting: crate::bounds::DEFAULT_NESTING,
     };
 
     fn doubling(levels: usize) -> String {
@@ -360,9 +453,7 @@ mod tests {
     }
 
     fn check(q: &str) -> Result<(), String> {
-        check_text(q, &LIMITS).map_err(|e| e.message)?;
-        let doc = async_graphql::parser::parse_query(q).map_err(|e| e.to_string())?;
-        check_document(&doc, &LIMITS).map_err(|e| e.message)
+        parse(q, &LIMITS, Sender::Staff).map(|_| ()).map_err(|e| e.message)
     }
 
     #[test]

@@ -12,6 +12,7 @@ pub mod reads;
 mod subscription;
 mod types;
 
+use async_graphql::parser::types::{ExecutableDocument, OperationDefinition};
 use async_graphql::{Context, Schema};
 
 pub use connection::{decode_cursor, encode_cursor};
@@ -55,19 +56,9 @@ pub fn build_introspection_schema(state: AppState) -> AppSchema {
     build_schema_with_depth(state, INTROSPECTION_DEPTH)
 }
 
-/// Whether every operation of `query` selects only `__schema`, `__type` and `__typename`
-/// (parsed under the document bounds; false when it does not parse or is out of bounds).
-pub fn is_introspection_only(query: &str, limits: &limits::DocumentLimits) -> bool {
+/// Whether every operation of `doc` selects only `__schema`, `__type` and `__typename`.
+pub fn is_introspection_only(doc: &ExecutableDocument) -> bool {
     use async_graphql::parser::types::Selection;
-    if limits::check_text(query, limits).is_err() {
-        return false;
-    }
-    let Ok(doc) = async_graphql::parser::parse_query(query) else {
-        return false;
-    };
-    if limits::check_document(&doc, limits).is_err() {
-        return false;
-    }
     let mut any = false;
     for (_, op) in doc.operations.iter() {
         for item in &op.node.selection_set.node.items {
@@ -83,35 +74,19 @@ pub fn is_introspection_only(query: &str, limits: &limits::DocumentLimits) -> bo
 /// The mutations a caller without a token may run: signing in.
 pub const ANONYMOUS_MUTATIONS: [&str; 3] = ["signInWithWechat", "refreshSession", "signOut"];
 
-/// Whether the operation `query` runs (the one `operation_name` names, or its only one) is a
-/// mutation selecting only the sign-in mutations (and `__typename`): the one thing besides
-/// introspection that runs without a token. Parsed under the document bounds; false when it
-/// does not parse, is out of bounds, or names no single operation.
-pub fn is_sign_in_only(query: &str, operation_name: Option<&str>, limits: &limits::DocumentLimits) -> bool {
-    use async_graphql::parser::types::{DocumentOperations, OperationType, Selection};
-    if limits::check_text(query, limits).is_err() {
-        return false;
-    }
-    let Ok(doc) = async_graphql::parser::parse_query(query) else {
+/// Whether the operation a request runs ([`operation`]) is a mutation selecting only the
+/// sign-in mutations (and `__typename`): the one thing besides introspection that runs
+/// without a token.
+pub fn is_sign_in_only(doc: &ExecutableDocument, operation_name: Option<&str>) -> bool {
+    use async_graphql::parser::types::{OperationType, Selection};
+    let Some(op) = operation(doc, operation_name) else {
         return false;
     };
-    if limits::check_document(&doc, limits).is_err() {
-        return false;
-    }
-    let op = match (&doc.operations, operation_name) {
-        (DocumentOperations::Single(op), None) => op,
-        (DocumentOperations::Single(_), Some(_)) => return false,
-        (DocumentOperations::Multiple(ops), Some(name)) => match ops.get(name) {
-            Some(op) => op,
-            None => return false,
-        },
-        (DocumentOperations::Multiple(_), None) => return false,
-    };
-    if op.node.ty != OperationType::Mutation {
+    if op.ty != OperationType::Mutation {
         return false;
     }
     let mut any = false;
-    for item in &op.node.selection_set.node.items {
+    for item in &op.selection_set.node.items {
         match &item.node {
             Selection::Field(f) if ANONYMOUS_MUTATIONS.contains(&f.node.name.node.as_str()) => any = true,
             Selection::Field(f) if f.node.name.node == "__typename" => {}
@@ -121,9 +96,24 @@ pub fn is_sign_in_only(query: &str, operation_name: Option<&str>, limits: &limit
     any
 }
 
+/// The operation a request runs: the one `name` names, or the document's only one (named or
+/// not: GraphQL lets `operationName` be left out of a one-operation document). None: no such
+/// operation, or several and none named.
+pub fn operation<'d>(doc: &'d ExecutableDocument, name: Option<&str>) -> Option<&'d OperationDefinition> {
+    use async_graphql::parser::types::DocumentOperations;
+    let op = match (&doc.operations, name) {
+        (DocumentOperations::Single(op), _) => op,
+        (DocumentOperations::Multiple(ops), Some(name)) => ops.get(name)?,
+        (DocumentOperations::Multiple(ops), None) if ops.len() == 1 => ops.values().next()?,
+        (DocumentOperations::Multiple(_), None) => return None,
+    };
+    Some(&op.node)
+}
+
 fn build_schema_with_depth(state: AppState, max_depth: usize) -> AppSchema {
     let state_limits = document_limits(&state.config);
-    schema_builder(state, max_depth)
+    schema_builder(&state.config, max_depth)
+        .data(state)
         .extension(limits::BoundDocuments(state_limits))
         .extension(TraceIds)
         .extension(reads::RecordWrites)
@@ -131,12 +121,11 @@ fn build_schema_with_depth(state: AppState, max_depth: usize) -> AppSchema {
 }
 
 fn schema_builder(
-    state: AppState,
+    config: &crate::config::Config,
     max_depth: usize,
 ) -> async_graphql::SchemaBuilder<query::Query, mutation::Mutation, subscription::Subscription> {
-    let max_complexity = state.config.max_complexity;
+    let max_complexity = config.max_complexity;
     Schema::build(query::Query, mutation::Mutation, subscription::Subscription)
-        .data(state)
         .limit_depth(max_depth)
         .limit_complexity(max_complexity)
         .limit_recursive_depth(32)
@@ -157,7 +146,39 @@ pub fn document_limits(config: &crate::config::Config) -> limits::DocumentLimits
 /// was a large part of the server's CPU on a page of 100 orders (~3,000 fields).
 pub fn build_http_schema(state: AppState) -> AppSchema {
     let max_depth = state.config.max_depth;
-    schema_builder(state, max_depth).finish()
+    schema_builder(&state.config, max_depth).data(state).finish()
+}
+
+/// The schema with every bound and check of [`build_schema`] that comes before execution
+/// (parsing, the document bounds, async-graphql's validation of the document and its
+/// variables), and no execution: no state, no resolver runs. For the fuzz target that takes
+/// a request from its bytes to the point where it would run.
+pub fn validation_only_schema(config: &crate::config::Config) -> AppSchema {
+    schema_builder(config, config.max_depth)
+        .extension(limits::BoundDocuments(document_limits(config)))
+        .extension(NoExecution)
+        .finish()
+}
+
+/// Ends a request where its execution would begin (see [`validation_only_schema`]).
+struct NoExecution;
+
+impl async_graphql::extensions::ExtensionFactory for NoExecution {
+    fn create(&self) -> std::sync::Arc<dyn async_graphql::extensions::Extension> {
+        std::sync::Arc::new(NoExecution)
+    }
+}
+
+#[async_graphql::async_trait::async_trait]
+impl async_graphql::extensions::Extension for NoExecution {
+    async fn execute(
+        &self,
+        _ctx: &async_graphql::extensions::ExtensionContext<'_>,
+        _operation_name: Option<&str>,
+        _next: async_graphql::extensions::NextExecute<'_>,
+    ) -> async_graphql::Response {
+        async_graphql::Response::new(async_graphql::Value::Null)
+    }
 }
 
 /// What the schema extension `limits::BoundDocuments` checks of a request before it runs, for a

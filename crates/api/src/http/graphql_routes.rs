@@ -16,6 +16,7 @@ use super::graphql_over_http::{self as over_http, BadRequest, Media, Params};
 use super::persisted::{Found, Refusal};
 use super::HttpState;
 use crate::auth::{self, Viewer};
+use crate::graphql::limits::Sender;
 use crate::graphql::{DbLoader, ExecutionStarted, Reads, RequestContext};
 use crate::trace::TraceId;
 
@@ -31,6 +32,9 @@ async fn viewer_from(s: &HttpState, header: Option<&str>) -> Result<Option<Viewe
             .map_err(|e| e.public_message()),
     }
 }
+
+/// The largest body of a request without a token.
+pub const ANONYMOUS_BODY_BYTES: usize = 32 * 1024;
 
 /// The connection's peer address (`ConnectInfo`, put in by `http::serve`).
 type Peer = Option<Extension<axum::extract::ConnectInfo<std::net::SocketAddr>>>;
@@ -52,6 +56,15 @@ pub async fn graphql(
         }
         Err(_) => return over_http::bad_request(media, BadRequest::new("the request body could not be read")),
     };
+    // A caller without a token sends a sign-in (a few hundred bytes) or, where allowed,
+    // introspection: a larger body is refused before its JSON is read.
+    if headers.get(header::AUTHORIZATION).is_none() && body.len() > ANONYMOUS_BODY_BYTES {
+        return (
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "request body too large for a request without a token",
+        )
+            .into_response();
+    }
     let json = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
@@ -97,62 +110,69 @@ pub async fn graphql_get(
     }
 }
 
-/// One request, from its parameters to its answer.
-async fn run(
-    s: &HttpState,
-    trace: TraceId,
-    peer: Peer,
-    headers: &HeaderMap,
+/// A request's document as it may run.
+pub struct Admitted {
+    pub doc: std::sync::Arc<super::persisted::Document>,
+    /// Parsed from its text for this request: kept by hash once it validated.
+    pub fresh: bool,
+    /// Only introspection: answered by the schema that allows its depth.
+    pub introspection: bool,
+    pub kind: OperationType,
+    /// A query or mutation, bounded here and run on the schema without extensions.
+    pub lean: bool,
+    pub variables: async_graphql::Variables,
+    pub operation_name: Option<String>,
+}
+
+/// From a request's parameters to a document that may run, or the answer that refuses it:
+/// the gate for callers without a token, the trusted documents, the bounds on the text (before
+/// it is parsed), parsing once, the operation and its variables. Nothing here reads the
+/// database or runs a resolver (the fuzz target `graphql_request` goes through all of it).
+// The refusal is the answer itself, made once for a request that goes no further.
+#[allow(clippy::result_large_err)]
+pub fn admit_request(
+    documents: &super::persisted::PersistedDocuments,
+    config: &crate::config::Config,
+    viewer: Option<&Viewer>,
     media: Media,
     params: Params,
     via_get: bool,
-) -> Response {
-    let peer = peer.map(|Extension(axum::extract::ConnectInfo(p))| p);
-    let header = headers.get("authorization").and_then(|v| v.to_str().ok());
-    let viewer = match viewer_from(s, header).await {
-        Ok(v) => v,
-        Err(msg) => return unauthenticated(media, msg),
-    };
-    if let Some(v) = &viewer {
-        if let Err(e) = live_session(s, v).await {
-            return unauthenticated(media, e.public_message());
-        }
-    }
+) -> Result<Admitted, Response> {
     let Params {
         query,
         variables,
         operation_name,
         extensions,
     } = params;
-    let found = match s.documents.find(query, extensions.get("persistedQuery")) {
+    let found = match documents.find(query, extensions.get("persistedQuery")) {
         Ok(found) => found,
-        Err(refusal) => return persisted_refusal(media, refusal),
+        Err(refusal) => return Err(persisted_refusal(media, refusal)),
     };
-    let text = match &found {
-        Found::Parsed(doc) => &*doc.text,
-        Found::Text { text, .. } => text.as_str(),
+    let (text, trusted) = match &found {
+        Found::Parsed(doc) => (&*doc.text, doc.trusted),
+        Found::Text { text, .. } => (text.as_str(), false),
     };
     // Without a token nothing but signing in and introspection can run (introspection only in
-    // development mode or with FITORDER_PUBLIC_INTROSPECTION=1): refuse the rest before parsing.
-    if viewer.is_none() && !might_be_sign_in(s, text, operation_name.as_deref()) {
+    // development mode or with FITORDER_PUBLIC_INTROSPECTION=1): the rest is refused before
+    // anything looks further than the text's words.
+    let anonymous_introspection = config.dev_mode || config.public_introspection;
+    if viewer.is_none() && !crate::graphql::ANONYMOUS_MUTATIONS.iter().any(|m| text.contains(m)) {
         if !might_be_introspection(text) {
-            return unauthenticated(media, "a bearer token is required".into());
+            return Err(unauthenticated(media, "a bearer token is required".into()));
         }
-        if !(s.app.config.dev_mode || s.app.config.public_introspection) {
-            return unauthenticated(
+        if !anonymous_introspection {
+            return Err(unauthenticated(
                 media,
                 "introspection needs a bearer token outside development mode (FITORDER_PUBLIC_INTROSPECTION=1 allows it)"
                     .into(),
-            );
+            ));
         }
     }
-    let limits = crate::graphql::limits::DocumentLimits::from_config(&s.app.config);
-    let introspection = might_be_introspection(text) && crate::graphql::is_introspection_only(text, &limits);
     // A member app (in `all` mode, every caller) runs only what its build registered, refused
-    // before it is parsed or kept; GraphiQL still gets the schema in `member` mode.
-    let trusted = matches!(&found, Found::Parsed(doc) if doc.trusted);
-    if !trusted && s.documents.binds(viewer.as_ref()) && !(viewer.is_none() && introspection) {
-        return over_http::not_run(
+    // before it is measured, parsed or kept; GraphiQL still gets the schema in `member` mode.
+    let may_introspect = viewer.is_none() && anonymous_introspection && might_be_introspection(text);
+    if !trusted && documents.binds(viewer) && !may_introspect {
+        return Err(over_http::not_run(
             media,
             Some(StatusCode::FORBIDDEN),
             vec![over_http::error(
@@ -160,26 +180,47 @@ async fn run(
                 "FORBIDDEN",
                 vec![],
             )],
-        );
+        ));
     }
-    let doc = match found {
-        Found::Parsed(doc) => doc,
-        Found::Text { text, hash } => {
-            if let Err(e) = crate::graphql::limits::check_text(&text, &limits) {
-                return over_http::not_run(media, None, vec![e]);
+    // Measured (bytes, tokens, nesting: by who sends it) before it is parsed, parsed once, and
+    // kept by hash only once it validated (below).
+    let limits = crate::graphql::limits::DocumentLimits::from_config(config);
+    let sender = Sender::of(viewer);
+    let (doc, fresh) = match found {
+        Found::Parsed(doc) => {
+            if let Err(e) = crate::graphql::limits::check_shape(doc.shape, &limits, sender) {
+                return Err(over_http::not_run(media, None, vec![e]));
             }
+            (doc, false)
+        }
+        Found::Text { text, hash } => {
+            let shape = match crate::graphql::limits::measure(&text, &limits, sender) {
+                Ok(shape) => shape,
+                Err(e) => return Err(over_http::not_run(media, None, vec![e])),
+            };
             match async_graphql::parser::parse_query(&text) {
-                Ok(parsed) => s.documents.keep(hash, text, parsed),
-                Err(e) => return over_http::not_run(media, None, vec![syntax_error(&e)]),
+                Ok(parsed) => (documents.parsed(hash, text, parsed, shape), true),
+                Err(e) => return Err(over_http::not_run(media, None, vec![syntax_error(&e)])),
             }
         }
     };
-    let Some(op) = operation(&doc.parsed, operation_name.as_deref()) else {
+    let introspection = might_be_introspection(&doc.text) && crate::graphql::is_introspection_only(&doc.parsed);
+    if viewer.is_none()
+        && !crate::graphql::is_sign_in_only(&doc.parsed, operation_name.as_deref())
+        && !(introspection && anonymous_introspection)
+    {
+        return Err(unauthenticated(media, "a bearer token is required".into()));
+    }
+    let Some(op) = crate::graphql::operation(&doc.parsed, operation_name.as_deref()) else {
         let message = match &operation_name {
             Some(name) => format!("the document has no operation named {name:?}"),
             None => "the document has several operations: name one with operationName".to_string(),
         };
-        return over_http::not_run(media, None, vec![over_http::error(message, "BAD_USER_INPUT", vec![])]);
+        return Err(over_http::not_run(
+            media,
+            None,
+            vec![over_http::error(message, "BAD_USER_INPUT", vec![])],
+        ));
     };
     let (kind, variable_definitions) = (op.ty, &op.variable_definitions);
     if via_get && kind != OperationType::Query {
@@ -194,7 +235,7 @@ async fn run(
         );
         resp.headers_mut()
             .insert(header::ALLOW, header::HeaderValue::from_static("POST"));
-        return resp;
+        return Err(resp);
     }
     // Variables that do not coerce are a request error; async-graphql checks the values it is
     // given as it validates, a required variable left out is checked here.
@@ -217,7 +258,7 @@ async fn run(
         })
         .collect();
     if !missing.is_empty() {
-        return over_http::not_run(media, None, missing);
+        return Err(over_http::not_run(media, None, missing));
     }
 
     // Queries and mutations run on the schema without extensions, bounded here instead (the
@@ -225,11 +266,56 @@ async fn run(
     let lean = !introspection && kind != OperationType::Subscription;
     let variables = async_graphql::Variables::from_json(serde_json::Value::Object(variables));
     if lean {
-        let bounds = crate::graphql::document_limits(&s.app.config);
+        let bounds = crate::graphql::document_limits(config);
         if let Err(e) = crate::graphql::check_bounded(&doc.text, &doc.parsed, &variables, &bounds) {
-            return over_http::not_run(media, None, vec![e]);
+            return Err(over_http::not_run(media, None, vec![e]));
         }
     }
+    Ok(Admitted {
+        fresh,
+        introspection,
+        kind,
+        lean,
+        variables,
+        operation_name,
+        doc,
+    })
+}
+
+/// One request, from its parameters to its answer.
+async fn run(
+    s: &HttpState,
+    trace: TraceId,
+    peer: Peer,
+    headers: &HeaderMap,
+    media: Media,
+    params: Params,
+    via_get: bool,
+) -> Response {
+    let peer = peer.map(|Extension(axum::extract::ConnectInfo(p))| p);
+    let header = headers.get("authorization").and_then(|v| v.to_str().ok());
+    let viewer = match viewer_from(s, header).await {
+        Ok(v) => v,
+        Err(msg) => return unauthenticated(media, msg),
+    };
+    if let Some(v) = &viewer {
+        if let Err(e) = live_session(s, v).await {
+            return unauthenticated(media, e.public_message());
+        }
+    }
+    let Admitted {
+        doc,
+        fresh,
+        introspection,
+        kind,
+        lean,
+        variables,
+        operation_name,
+    } = match admit_request(&s.documents, &s.app.config, viewer.as_ref(), media, params, via_get) {
+        Ok(admitted) => admitted,
+        Err(refused) => return refused,
+    };
+    let op = crate::graphql::operation(&doc.parsed, operation_name.as_deref()).expect("admitted with its operation");
     let trace_id = trace.as_str().to_string();
     let client_addr = peer.and_then(|p| super::client_addr::client_addr(p, headers, &s.app.config.trusted_proxies));
     let started = ExecutionStarted::default();
@@ -271,6 +357,10 @@ async fn run(
     if !started && response.is_err() {
         return over_http::not_run(media, None, response.errors);
     }
+    // It validated (it ran): kept by hash for the next request of the same text or hash.
+    if fresh {
+        s.documents.keep(&doc);
+    }
     let mut resp = over_http::executed(media, &response);
     if let Some(secs) = retry_after(&response) {
         resp.headers_mut().insert(header::RETRY_AFTER, secs.into());
@@ -287,16 +377,6 @@ async fn live_session(s: &HttpState, v: &Viewer) -> crate::error::AppResult<()> 
     auth::refuse_ended_session(v, |_| ended)
 }
 
-/// Whether an anonymous request runs only the sign-in mutations (parsed under the bounds).
-fn might_be_sign_in(s: &HttpState, query: &str, operation_name: Option<&str>) -> bool {
-    crate::graphql::ANONYMOUS_MUTATIONS.iter().any(|m| query.contains(m))
-        && crate::graphql::is_sign_in_only(
-            query,
-            operation_name,
-            &crate::graphql::limits::DocumentLimits::from_config(&s.app.config),
-        )
-}
-
 /// The longest `extensions.retryAfter` of a rate-limited answer: its `Retry-After` header.
 fn retry_after(response: &async_graphql::Response) -> Option<u64> {
     response
@@ -307,21 +387,6 @@ fn retry_after(response: &async_graphql::Response) -> Option<u64> {
             _ => None,
         })
         .max()
-}
-
-/// The operation a request runs (None: no such operation).
-fn operation<'d>(
-    doc: &'d async_graphql::parser::types::ExecutableDocument,
-    name: Option<&str>,
-) -> Option<&'d async_graphql::parser::types::OperationDefinition> {
-    use async_graphql::parser::types::DocumentOperations;
-    let op = match (&doc.operations, name) {
-        (DocumentOperations::Single(op), _) => op,
-        (DocumentOperations::Multiple(ops), Some(name)) => ops.get(name)?,
-        (DocumentOperations::Multiple(ops), None) if ops.len() == 1 => ops.values().next()?,
-        (DocumentOperations::Multiple(_), None) => return None,
-    };
-    Some(&op.node)
 }
 
 /// A document that does not parse: where, and what was expected, never the document's text.
@@ -703,4 +768,80 @@ fn admit(documents: &super::persisted::PersistedDocuments, bytes: &[u8]) -> Opti
     }
     payload["query"] = serde_json::Value::String(text.to_string());
     serde_json::to_vec(&msg).ok().map(Some)
+}
+
+/// The fuzz target `graphql_request`'s way in (`fuzz/fuzz_targets/graphql_request.rs`, and the
+/// test that replays its corpus): bytes as `/graphql` takes them, through everything the route
+/// does before a resolver would run — the body's JSON or the URL's parameters, [`admit_request`]
+/// (the gate, the trusted documents, the bounds, parsing, the operation, the variables) and
+/// async-graphql's validation — and the cache of parsed documents. The first byte picks the
+/// transport (its lowest bit: GET) and who sends it (a caller without a token, a member,
+/// staff); the rest is the body or the query string.
+pub fn fuzz_request(data: &[u8]) {
+    use std::sync::OnceLock;
+    struct Fixture {
+        documents: super::persisted::PersistedDocuments,
+        config: crate::config::Config,
+        schema: crate::graphql::AppSchema,
+        runtime: tokio::runtime::Runtime,
+    }
+    static FIXTURE: OnceLock<Fixture> = OnceLock::new();
+    let f = FIXTURE.get_or_init(|| {
+        let mut config = crate::config::Config::for_tests(String::new());
+        // The most the anonymous gate lets through.
+        config.public_introspection = true;
+        Fixture {
+            documents: super::persisted::PersistedDocuments::new(None, crate::config::TrustedDocumentsFor::Member),
+            schema: crate::graphql::validation_only_schema(&config),
+            config,
+            runtime: tokio::runtime::Builder::new_current_thread()
+                .build()
+                .expect("a runtime"),
+        }
+    });
+    let Some((&pick, rest)) = data.split_first() else {
+        return;
+    };
+    let via_get = pick & 1 == 1;
+    let viewer = |role| Viewer {
+        role,
+        subject: "1".into(),
+        member_id: Some(1),
+        stores: None,
+        session: None,
+    };
+    let viewer = match (pick >> 1) % 3 {
+        0 => None,
+        1 => Some(viewer(auth::Role::Member)),
+        _ => Some(viewer(auth::Role::Admin)),
+    };
+    let params = if via_get {
+        std::str::from_utf8(rest)
+            .map_err(|_| ())
+            .and_then(|q| Params::from_url(Some(q)).map_err(|_| ()))
+    } else {
+        Params::from_json(rest).map_err(|_| ())
+    };
+    let Ok(params) = params else {
+        return;
+    };
+    let Ok(admitted) = admit_request(&f.documents, &f.config, viewer.as_ref(), Media::Json, params, via_get) else {
+        return;
+    };
+    let mut request = async_graphql::Request::new(admitted.doc.text.to_string())
+        .variables(admitted.variables)
+        .data(RequestContext {
+            viewer,
+            trace: TraceId::new(),
+            payer_ip: None,
+            client_addr: None,
+        });
+    if let Some(name) = admitted.operation_name {
+        request = request.operation_name(name);
+    }
+    request.set_parsed_query(admitted.doc.parsed.clone());
+    let response = f.runtime.block_on(f.schema.execute(request));
+    if response.errors.is_empty() && admitted.fresh {
+        f.documents.keep(&admitted.doc);
+    }
 }

@@ -136,6 +136,8 @@ pub const FAMILIES: &[(&str, &str, &[&str])] = &[
     ("fitorder_db_pool_waiting", "gauge", &[]),
     ("fitorder_duplicate_check_ins_total", "counter", &[]),
     ("fitorder_events_dropped_total", "counter", &[]),
+    ("fitorder_graphql_documents_kept", "gauge", &[]),
+    ("fitorder_graphql_documents_kept_bytes", "gauge", &[]),
     ("fitorder_http_request_seconds", "summary", &["route"]),
     (
         "fitorder_http_requests_total",

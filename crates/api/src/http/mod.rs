@@ -15,6 +15,7 @@ mod serve;
 mod workbench;
 pub mod ws_quota;
 
+pub use graphql_routes::fuzz_request;
 pub use serve::{serve, serve_with, ServeLimits};
 
 use std::time::Instant;

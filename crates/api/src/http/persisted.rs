@@ -18,12 +18,17 @@ use async_graphql::parser::types::ExecutableDocument;
 use sha2::{Digest, Sha256};
 
 use crate::auth::{Role, Viewer};
+use crate::bounds::Shape;
 use crate::config::{TrustedDocuments, TrustedDocumentsFor};
 
 /// Documents parsed and kept by hash.
 const CACHED_DOCUMENTS: usize = 1024;
-/// Their text, at most (the parsed trees are a small multiple of it).
-const CACHED_BYTES: usize = 4 << 20;
+/// What the kept documents may weigh together: their text and their parsed trees, which
+/// grow with tokens, not bytes (a 62 KB document of 31,000 integers held 3.3 MB of tree).
+const CACHED_WEIGHT: usize = 16 << 20;
+/// What a parsed tree is counted to hold per token of its text: what a list of integers, the
+/// lightest kind of token for its bytes, measured (3.3 MB for 31,000), rounded up.
+const TREE_BYTES_PER_TOKEN: usize = 128;
 
 pub type Hash = [u8; 32];
 
@@ -37,6 +42,18 @@ pub struct Document {
     pub parsed: ExecutableDocument,
     /// Whether it is one of the manifest's.
     pub trusted: bool,
+    /// Its text's tokens and nesting, as measured before it was parsed.
+    pub shape: Shape,
+    hash: Hash,
+}
+
+impl Document {
+    /// What keeping it costs: its text and its tree.
+    fn weight(&self) -> usize {
+        self.text
+            .len()
+            .saturating_add(self.shape.tokens.saturating_mul(TREE_BYTES_PER_TOKEN))
+    }
 }
 
 /// Why a request's document could not be had.
@@ -56,7 +73,8 @@ pub enum Refusal {
 pub enum Found {
     /// Already parsed.
     Parsed(Arc<Document>),
-    /// To parse (then [`PersistedDocuments::keep`]).
+    /// To measure and parse ([`PersistedDocuments::parsed`]), then, once it validated,
+    /// [`PersistedDocuments::keep`].
     Text { text: String, hash: Hash },
 }
 
@@ -71,7 +89,7 @@ pub struct PersistedDocuments {
 
 struct Cache {
     docs: lru::LruCache<Hash, Arc<Document>>,
-    bytes: usize,
+    weight: usize,
 }
 
 impl PersistedDocuments {
@@ -79,7 +97,11 @@ impl PersistedDocuments {
         let mut trusted_by_id = HashMap::new();
         let mut trusted_by_text = HashMap::new();
         for (id, text) in manifest.map(|m| m.entries.as_slice()).unwrap_or_default() {
-            // The configuration checked that every document parses.
+            // The configuration checked that every document is within the bounds and parses.
+            let shape = crate::bounds::graphql_shape(text, crate::config::TrustedDocuments::BOUND);
+            if crate::bounds::graphql_refusal(text, crate::config::TrustedDocuments::BOUND).is_some() {
+                continue;
+            }
             let Ok(parsed) = async_graphql::parser::parse_query(text) else {
                 continue;
             };
@@ -87,6 +109,8 @@ impl PersistedDocuments {
                 text: Arc::from(text.as_str()),
                 parsed,
                 trusted: true,
+                shape,
+                hash: sha256(text),
             });
             trusted_by_text.insert(sha256(text), doc.clone());
             trusted_by_id.insert(id.clone(), doc);
@@ -94,7 +118,7 @@ impl PersistedDocuments {
         PersistedDocuments {
             cache: Mutex::new(Cache {
                 docs: lru::LruCache::new(NonZeroUsize::new(CACHED_DOCUMENTS).expect("non-zero")),
-                bytes: 0,
+                weight: 0,
             }),
             trusted_by_id,
             trusted_by_text,
@@ -166,30 +190,46 @@ impl PersistedDocuments {
         self.cache.lock().expect("document cache").docs.get(hash).cloned()
     }
 
-    /// Keeps a document that parsed (and was within the document bounds), the least recently
-    /// used ones making room.
-    pub fn keep(&self, hash: Hash, text: String, parsed: ExecutableDocument) -> Arc<Document> {
-        let doc = Arc::new(Document {
+    /// A document just parsed from text of `hash`, measured as `shape`: not kept until
+    /// [`keep`](Self::keep) (after it validated).
+    pub fn parsed(&self, hash: Hash, text: String, parsed: ExecutableDocument, shape: Shape) -> Arc<Document> {
+        Arc::new(Document {
             text: Arc::from(text),
             parsed,
             trusted: false,
-        });
-        let len = doc.text.len();
-        if len > CACHED_BYTES / 16 {
-            return doc;
+            shape,
+            hash,
+        })
+    }
+
+    /// Keeps a document that validated, the least recently used ones making room; one that
+    /// would weigh more than an eighth of the cache is not kept.
+    pub fn keep(&self, doc: &Arc<Document>) {
+        if doc.trusted {
+            return;
+        }
+        let weight = doc.weight();
+        if weight > CACHED_WEIGHT / 8 {
+            return;
         }
         let mut cache = self.cache.lock().expect("document cache");
-        if let Some(old) = cache.docs.put(hash, doc.clone()) {
-            cache.bytes -= old.text.len();
+        if let Some(old) = cache.docs.put(doc.hash, doc.clone()) {
+            cache.weight -= old.weight();
         }
-        cache.bytes += len;
-        while cache.bytes > CACHED_BYTES {
+        cache.weight += weight;
+        while cache.weight > CACHED_WEIGHT {
             match cache.docs.pop_lru() {
-                Some((_, old)) => cache.bytes -= old.text.len(),
+                Some((_, old)) => cache.weight -= old.weight(),
                 None => break,
             }
         }
-        doc
+        ::metrics::gauge!("fitorder_graphql_documents_kept").set(cache.docs.len() as f64);
+        ::metrics::gauge!("fitorder_graphql_documents_kept_bytes").set(cache.weight as f64);
+    }
+
+    /// What the kept documents weigh (text and trees, as [`keep`](Self::keep) counts them).
+    pub fn cached_weight(&self) -> usize {
+        self.cache.lock().expect("document cache").weight
     }
 
     /// How many documents the cache holds (for tests and metrics).
@@ -242,8 +282,11 @@ mod tests {
         match docs.find(Some(text.into()), None).unwrap() {
             Found::Parsed(d) => d,
             Found::Text { text, hash } => {
+                let shape = crate::bounds::graphql_shape(&text, crate::config::TrustedDocuments::BOUND);
                 let parsed = async_graphql::parser::parse_query(&text).unwrap();
-                docs.keep(hash, text, parsed)
+                let doc = docs.parsed(hash, text, parsed, shape);
+                docs.keep(&doc);
+                doc
             }
         }
     }
@@ -305,12 +348,29 @@ mod tests {
     }
 
     #[test]
-    fn the_cache_is_bounded_by_bytes() {
+    fn the_cache_is_bounded_by_what_it_holds() {
         let docs = PersistedDocuments::new(None, TrustedDocumentsFor::Member);
+        // Text: 40 documents of 200 KB of comment.
         let pad = "x".repeat(200_000);
         for i in 0..40 {
             parse(&docs, &format!("query Q{i} {{ __typename }} #{pad}"));
         }
-        assert!(docs.cached() <= CACHED_BYTES / 200_000, "{}", docs.cached());
+        assert!(docs.cached() <= CACHED_WEIGHT / 200_000, "{}", docs.cached());
+        assert!(docs.cached_weight() <= CACHED_WEIGHT);
+        // Trees: small texts of many tokens weigh by their tokens (12,000 integers: ~24 KB of
+        // text, ~1.5 MB counted), so far fewer are kept than their text would allow.
+        let docs = PersistedDocuments::new(None, TrustedDocumentsFor::Member);
+        let ints = "1 ".repeat(12_000);
+        for i in 0..100 {
+            parse(&docs, &format!("query Q{i} {{ f(x: [{ints}]) }}"));
+        }
+        let kept = docs.cached();
+        assert!(kept <= CACHED_WEIGHT / (12_000 * TREE_BYTES_PER_TOKEN), "{kept}");
+        assert!(kept >= 1, "documents under an eighth of the cache are kept");
+        assert!(docs.cached_weight() <= CACHED_WEIGHT);
+        // One that weighs more than an eighth of the cache is parsed for its request, not kept.
+        let docs = PersistedDocuments::new(None, TrustedDocumentsFor::Member);
+        parse(&docs, &format!("query {{ f(x: [{}]) }}", "1 ".repeat(20_000)));
+        assert_eq!(docs.cached(), 0);
     }
 }

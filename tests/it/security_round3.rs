@@ -372,21 +372,23 @@ async fn the_binary_survives_every_reproduction_and_keeps_no_refused_document() 
     }
     let grew = rss(server.pid()).saturating_sub(before);
     assert!(grew < 64, "memory grew by {grew} MiB");
-    let metrics = http
-        .get(format!("{base}/metrics"))
-        .bearer_auth("probe-metrics-token")
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    let kept = metrics
+    let metrics = || async {
+        http.get(format!("{base}/metrics"))
+            .bearer_auth("probe-metrics-token")
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    };
+    let text = metrics().await;
+    let kept = text
         .lines()
         .find_map(|l| l.strip_prefix("fitorder_graphql_documents_kept "))
         .map(|v| v.trim().parse::<f64>().unwrap())
         .unwrap_or(0.0);
-    assert_eq!(kept, 0.0, "{metrics}");
+    assert_eq!(kept, 0.0, "{text}");
     // A document that validates is kept (and so counted).
     let r: Value = post(Some(admin.clone()), json!({"query": "{ me { role } }"}))
         .await
@@ -395,16 +397,8 @@ async fn the_binary_survives_every_reproduction_and_keeps_no_refused_document() 
         .await
         .unwrap();
     assert_eq!(r["data"]["me"]["role"], "admin");
-    let metrics = http
-        .get(format!("{base}/metrics"))
-        .bearer_auth("probe-metrics-token")
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    assert!(metrics.contains("fitorder_graphql_documents_kept 1"), "{metrics}");
+    let text = metrics().await;
+    assert!(text.contains("fitorder_graphql_documents_kept 1"), "{text}");
     // Still alive, still ready.
     assert!(server.alive(), "{}", server.log());
     assert!(server.ready(&http, Duration::from_secs(5)).await);

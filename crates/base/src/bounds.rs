@@ -142,7 +142,11 @@ pub fn graphql_shape(text: &str, stop: Shape) -> Shape {
 
 /// Why a document's text is refused before it is parsed (None: within `limit`).
 pub fn graphql_refusal(text: &str, limit: Shape) -> Option<String> {
-    let shape = graphql_shape(text, limit);
+    refusal(graphql_shape(text, limit), limit)
+}
+
+/// Why a document of `shape` is over `limit` (None: within it).
+pub fn refusal(shape: Shape, limit: Shape) -> Option<String> {
     if shape.nesting > limit.nesting {
         Some(format!(
             "query too complex: brackets nested more than {} deep",

@@ -75,5 +75,14 @@ pub fn cursor(data: &[u8]) {
 /// whatever the bytes, the process must not abort (a stack overflow is not a panic: it ends
 /// the fuzzer as it ended the server) and nothing may panic.
 pub fn graphql_request(data: &[u8]) {
-    crate::http::fuzz_request(data);
+    // On a stack the size of a tokio worker's (2 MiB), where the server parses; the fuzzer's
+    // own thread has far more, which would hide an overflow.
+    std::thread::scope(|scope| {
+        std::thread::Builder::new()
+            .stack_size(2 << 20)
+            .spawn_scoped(scope, || crate::http::fuzz_request(data))
+            .expect("a thread")
+            .join()
+            .expect("the request path does not panic");
+    });
 }

@@ -132,20 +132,10 @@ pub fn measure(query: &str, limits: &DocumentLimits, sender: Sender) -> ServerRe
 /// Whether a document of `shape` (measured when it was first parsed) is within `sender`'s
 /// bounds: a document parsed for staff and kept is not run for a member over theirs.
 pub fn check_shape(shape: crate::bounds::Shape, limits: &DocumentLimits, sender: Sender) -> ServerResult<()> {
-    let bound = limits.shape(sender);
-    if shape.nesting > bound.nesting {
-        return Err(refusal(format!(
-            "query too complex: brackets nested more than {} deep",
-            bound.nesting
-        )));
+    match crate::bounds::refusal(shape, limits.shape(sender)) {
+        Some(why) => Err(refusal(why)),
+        None => Ok(()),
     }
-    if shape.tokens > bound.tokens {
-        return Err(refusal(format!(
-            "query too complex: more than {} tokens (names, values and punctuation)",
-            bound.tokens
-        )));
-    }
-    Ok(())
 }
 
 /// Parses text `sender` sent, measured first ([`measure`]), and checks the parsed document

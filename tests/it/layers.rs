@@ -51,25 +51,28 @@ const RANKS: &[(&str, u8, u8)] = &[
     // deliveries too, so before `alerts`).
     ("outbox", 5, 1),
     ("alerts", 5, 2),
-    ("wallet", 5, 3),
-    ("compensation", 5, 7),
-    ("orders", 5, 4),
-    ("catalog", 5, 5),
+    // Prepaid money: the rules, the caps, the calendar, the ledger (read by the wallet, orders
+    // and the catalog where money comes in; its overdue sweep opens tickets with alerts).
+    ("prepaid", 5, 3),
+    ("wallet", 5, 4),
+    ("compensation", 5, 8),
+    ("orders", 5, 5),
+    ("catalog", 5, 6),
     // Members signing in and their sessions (binding makes members through the catalog).
-    ("sessions", 5, 6),
+    ("sessions", 5, 7),
     // Trades and applying payments.
-    ("payments", 5, 6),
+    ("payments", 5, 7),
     // What closing a ticket does to orders and money (above orders, payments and the outbox).
-    ("ticket_resolution", 5, 7),
+    ("ticket_resolution", 5, 8),
     // The outbox's delivery: the worker and the downstream calls it makes.
-    ("compensation::worker", 5, 8),
-    ("compensation::downstream", 5, 8),
-    ("expiry", 5, 9),
-    ("reconciliation", 5, 10),
-    ("timeline", 5, 11),
-    ("anomalies", 5, 12),
+    ("compensation::worker", 5, 9),
+    ("compensation::downstream", 5, 9),
+    ("expiry", 5, 10),
+    ("reconciliation", 5, 11),
+    ("timeline", 5, 12),
+    ("anomalies", 5, 13),
     // Every scheduled task and background loop is registered here.
-    ("tasks", 5, 13),
+    ("tasks", 5, 14),
     // 6: the API.
     ("graphql", 6, 0),
     ("http", 6, 0),
@@ -1000,6 +1003,9 @@ const TABLES: &[(&str, &[(&str, &str)])] = &[
         ],
     ),
     ("orders", &[("orders", "")]),
+    ("order_prepaid", &[("orders", "")]),
+    ("prepaid_rules", &[("prepaid", "")]),
+    ("business_days", &[("prepaid", "")]),
     ("order_transitions", &[("orders", "")]),
     (
         "wallet_ledger",

@@ -31,6 +31,7 @@ mod pgbouncer;
 mod place_order;
 mod platform_keys;
 mod playground;
+mod prepaid;
 mod production;
 mod provider_edges;
 mod provider_money;

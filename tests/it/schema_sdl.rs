@@ -23,7 +23,13 @@ fn playground_documents_are_the_contracts() {
         eprintln!("../shared/contract is not beside this checkout; skipping the copy check");
         return;
     }
-    for name in ["member.graphql", "admin.graphql", "ops.graphql"] {
+    for name in [
+        "member.graphql",
+        "admin.graphql",
+        "ops.graphql",
+        "next/member.graphql",
+        "next/admin.graphql",
+    ] {
         let theirs = std::fs::read_to_string(contract.join(name)).unwrap();
         let ours = std::fs::read_to_string(root.join("playground/operations").join(name)).unwrap();
         assert_eq!(theirs, ours, "playground/operations/{name} differs from the contract");

@@ -9,8 +9,8 @@ use diesel::sql_types::Text;
 use diesel_async::RunQueryDsl;
 use fitorder::domain::{
     AnomalyCategory, CallbackOutcome, CompensationKind, CompensationStatus, MembershipStatus, OrderKind, OrderStatus,
-    PayChannel, PaymentMethod, Provider, ReconciliationStatus, TaskRunStatus, TicketAction, TicketKind, TicketStatus,
-    WalletMoveKind,
+    PayChannel, PaymentMethod, PrepaidPreset, Provider, ReconciliationStatus, TaskRunStatus, TicketAction, TicketKind,
+    TicketStatus, WalletMoveKind,
 };
 
 use crate::harness::*;
@@ -75,6 +75,7 @@ async fn every_word_round_trips_through_postgres() {
         OrderStatus,
         PayChannel,
         PaymentMethod,
+        PrepaidPreset,
         Provider,
         ReconciliationStatus,
         TaskRunStatus,
@@ -111,6 +112,7 @@ async fn constrained_columns_allow_exactly_the_enums_words() {
         ("task_runs", "status", texts(TaskRunStatus::ALL)),
         ("payment_trades", "provider", texts(Provider::ALL)),
         ("payment_trades", "channel", texts(PayChannel::ALL)),
+        ("prepaid_rules", "preset", texts(PrepaidPreset::ALL)),
     ];
     for (table, column, words) in cases {
         assert_eq!(allowed(&app, table, column).await, words, "{table}.{column}");

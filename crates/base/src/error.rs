@@ -33,6 +33,18 @@ pub enum AppError {
         message: String,
         retry_after_secs: Option<u64>,
     },
+    /// Prepaid money over a rule of the store sold in (README "Prepaid money"): `BAD_USER_INPUT`,
+    /// `extensions.reason` `PREPAID_LIMIT` with the rule (`limit`), its `max` and what the
+    /// member holds of that kind already (`current`), for a member app to show as they are.
+    PrepaidLimit {
+        limit: &'static str,
+        max: i64,
+        current: i64,
+        message: String,
+    },
+    /// A prepaid order without the store's current terms accepted: `BAD_USER_INPUT`,
+    /// `extensions.reason` `TERMS_NOT_ACCEPTED` with `extensions.currentVersion`.
+    TermsNotAccepted { current_version: String },
     /// The state machine refused: the order is not in a status from which this step exists.
     IllegalTransition { from: String, to: String },
     /// The wallet cannot cover the amount.
@@ -61,7 +73,10 @@ impl AppError {
             AppError::Unauthenticated(_) => "UNAUTHENTICATED",
             AppError::Forbidden(_) => "FORBIDDEN",
             AppError::NotFound(_) => "NOT_FOUND",
-            AppError::BadInput(_) | AppError::Refused { .. } => "BAD_USER_INPUT",
+            AppError::BadInput(_)
+            | AppError::Refused { .. }
+            | AppError::PrepaidLimit { .. }
+            | AppError::TermsNotAccepted { .. } => "BAD_USER_INPUT",
             AppError::IllegalTransition { .. } => "ILLEGAL_TRANSITION",
             AppError::InsufficientFunds(_) => "INSUFFICIENT_FUNDS",
             AppError::SoldOut(_) => "SOLD_OUT",
@@ -139,7 +154,10 @@ impl AppError {
             | AppError::Conflict(m)
             | AppError::ProviderUnavailable(m)
             | AppError::Unavailable(m) => m.clone(),
-            AppError::Refused { message, .. } => message.clone(),
+            AppError::Refused { message, .. } | AppError::PrepaidLimit { message, .. } => message.clone(),
+            AppError::TermsNotAccepted { current_version } => format!(
+                "this store sells prepaid money only to members who accepted its terms (version {current_version})"
+            ),
             AppError::NotFound(what) => format!("{what} not found"),
             AppError::IllegalTransition { from, to } => {
                 format!("illegal transition {from} -> {to}")
@@ -313,6 +331,19 @@ impl ErrorExtensions for AppError {
             if let AppError::IllegalTransition { from, to } = self {
                 ext.set("from", from.as_str());
                 ext.set("to", to.as_str());
+            }
+            if let AppError::PrepaidLimit {
+                limit, max, current, ..
+            } = self
+            {
+                ext.set("reason", "PREPAID_LIMIT");
+                ext.set("limit", *limit);
+                ext.set("max", *max);
+                ext.set("current", *current);
+            }
+            if let AppError::TermsNotAccepted { current_version } = self {
+                ext.set("reason", "TERMS_NOT_ACCEPTED");
+                ext.set("currentVersion", current_version.as_str());
             }
             if let AppError::Unavailable(_) = self {
                 ext.set("reason", "UNAVAILABLE");

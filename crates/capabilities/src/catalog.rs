@@ -23,8 +23,7 @@ fn price_ok(price_cents: i32) -> AppResult<i64> {
     Ok(i64::from(price_cents))
 }
 
-pub async fn create_store(conn: &mut AsyncPgConnection, name: &str, code: &str) -> AppResult<Store> {
-    let name = name_ok("name", name)?;
+fn code_ok<'a>(field: &str, code: &'a str) -> AppResult<&'a str> {
     let code = code.trim();
     if code.is_empty()
         || code.len() > 32
@@ -32,10 +31,33 @@ pub async fn create_store(conn: &mut AsyncPgConnection, name: &str, code: &str) 
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
     {
-        return Err(AppError::bad("code must be 1 to 32 letters, digits, - or _"));
+        return Err(AppError::bad(format!(
+            "{field} must be 1 to 32 letters, digits, - or _"
+        )));
     }
+    Ok(code)
+}
+
+/// Opens a store; its business operator is `operator_code` (the operator's 统一社会信用代码), by
+/// default the store's own code.
+pub async fn create_store(
+    conn: &mut AsyncPgConnection,
+    name: &str,
+    code: &str,
+    operator_code: Option<&str>,
+) -> AppResult<Store> {
+    let name = name_ok("name", name)?;
+    let code = code_ok("code", code)?;
+    let operator = operator_code
+        .map(|o| code_ok("operatorCode", o))
+        .transpose()?
+        .unwrap_or(code);
     diesel::insert_into(stores::table)
-        .values((stores::name.eq(name), stores::code.eq(code)))
+        .values((
+            stores::name.eq(name),
+            stores::code.eq(code),
+            stores::operator_code.eq(operator),
+        ))
         .returning(Store::as_returning())
         .get_result(conn)
         .await
@@ -43,6 +65,43 @@ pub async fn create_store(conn: &mut AsyncPgConnection, name: &str, code: &str) 
             Violation::Unique("stores_code_key") => Some(AppError::Conflict("a store with this code exists".into())),
             _ => None,
         })
+}
+
+/// Renames a store or names its business operator (prepaid caps count per member and
+/// operator from then on: what a member holds with the new operator counts at the next sale).
+pub async fn update_store(
+    conn: &mut AsyncPgConnection,
+    store_id: i64,
+    name: Option<&str>,
+    operator_code: Option<&str>,
+) -> AppResult<Store> {
+    let name = name.map(|n| name_ok("name", n)).transpose()?;
+    let operator = operator_code.map(|o| code_ok("operatorCode", o)).transpose()?;
+    require_store(conn, store_id).await?;
+    if name.is_none() && operator.is_none() {
+        return require_store(conn, store_id).await;
+    }
+    Ok(diesel::update(stores::table.find(store_id))
+        .set((
+            name.map(|n| stores::name.eq(n)),
+            operator.map(|o| stores::operator_code.eq(o)),
+        ))
+        .returning(Store::as_returning())
+        .get_result(conn)
+        .await?)
+}
+
+/// Refuses a catalog item the store could never sell under its prepaid rules.
+async fn sellable(
+    conn: &mut AsyncPgConnection,
+    store_id: i64,
+    kind: crate::domain::OrderKind,
+    price: i64,
+    days: i32,
+    sessions: i32,
+) -> AppResult<()> {
+    let store = crate::prepaid::rules_of(conn, store_id).await?;
+    crate::domain::prepaid::check_item(&store.rules, kind, price, days, sessions).map_err(crate::prepaid::refusal)
 }
 
 pub async fn require_store(conn: &mut AsyncPgConnection, store_id: i64) -> AppResult<Store> {
@@ -93,6 +152,15 @@ pub async fn create_membership_plan(
     }
     let price = price_ok(price_cents)?;
     require_store(conn, store_id).await?;
+    sellable(
+        conn,
+        store_id,
+        crate::domain::OrderKind::Membership,
+        price,
+        duration_days,
+        0,
+    )
+    .await?;
     Ok(diesel::insert_into(membership_plans::table)
         .values((
             membership_plans::store_id.eq(store_id),
@@ -122,6 +190,7 @@ pub async fn create_class_pack(
     }
     let price = price_ok(price_cents)?;
     require_store(conn, store_id).await?;
+    sellable(conn, store_id, crate::domain::OrderKind::ClassPack, price, 0, sessions).await?;
     Ok(diesel::insert_into(class_packs::table)
         .values((
             class_packs::store_id.eq(store_id),

@@ -13,6 +13,7 @@ pub mod expiry;
 pub mod orders;
 pub mod outbox;
 pub mod payments;
+pub mod prepaid;
 pub mod reconciliation;
 pub mod sessions;
 pub mod tasks;

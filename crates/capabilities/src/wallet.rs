@@ -78,11 +78,14 @@ pub const MAX_BALANCE_CENTS: i64 = 100_000_000;
 /// Adds money to a wallet. The reference (the desk's receipt number, the payment serial) makes
 /// it idempotent: the same reference for the same member is applied once. At most
 /// [`MAX_TOP_UP_CENTS`] at a time, and only while the wallet stays within [`MAX_BALANCE_CENTS`].
+/// The store's prepaid rules apply (README "Prepaid money": `TOP_UP_AMOUNT`, `TOTAL`), checked
+/// under the member's row lock, which placements take too.
 pub async fn top_up(
     conn: &mut AsyncPgConnection,
     member_id: i64,
     amount_cents: i32,
     reference: &str,
+    tz: chrono_tz::Tz,
     ctx: &Ctx,
 ) -> AppResult<Member> {
     if amount_cents <= 0 {
@@ -121,6 +124,17 @@ pub async fn top_up(
             }
             None => {}
         }
+        let store = crate::prepaid::rules_of(conn, member.store_id).await?;
+        crate::prepaid::check_adding(
+            conn,
+            &store,
+            member_id,
+            crate::domain::prepaid::Adding::TopUp {
+                amount_cents: i64::from(amount_cents),
+            },
+            tz,
+        )
+        .await?;
         if member.balance_cents + member.frozen_cents + i64::from(amount_cents) > MAX_BALANCE_CENTS {
             return Err(AppError::bad(format!(
                 "the wallet would hold more than ¥{} (it holds ¥{})",

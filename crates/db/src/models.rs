@@ -16,6 +16,8 @@ pub struct Store {
     pub name: String,
     pub code: String,
     pub created_at: DateTime<Utc>,
+    /// The business operator's 统一社会信用代码: prepaid caps count per member and operator.
+    pub operator_code: String,
 }
 
 #[derive(Debug, Clone, Queryable, Selectable, QueryableByName)]

@@ -7,6 +7,7 @@ diesel::table! {
         name -> Text,
         code -> Text,
         created_at -> Timestamptz,
+        operator_code -> Text,
     }
 }
 
@@ -430,4 +431,52 @@ diesel::allow_tables_to_appear_in_same_query!(
     wechat_platform_certs,
     wechat_platform_cert_refreshes,
     alerts,
+    prepaid_rules,
+    business_days,
+    order_prepaid,
 );
+
+diesel::joinable!(order_prepaid -> orders (order_id));
+
+diesel::joinable!(prepaid_rules -> stores (store_id));
+
+diesel::table! {
+    prepaid_rules (store_id) {
+        store_id -> Int8,
+        preset -> Text,
+        membership_max_cents -> Nullable<Int8>,
+        membership_max_days -> Nullable<Int4>,
+        sessions_max_cents -> Nullable<Int8>,
+        sessions_max_count -> Nullable<Int4>,
+        top_up_max_cents -> Nullable<Int8>,
+        total_max_cents -> Nullable<Int8>,
+        cooling_off_days -> Int4,
+        refund_within_working_days -> Int4,
+        terms_version -> Nullable<Text>,
+        terms_text -> Nullable<Text>,
+        set_by -> Text,
+        trace_id -> Text,
+        set_at -> Timestamptz,
+    }
+}
+
+diesel::table! {
+    order_prepaid (order_id) {
+        order_id -> Int8,
+        accepted_terms_version -> Nullable<Text>,
+        cooling_off_days -> Int4,
+        refund_within_working_days -> Int4,
+        refund_due_by -> Nullable<Date>,
+    }
+}
+
+diesel::table! {
+    business_days (day) {
+        day -> Date,
+        working -> Bool,
+        note -> Nullable<Text>,
+        set_by -> Text,
+        trace_id -> Text,
+        set_at -> Timestamptz,
+    }
+}

@@ -48,8 +48,8 @@ pub async fn seed(conn: &mut AsyncPgConnection) -> AppResult<Seeded> {
         actor: Actor::system("seed"),
         trace: TraceId::new(),
     };
-    let sh = catalog::create_store(conn, "GogoAI Fitness · Jing'an", "SH-JINGAN").await?;
-    let hz = catalog::create_store(conn, "GogoAI Fitness · West Lake", "HZ-XIHU").await?;
+    let sh = catalog::create_store(conn, "GogoAI Fitness · Jing'an", "SH-JINGAN", None).await?;
+    let hz = catalog::create_store(conn, "GogoAI Fitness · West Lake", "HZ-XIHU", None).await?;
     let mut member_ids = Vec::new();
     for (name, phone, money) in [
         ("Li Na", "13800138001", 200_000),
@@ -58,7 +58,15 @@ pub async fn seed(conn: &mut AsyncPgConnection) -> AppResult<Seeded> {
     ] {
         let m = catalog::create_member(conn, sh.id, name, phone).await?;
         if money > 0 {
-            crate::wallet::top_up(conn, m.id, money, &format!("seed-{}", m.id), &ctx).await?;
+            crate::wallet::top_up(
+                conn,
+                m.id,
+                money,
+                &format!("seed-{}", m.id),
+                chrono_tz::Asia::Shanghai,
+                &ctx,
+            )
+            .await?;
         }
         member_ids.push(m.id);
     }

@@ -40,8 +40,9 @@ pub const TRANSITIONS: &[(OrderStatus, OrderStatus, &[ActorKind], &str)] = {
         (Paid, Consuming, &[Member, Admin, System], "first check-in"),
         // The last credit used, or the membership's validity over.
         (Consuming, Consumed, &[Member, Admin, System], "everything used"),
-        // Refunds are staff decisions (admin, or ops closing a ticket).
-        (Paid, Refunded, &[Admin, Ops], "refunded before use"),
+        // Refunds are staff decisions (admin, or ops closing a ticket); a member takes back an
+        // unused prepaid order within its cooling-off period (`requestCoolingOffRefund`).
+        (Paid, Refunded, &[Member, Admin, Ops], "refunded before use"),
         (Consuming, Refunded, &[Admin, Ops], "refunded the unused share"),
     ]
 };
@@ -161,12 +162,13 @@ mod tests {
     }
 
     #[test]
-    fn providers_only_pay_and_members_never_refund() {
+    fn providers_only_pay_and_members_refund_only_unused_orders() {
         use OrderStatus::*;
         assert!(check(WaitPay, Paid, ActorKind::Provider).is_ok());
         assert!(check(WaitPay, Canceled, ActorKind::Provider).is_err());
         assert!(check(Paid, Refunded, ActorKind::Provider).is_err());
-        assert!(check(Paid, Refunded, ActorKind::Member).is_err());
+        // A member's cooling-off refund: before any use only.
+        assert!(check(Paid, Refunded, ActorKind::Member).is_ok());
         assert!(check(Consuming, Refunded, ActorKind::Member).is_err());
         assert!(check(Paid, Refunded, ActorKind::Admin).is_ok());
         assert!(check(WaitPay, Canceled, ActorKind::System).is_ok());

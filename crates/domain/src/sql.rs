@@ -16,8 +16,8 @@ use diesel::sql_types::Text;
 use crate::domain::payment::CallbackOutcome;
 use crate::domain::{
     AnomalyCategory, CompensationKind, CompensationStatus, MembershipStatus, OrderKind, OrderStatus, PayChannel,
-    PaymentMethod, Provider, ReconciliationStatus, TaskRunStatus, TicketAction, TicketKind, TicketStatus,
-    WalletMoveKind,
+    PaymentMethod, PrepaidPreset, Provider, ReconciliationStatus, TaskRunStatus, TicketAction, TicketKind,
+    TicketStatus, WalletMoveKind,
 };
 
 macro_rules! text_columns {
@@ -56,6 +56,7 @@ text_columns!(
     OrderStatus,
     PayChannel,
     PaymentMethod,
+    PrepaidPreset,
     Provider,
     ReconciliationStatus,
     TaskRunStatus,

@@ -15,6 +15,8 @@ vocabulary! {
         CompensationDead = "COMPENSATION_DEAD",
         UnknownOrder = "UNKNOWN_ORDER",
         RejectedTransition = "REJECTED_TRANSITION",
+        /// A cooling-off refund the provider had not paid back by its deadline (`Order.refundDueBy`).
+        RefundOverdue = "REFUND_OVERDUE",
     }
 }
 

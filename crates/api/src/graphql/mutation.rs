@@ -42,6 +42,8 @@ pub struct PlaceOrderInput {
     pub channel: Option<PayChannel>,
     /// WECHAT_JSAPI: the member's openid under WECHATPAY_APP_ID; remembered on the member once given
     pub wechat_open_id: Option<String>,
+    /// the version of the store's terms the member accepted (required when the store asks for terms)
+    pub accepted_terms_version: Option<String>,
 }
 
 #[derive(InputObject)]
@@ -57,6 +59,14 @@ pub struct CheckInInput {
 pub struct CreateStoreInput {
     pub name: String,
     pub code: String,
+    /// default: code
+    pub operator_code: Option<String>,
+}
+
+#[derive(InputObject)]
+pub struct UpdateStoreInput {
+    pub name: Option<String>,
+    pub operator_code: Option<String>,
 }
 
 #[derive(InputObject)]
@@ -108,6 +118,16 @@ fn require_admin<'a>(ctx: &Context<'a>) -> AppResult<&'a crate::auth::Viewer> {
     Ok(v)
 }
 
+/// An admin of the whole chain (not limited to stores): stores' operators, prepaid rules, the
+/// business calendar.
+fn require_chain_admin<'a>(ctx: &Context<'a>, what: &str) -> AppResult<&'a crate::auth::Viewer> {
+    let v = require_admin(ctx)?;
+    if v.store_scope().is_some() {
+        return Err(AppError::Forbidden(format!("store-limited staff may not {what}")));
+    }
+    Ok(v)
+}
+
 #[Object]
 impl Mutation {
     async fn place_order(&self, ctx: &Context<'_>, input: PlaceOrderInput) -> AppResult<PlaceOrderPayload> {
@@ -133,6 +153,7 @@ impl Mutation {
             wallet_amount_cents: input.wallet_amount_cents.map(i64::from),
             member_id,
             online_provider: provider,
+            accepted_terms_version: input.accepted_terms_version,
         };
         let st = state(ctx);
         let mut c = conn(ctx).await?;
@@ -236,8 +257,58 @@ impl Mutation {
         }
         let mut c = conn(ctx).await?;
         Ok(StoreNode(
-            catalog::create_store(&mut c, &input.name, &input.code).await?,
+            catalog::create_store(&mut c, &input.name, &input.code, input.operator_code.as_deref()).await?,
         ))
+    }
+
+    /// chain-wide admins: a store's name and business operator
+    async fn update_store(&self, ctx: &Context<'_>, id: ID, input: UpdateStoreInput) -> AppResult<StoreNode> {
+        require_chain_admin(ctx, "change stores")?;
+        let id = parse_id(&id, "id")?;
+        let mut c = conn(ctx).await?;
+        Ok(StoreNode(
+            catalog::update_store(&mut c, id, input.name.as_deref(), input.operator_code.as_deref()).await?,
+        ))
+    }
+
+    /// chain-wide admins: the prepaid rules a store sells under
+    async fn set_prepaid_rules(
+        &self,
+        ctx: &Context<'_>,
+        store_id: ID,
+        input: PrepaidRulesInput,
+    ) -> AppResult<StoreNode> {
+        require_chain_admin(ctx, "set prepaid rules")?;
+        let actx = actor_ctx(ctx)?;
+        let id = parse_id(&store_id, "storeId")?;
+        let mut c = conn(ctx).await?;
+        crate::prepaid::set_rules(&mut c, id, &input.into(), &actx).await?;
+        Ok(StoreNode(catalog::require_store(&mut c, id).await?))
+    }
+
+    /// chain-wide admins: working days and holidays; answers how many dates were set
+    async fn set_business_days(&self, ctx: &Context<'_>, days: Vec<BusinessDayInput>) -> AppResult<i32> {
+        require_chain_admin(ctx, "set the business calendar")?;
+        let actx = actor_ctx(ctx)?;
+        let days = days
+            .into_iter()
+            .map(|d| crate::prepaid::calendar::SetDay {
+                date: d.date.0,
+                working: d.working,
+                note: d.note,
+            })
+            .collect();
+        let mut c = conn(ctx).await?;
+        crate::prepaid::calendar::set_days(&mut c, days, &actx).await
+    }
+
+    /// the member for their own order, or staff: the whole amount back within the cooling-off period
+    async fn request_cooling_off_refund(&self, ctx: &Context<'_>, order_no: String) -> AppResult<OrderNode> {
+        let v = viewer(ctx)?;
+        let actx = actor_ctx(ctx)?;
+        let mut c = conn(ctx).await?;
+        let r = orders::request_cooling_off_refund(&mut c, &state(ctx).config, v, &order_no, &actx).await;
+        noted(ctx, &mut c, &order_no, r).await.map(OrderNode)
     }
 
     async fn create_member(&self, ctx: &Context<'_>, input: CreateMemberInput) -> AppResult<MemberNode> {
@@ -316,7 +387,7 @@ impl Mutation {
         let member = super::loaders::load_member(ctx, id).await?;
         v.require_store(member.0.store_id)?;
         Ok(MemberNode(
-            crate::wallet::top_up(&mut c, id, amount_cents, &reference, &actx).await?,
+            crate::wallet::top_up(&mut c, id, amount_cents, &reference, state(ctx).config.timezone, &actx).await?,
         ))
     }
 

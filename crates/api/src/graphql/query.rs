@@ -12,7 +12,7 @@ use super::connection::{self, decode_cursor, page_size, Connection};
 use super::loaders::{load_member, prefetch_order_page, PageRelations};
 use super::outbox::{CompensationKind, CompensationStatus};
 use super::types::*;
-use super::{conn, parse_id, viewer};
+use super::{conn, parse_id, state, viewer};
 use crate::auth::Role;
 use crate::db::models;
 use crate::db::schema::*;
@@ -126,11 +126,54 @@ impl Query {
             .select(models::CoachSlot::as_select())
             .load(&mut c)
             .await?;
+        let rules = crate::prepaid::rules_of(&mut c, store).await?.rules;
         Ok(CatalogNode {
             membership_plans: plans.into_iter().map(MembershipPlanNode).collect(),
             class_packs: packs.into_iter().map(ClassPackNode).collect(),
             coach_slots: slots.into_iter().map(CoachSlotNode).collect(),
+            terms: rules
+                .terms_version
+                .zip(rules.terms_text)
+                .map(|(version, text)| TermsNode { version, text }),
         })
+    }
+
+    /// the business calendar from `from` through `to` (at most 366 days)
+    async fn business_days(&self, ctx: &Context<'_>, from: Date, to: Date) -> AppResult<Vec<BusinessDayNode>> {
+        viewer(ctx)?;
+        let mut c = conn(ctx).await?;
+        Ok(crate::prepaid::calendar::days(&mut c, from.0, to.0)
+            .await?
+            .into_iter()
+            .map(|d| BusinessDayNode {
+                date: Date(d.date),
+                working: d.working,
+                source: d.source.as_str().to_string(),
+                note: d.note,
+            })
+            .collect())
+    }
+
+    /// staff: a store's prepaid money (预收资金台账) per date, `from` through `to` (at most 366 days)
+    async fn prepaid_ledger(
+        &self,
+        ctx: &Context<'_>,
+        store_id: ID,
+        from: Date,
+        to: Date,
+    ) -> AppResult<Vec<PrepaidDayNode>> {
+        let v = viewer(ctx)?;
+        v.require(&[Role::Admin, Role::Ops])?;
+        let store = parse_id(&store_id, "storeId")?;
+        v.require_store(store)?;
+        let mut c = conn(ctx).await?;
+        crate::catalog::require_store(&mut c, store).await?;
+        let tz = state(ctx).config.timezone;
+        Ok(crate::prepaid::ledger::ledger(&mut c, store, from.0, to.0, tz)
+            .await?
+            .into_iter()
+            .map(PrepaidDayNode::from)
+            .collect())
     }
 
     /// One order; another member's order (or another store's, for store-limited staff) is null.

@@ -11,6 +11,7 @@ mod graphql_routes;
 mod health;
 pub mod metrics;
 pub mod persisted;
+mod reports;
 mod serve;
 mod workbench;
 pub mod ws_quota;
@@ -102,6 +103,7 @@ pub fn router(app: AppState) -> Router {
         .route("/ops", get(ops_page))
         .route("/ops/tickets", get(workbench::page))
         .route("/ops/assets/{name}", get(workbench::asset))
+        .route("/reports/prepaid.csv", get(reports::prepaid_csv))
         .with_state(state)
         .layer(axum::extract::DefaultBodyLimit::max(limit))
         .layer(middleware::from_fn_with_state(bounds, body::bounded))
@@ -191,6 +193,7 @@ fn known_route(path: &str) -> &'static str {
         "/metrics" => "/metrics",
         "/ops" => "/ops",
         "/ops/tickets" => "/ops/tickets",
+        "/reports/prepaid.csv" => "/reports/prepaid.csv",
         "/ops/assets/{name}" => "/ops/assets",
         "/graphql/assets/{name}" => "/graphql/assets",
         _ => "other",

@@ -104,6 +104,7 @@ fn ticket_kind_zh(kind: TicketKind) -> &'static str {
         TicketKind::LocalPaidProviderMissing => "本地已付、渠道无记录",
         TicketKind::RefundMismatch => "退款不符",
         TicketKind::CompensationDead => "补偿失败",
+        TicketKind::RefundOverdue => "冷静期退款逾期",
         TicketKind::UnknownOrder | TicketKind::RejectedTransition => "其他",
     }
 }
@@ -142,12 +143,13 @@ impl Alert {
         })
     }
 
-    /// A ticket people must act on now: a payment for a canceled order, or an amount that
-    /// differs from the order's. `None` for the other kinds.
+    /// A ticket people must act on now: a payment for a canceled order, an amount that differs
+    /// from the order's, a cooling-off refund past its deadline. `None` for the other kinds.
     pub fn ticket(t: &ExceptionTicket) -> Option<Alert> {
         let title = match t.kind {
             TicketKind::PaidAfterCancel => "订单已取消后收到付款",
             TicketKind::AmountMismatch => "实付金额与订单金额不符",
+            TicketKind::RefundOverdue => "冷静期退款到期未到账",
             _ => return None,
         };
         let mut lines = vec![format!("订单:{}", t.order_no.as_deref().unwrap_or("(未知订单)"))];
@@ -166,9 +168,15 @@ impl Alert {
         if t.kind == TicketKind::PaidAfterCancel {
             lines.push("订单不会恢复;已自动发起原路退款".into());
         }
+        if t.kind == TicketKind::RefundOverdue {
+            if let Some(due) = t.detail.get("refundDueBy").and_then(|d| d.as_str()) {
+                lines.push(format!("应退款日期:{due}(工作日计)"));
+            }
+            lines.push("渠道退款尚未确认到账:请查询渠道退款,必要时线下退款".into());
+        }
         lines.push(format!("工单:#{}({})", t.id, ticket_kind_zh(t.kind)));
         Some(Alert {
-            // The cause is the ticket's kind (one of the two above).
+            // The cause is the ticket's kind (one of those above).
             cause: t.kind.as_str(),
             dedupe_key: format!("TICKET:{}", t.id),
             title: title.into(),

@@ -340,12 +340,118 @@ pub async fn refund_order(
             viewer.role.as_str()
         )));
     }
+    // Members take their money back only in the cooling-off period ([`request_cooling_off_refund`]).
+    if viewer.role == Role::Member {
+        return Err(AppError::Forbidden("members may not refund".into()));
+    }
     let reason = crate::error::required_text(reason, 500, "a refund's reason")?;
     conn.transaction(async |conn| -> AppResult<Order> {
         let order = lock_order(conn, order_no, Some(viewer)).await?;
         if order.status == OrderStatus::Refunded {
             return Ok(order);
         }
+        refund_locked(conn, config, &order, reason, amount_cents, ctx).await
+    })
+    .await
+}
+
+/// Why a cooling-off refund is what it is (the order's audit row and the refund's reason).
+pub const COOLING_OFF_REASON: &str = "cooling-off refund (七天冷静期): the whole amount back";
+
+/// The member (their own order) or staff take back a prepaid order within its cooling-off
+/// period (README "Prepaid money"): nothing of it used, the whole amount back the way it came,
+/// through [`refund_locked`] like any refund; the deadline of its money (`refundDueBy`) is the
+/// sale's working days after today on the business calendar. A repeated request answers with
+/// the order as the first left it.
+pub async fn request_cooling_off_refund(
+    conn: &mut AsyncPgConnection,
+    config: &Config,
+    viewer: &Viewer,
+    order_no: &str,
+    ctx: &Ctx,
+) -> AppResult<Order> {
+    use crate::db::schema::order_prepaid;
+    viewer.require(&[Role::Member, Role::Admin])?;
+    conn.transaction(async |conn| -> AppResult<Order> {
+        let order = lock_order(conn, order_no, Some(viewer)).await?;
+        let terms: Option<(i32, i32, Option<chrono::NaiveDate>)> = order_prepaid::table
+            .find(order.id)
+            .select((
+                order_prepaid::cooling_off_days,
+                order_prepaid::refund_within_working_days,
+                order_prepaid::refund_due_by,
+            ))
+            .get_result(conn)
+            .await
+            .optional()?;
+        let (days, working_days, due) = terms.unwrap_or((0, 5, None));
+        if order.status == OrderStatus::Refunded && due.is_some() {
+            return Ok(order);
+        }
+        let now = Utc::now();
+        let Some(until) = cooling_off_until(&order, days, config.timezone) else {
+            return match order.paid_at {
+                None => Err(AppError::illegal(order.status, OrderStatus::Refunded)),
+                Some(_) => Err(AppError::refused(
+                    "COOLING_OFF_ENDED",
+                    "this order has no cooling-off period (the store's rules give none, or it is no prepaid order)",
+                )),
+            };
+        };
+        match order.status {
+            OrderStatus::Paid if order.sessions_used == 0 => {}
+            OrderStatus::Paid | OrderStatus::Consuming | OrderStatus::Consumed => {
+                return Err(AppError::refused(
+                    "ALREADY_USED",
+                    "part of this order was used: the cooling-off refund is for unused orders; staff refund the unused share",
+                ))
+            }
+            other => return Err(AppError::illegal(other, OrderStatus::Refunded)),
+        }
+        if now >= until {
+            return Err(AppError::refused(
+                "COOLING_OFF_ENDED",
+                format!("the cooling-off period ended at {}", until.with_timezone(&config.timezone).format("%Y-%m-%d %H:%M")),
+            ));
+        }
+        let today = now.with_timezone(&config.timezone).date_naive();
+        let due = crate::prepaid::calendar::deadline(conn, today, working_days).await?;
+        diesel::update(order_prepaid::table.find(order.id))
+            .set(order_prepaid::refund_due_by.eq(due))
+            .execute(conn)
+            .await?;
+        refund_locked(conn, config, &order, COOLING_OFF_REASON, Some(order.amount_cents), ctx).await
+    })
+    .await
+}
+
+/// The end of an order's cooling-off period: the start of the date after the `days`-th day
+/// after its payment date (business time zone). `None` when unpaid, no prepaid order or no days.
+pub fn cooling_off_until(order: &Order, days: i32, tz: chrono_tz::Tz) -> Option<chrono::DateTime<Utc>> {
+    use chrono::TimeZone;
+    if !crate::domain::prepaid::is_prepaid(order.kind, order.sessions_total) {
+        return None;
+    }
+    let paid = order.paid_at?.with_timezone(&tz).date_naive();
+    let end = crate::domain::prepaid::cooling_off_ends(paid, days)?;
+    tz.from_local_datetime(&end.and_hms_opt(0, 0, 0)?)
+        .earliest()
+        .map(|t| t.with_timezone(&Utc))
+}
+
+/// PAID or CONSUMING -> REFUNDED of an order the caller has locked: `amount_cents` (default:
+/// the unused share) back the way it came, credits, card and access taken back. The one refund
+/// path: staff's refunds, ticket actions and the cooling-off refund all come here.
+async fn refund_locked(
+    conn: &mut AsyncPgConnection,
+    config: &Config,
+    order: &Order,
+    reason: &str,
+    amount_cents: Option<i64>,
+    ctx: &Ctx,
+) -> AppResult<Order> {
+    let order = order.clone();
+    {
         order_status::check(order.status, OrderStatus::Refunded, ctx.actor.kind)?;
         let membership: Option<Membership> = memberships::table
             .filter(memberships::order_id.eq(order.id))
@@ -431,8 +537,7 @@ pub async fn refund_order(
         )
         .await?;
         Ok(refunded)
-    })
-    .await
+    }
 }
 
 /// The unused share of what was paid: sessions left of the total, or for a membership the

@@ -12,8 +12,8 @@ mod place;
 
 pub use check_in::{check_in, CheckInOutcome};
 pub use lifecycle::{
-    apply_payment, apply_payment_announced_later, cancel_order, confirm_offline_payment, refund_order, unused_share,
-    Announcements, PaymentApplied,
+    apply_payment, apply_payment_announced_later, cancel_order, confirm_offline_payment, cooling_off_until,
+    refund_order, request_cooling_off_refund, unused_share, Announcements, PaymentApplied, COOLING_OFF_REASON,
 };
 pub use place::{check_place_rate, place_order, PlaceOrder, PlacedItem};
 
@@ -180,4 +180,36 @@ pub async fn lock_order(conn: &mut AsyncPgConnection, order_no: &str, viewer: Op
 /// [`Viewer::sees_owned`] of an order.
 pub fn viewer_sees_order(viewer: &Viewer, order: &Order) -> bool {
     viewer.sees_owned(order.member_id, order.store_id)
+}
+
+/// What a prepaid order kept of its store's rules at the sale (`order_prepaid`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SaleTerms {
+    pub accepted_terms_version: Option<String>,
+    pub cooling_off_days: i32,
+    pub refund_within_working_days: i32,
+    /// Set by a cooling-off refund: when its money must have reached the payer.
+    pub refund_due_by: Option<chrono::NaiveDate>,
+}
+
+/// The sale terms of an order; `None` for an order sold without cooling-off or terms.
+pub async fn sale_terms(conn: &mut AsyncPgConnection, order_id: i64) -> AppResult<Option<SaleTerms>> {
+    use crate::db::schema::order_prepaid as op;
+    let row: Option<(Option<String>, i32, i32, Option<chrono::NaiveDate>)> = op::table
+        .find(order_id)
+        .select((
+            op::accepted_terms_version,
+            op::cooling_off_days,
+            op::refund_within_working_days,
+            op::refund_due_by,
+        ))
+        .get_result(conn)
+        .await
+        .optional()?;
+    Ok(row.map(|(v, d, w, due)| SaleTerms {
+        accepted_terms_version: v,
+        cooling_off_days: d,
+        refund_within_working_days: w,
+        refund_due_by: due,
+    }))
 }

@@ -10,7 +10,7 @@ use super::{lifecycle, record_birth, Ctx, PaymentApplied};
 use crate::auth::{Role, Viewer};
 use crate::config::Config;
 use crate::db::models::{ClassPack, CoachSlot, Member, MembershipPlan, Order};
-use crate::db::schema::{class_packs, coach_slots, members, membership_plans, orders};
+use crate::db::schema::{class_packs, coach_slots, members, membership_plans, order_prepaid, orders};
 use crate::domain::{OrderKind, OrderStatus, PaymentMethod, Provider, WalletMoveKind};
 use crate::error::{AppError, AppResult, OnViolation, Violation};
 use crate::wallet::{wallet_move, WalletMove};
@@ -32,6 +32,9 @@ pub struct PlaceOrder {
     pub member_id: Option<i64>,
     /// The online provider of a MIXED order (WECHAT_PAY unless the client says otherwise).
     pub online_provider: Option<Provider>,
+    /// The version of the store's terms the member accepted (a prepaid order of a store that
+    /// asks for terms needs the current one).
+    pub accepted_terms_version: Option<String>,
 }
 
 struct Priced {
@@ -134,6 +137,11 @@ pub async fn place_order(
             check_open_orders(conn, config, member_id).await?;
             let now = Utc::now();
             let priced = price_item(conn, req.store_id, &req.item, now).await?;
+            let store = crate::prepaid::rules_of(conn, req.store_id).await?;
+            let prepaid = crate::domain::prepaid::is_prepaid(priced.kind, priced.sessions);
+            if prepaid {
+                crate::prepaid::check_terms(&store.rules, req.accepted_terms_version.as_deref())?;
+            }
             let wallet_part = match method {
                 PaymentMethod::Wallet => priced.amount,
                 PaymentMethod::Mixed => {
@@ -149,6 +157,34 @@ pub async fn place_order(
                     w
                 }
                 _ => 0,
+            };
+            // The member's row lock above serializes their placements and top-ups: two orders
+            // placed at once never pass a total together.
+            crate::prepaid::check_adding(
+                conn,
+                &store,
+                member_id,
+                crate::domain::prepaid::Adding::Order {
+                    kind: priced.kind,
+                    amount_cents: priced.amount,
+                    plan_days: priced.plan_days.unwrap_or(0),
+                    sessions: priced.sessions,
+                    wallet_cents: wallet_part,
+                },
+                config.timezone,
+            )
+            .await?;
+            let (cooling_off_days, terms) = if prepaid {
+                (
+                    store.rules.cooling_off_days,
+                    store
+                        .rules
+                        .terms_version
+                        .as_ref()
+                        .and(req.accepted_terms_version.as_deref()),
+                )
+            } else {
+                (0, None)
             };
             let expires_at = expiry_of(config, viewer, method, online_provider.is_some(), now);
             let (plan, pack, slot) = match req.item {
@@ -188,6 +224,19 @@ pub async fn place_order(
                 return Ok(None);
             };
             let order = record_birth(conn, &inserted, ctx).await?;
+            // What the sale keeps of the store's rules (a store without cooling-off or terms
+            // writes nothing).
+            if cooling_off_days > 0 || terms.is_some() {
+                diesel::insert_into(order_prepaid::table)
+                    .values((
+                        order_prepaid::order_id.eq(order.id),
+                        order_prepaid::accepted_terms_version.eq(terms.map(str::trim)),
+                        order_prepaid::cooling_off_days.eq(cooling_off_days),
+                        order_prepaid::refund_within_working_days.eq(store.rules.refund_within_working_days),
+                    ))
+                    .execute(conn)
+                    .await?;
+            }
             reserve_item(conn, &order).await?;
             if order.expires_at.is_some() {
                 // Wakes the expiry timers of every instance for the new deadline.

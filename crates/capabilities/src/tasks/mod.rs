@@ -94,6 +94,12 @@ impl Scheduler {
                 schedule: Schedule::Every { secs: 60 },
                 run: |s| Box::pin(housekeeping::alert_check(s)),
             },
+            // Cooling-off refunds past their working-day deadline: a ticket and an alert each.
+            Task {
+                name: "refund:overdue",
+                schedule: Schedule::Every { secs: 600 },
+                run: |s| Box::pin(crate::prepaid::overdue::sweep(s)),
+            },
             Task {
                 name: "data:cleanup",
                 schedule: Schedule::DailyAt { hour: 3, minute: 30 },

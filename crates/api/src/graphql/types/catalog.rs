@@ -80,4 +80,6 @@ pub struct CatalogNode {
     pub membership_plans: Vec<MembershipPlanNode>,
     pub class_packs: Vec<ClassPackNode>,
     pub coach_slots: Vec<CoachSlotNode>,
+    /// null when the store asks for none
+    pub terms: Option<super::TermsNode>,
 }

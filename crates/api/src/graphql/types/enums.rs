@@ -80,6 +80,17 @@ pub enum TicketKind {
     CompensationDead,
     UnknownOrder,
     RejectedTransition,
+    RefundOverdue,
+}
+
+#[derive(Enum, Copy, Clone, Debug, PartialEq, Eq)]
+#[graphql(remote = "crate::domain::PrepaidPreset")]
+pub enum PrepaidRulesPreset {
+    None,
+    #[graphql(name = "SHANGHAI_2025")]
+    Shanghai2025,
+    Beijing,
+    Custom,
 }
 
 #[derive(Enum, Copy, Clone, Debug, PartialEq, Eq)]
@@ -165,6 +176,7 @@ mod tests {
         same_words::<PayChannel, _>(&domain::PayChannel::ALL, domain::PayChannel::as_str);
         same_words::<MembershipStatus, _>(&domain::MembershipStatus::ALL, domain::MembershipStatus::as_str);
         same_words::<TicketKind, _>(&domain::TicketKind::ALL, domain::TicketKind::as_str);
+        same_words::<PrepaidRulesPreset, _>(&domain::PrepaidPreset::ALL, domain::PrepaidPreset::as_str);
         same_words::<TicketStatus, _>(&domain::TicketStatus::ALL, domain::TicketStatus::as_str);
         same_words::<TicketAction, _>(&domain::TicketAction::ALL, domain::TicketAction::as_str);
         same_words::<ReconciliationStatus, _>(&domain::ReconciliationStatus::ALL, domain::ReconciliationStatus::as_str);

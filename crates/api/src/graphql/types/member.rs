@@ -34,6 +34,15 @@ impl StoreNode {
     async fn code(&self) -> &str {
         &self.0.code
     }
+    /// the business operator's 统一社会信用代码: prepaid limits count per member and operator
+    async fn operator_code(&self) -> &str {
+        &self.0.operator_code
+    }
+    async fn prepaid_rules(&self, ctx: &Context<'_>) -> AppResult<super::PrepaidRulesNode> {
+        let mut c = super::super::conn(ctx).await?;
+        let store = crate::prepaid::rules_of(&mut c, self.0.id).await?;
+        Ok((&store.rules).into())
+    }
 }
 
 #[derive(SimpleObject)]
@@ -75,6 +84,12 @@ impl MemberNode {
             .await
             .map_err(|e| e.into_app())?
             .unwrap_or(0))
+    }
+    /// unused prepaid money with the operator of the member's store (orders and wallet)
+    async fn prepaid_balance_cents(&self, ctx: &Context<'_>) -> AppResult<i32> {
+        let mut c = super::super::conn(ctx).await?;
+        let tz = super::super::state(ctx).config.timezone;
+        int(crate::prepaid::member_balance(&mut c, self.0.id, self.0.store_id, tz).await?)
     }
     async fn memberships(&self, ctx: &Context<'_>) -> AppResult<Vec<MembershipNode>> {
         let v = request(ctx).viewer.as_ref();

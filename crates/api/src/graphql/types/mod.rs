@@ -9,6 +9,7 @@ mod member;
 mod ops;
 mod order;
 mod payment;
+mod prepaid;
 mod session;
 mod ticket;
 
@@ -21,6 +22,7 @@ pub use member::*;
 pub use ops::*;
 pub use order::*;
 pub use payment::*;
+pub use prepaid::*;
 pub use session::*;
 pub use ticket::*;
 

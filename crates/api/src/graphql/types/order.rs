@@ -16,6 +16,13 @@ use crate::error::AppResult;
 
 pub struct OrderNode(pub models::Order);
 
+impl OrderNode {
+    async fn sale_terms(&self, ctx: &Context<'_>) -> AppResult<Option<crate::orders::SaleTerms>> {
+        let mut c = super::super::conn(ctx).await?;
+        crate::orders::sale_terms(&mut c, self.0.id).await
+    }
+}
+
 #[Object(name = "Order")]
 impl OrderNode {
     async fn order_no(&self) -> &str {
@@ -80,6 +87,25 @@ impl OrderNode {
     }
     async fn refund_amount_cents(&self) -> AppResult<Option<i32>> {
         self.0.refund_amount_cents.map(int).transpose()
+    }
+    /// end of the cooling-off period (null: the store has none, or not paid)
+    async fn cooling_off_until(&self, ctx: &Context<'_>) -> AppResult<Option<DateTime<Utc>>> {
+        let Some(terms) = self.sale_terms(ctx).await? else {
+            return Ok(None);
+        };
+        let tz = super::super::state(ctx).config.timezone;
+        Ok(crate::orders::cooling_off_until(&self.0, terms.cooling_off_days, tz))
+    }
+    /// the date a cooling-off refund must have reached the payer
+    async fn refund_due_by(&self, ctx: &Context<'_>) -> AppResult<Option<super::Date>> {
+        Ok(self
+            .sale_terms(ctx)
+            .await?
+            .and_then(|t| t.refund_due_by)
+            .map(super::Date))
+    }
+    async fn accepted_terms_version(&self, ctx: &Context<'_>) -> AppResult<Option<String>> {
+        Ok(self.sale_terms(ctx).await?.and_then(|t| t.accepted_terms_version))
     }
     async fn provider_txn_id(&self) -> Option<&str> {
         self.0.provider_txn_id.as_deref()

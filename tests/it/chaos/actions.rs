@@ -63,6 +63,9 @@ pub struct World {
     plan: String,
     orders: Vec<(String, String, String)>, // (order_no, member, method)
     keys: Vec<(String, Value)>,            // used idempotency keys and their inputs
+    /// Placements and top-ups refused over a prepaid cap (they must happen for the run to mean
+    /// anything about caps).
+    pub prepaid_refused: usize,
 }
 
 impl World {
@@ -85,6 +88,7 @@ impl World {
             plan: String::new(),
             orders: vec![],
             keys: vec![],
+            prepaid_refused: 0,
         };
         // The studio.
         let u = w.urls[0].clone();
@@ -98,6 +102,18 @@ impl World {
             .await
             .unwrap();
         w.store = r["data"]["createStore"]["id"].as_str().unwrap().to_string();
+        // Prepaid rules that bite: ¥5,500 in all per member (each starts with ¥5,000 in the
+        // wallet), a week's cooling-off.
+        let r = w
+            .gql(
+                &u,
+                &w.admin,
+                "mutation($s: ID!) { setPrepaidRules(storeId: $s, input: {preset: CUSTOM, totalMaxCents: 550000, coolingOffDays: 7}) { id } }",
+                json!({"s": w.store}),
+            )
+            .await
+            .unwrap();
+        assert!(r.get("errors").is_none(), "{r}");
         for i in 0..6 {
             let r = w
                 .gql(
@@ -221,6 +237,9 @@ impl World {
                 let t = issue_token(SECRET, Role::Member, &owner, None, Duration::from_secs(3600));
                 let q = "mutation($input: PlaceOrderInput!) { placeOrder(input: $input) { order { orderNo paymentMethod } payment { provider amountCents } } }";
                 if let Some(r) = self.gql(&url, &t, q, json!({"input": input.clone()})).await {
+                    if r["errors"][0]["extensions"]["reason"] == "PREPAID_LIMIT" {
+                        self.prepaid_refused += 1;
+                    }
                     if let Some(o) = r["data"]["placeOrder"]["order"].as_object() {
                         let no = o["orderNo"].as_str().unwrap().to_string();
                         if !self.orders.iter().any(|(n, ..)| *n == no) {
@@ -295,6 +314,20 @@ impl World {
                     &url,
                     &self.admin,
                     "mutation($n: String!) { confirmOfflinePayment(orderNo: $n, reference: \"POS\") { status } }",
+                    json!({"n": no}),
+                )
+                .await;
+            }
+            // A member takes an order back in its cooling-off period (a recent one: likelier paid
+            // and not used yet).
+            86..=93 if !self.orders.is_empty() => {
+                let recent = self.orders.len().saturating_sub(12);
+                let (no, owner, _) = self.orders[rng.random_range(recent..self.orders.len())].clone();
+                let t = issue_token(SECRET, Role::Member, &owner, None, Duration::from_secs(3600));
+                self.gql(
+                    &url,
+                    &t,
+                    "mutation($n: String!) { requestCoolingOffRefund(orderNo: $n) { status } }",
                     json!({"n": no}),
                 )
                 .await;

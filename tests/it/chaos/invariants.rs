@@ -184,6 +184,7 @@ pub async fn check_invariants(
         }
     }
     out.extend(check_provider_money(conn, trades).await);
+    out.extend(check_prepaid(conn).await);
     // No callback lost: every payment the provider took was processed (its key claimed).
     for ((order_no, txn), _) in provider.paid.iter() {
         let key = format!("{order_no}:{txn}");
@@ -195,6 +196,90 @@ pub async fn check_invariants(
             .unwrap_or(0);
         if n != 1 {
             out.push(format!("payment {key} taken by the provider but never processed"));
+        }
+    }
+    out
+}
+
+/// Prepaid money: no member holds more with an operator than the total its store allows, and
+/// each store's ledger adds up and ends today at what it holds (its members' wallets and the
+/// unused value of its paid cards and packs, counted here independently of `ledger.sql`).
+pub async fn check_prepaid(conn: &mut diesel_async::AsyncPgConnection) -> Vec<String> {
+    use diesel_async::RunQueryDsl;
+    let mut out = vec![];
+    #[derive(diesel::QueryableByName)]
+    struct Capped {
+        #[diesel(sql_type = diesel::sql_types::BigInt)]
+        member: i64,
+        #[diesel(sql_type = diesel::sql_types::Text)]
+        operator: String,
+        #[diesel(sql_type = diesel::sql_types::BigInt)]
+        total: i64,
+    }
+    let capped: Vec<Capped> = diesel::sql_query(
+        "SELECT DISTINCT m.id AS member, s.operator_code AS operator, r.total_max_cents AS total
+           FROM members m JOIN orders o ON o.member_id = m.id JOIN stores s ON s.id = o.store_id
+           JOIN prepaid_rules r ON r.store_id = s.id WHERE r.total_max_cents IS NOT NULL",
+    )
+    .load(conn)
+    .await
+    .unwrap_or_default();
+    let tz = chrono_tz::Asia::Shanghai;
+    for c in capped {
+        match fitorder::prepaid::holdings(conn, c.member, &c.operator, chrono::Utc::now(), tz).await {
+            Ok(h) if h.total_cents > c.total => out.push(format!(
+                "member {} holds {} with operator {}, over the total {}",
+                c.member, h.total_cents, c.operator, c.total
+            )),
+            Ok(_) => {}
+            Err(e) => out.push(format!("holdings of member {}: {}", c.member, e.message())),
+        }
+    }
+    let stores: Vec<V> = diesel::sql_query("SELECT id AS v FROM stores")
+        .load(conn)
+        .await
+        .unwrap_or_default();
+    let today = chrono::Utc::now().with_timezone(&tz).date_naive();
+    for store in stores {
+        let rows = match fitorder::prepaid::ledger::ledger(conn, store.v, today - chrono::Duration::days(2), today, tz)
+            .await
+        {
+            Ok(r) => r,
+            Err(e) => {
+                out.push(format!("ledger of store {}: {}", store.v, e.message()));
+                continue;
+            }
+        };
+        for w in rows.windows(2) {
+            let (a, b) = (&w[0], &w[1]);
+            if b.balance_cents != a.balance_cents + b.collected_cents - b.earned_cents - b.refunded_cents {
+                out.push(format!("ledger of store {} does not add up on {}", store.v, b.date));
+            }
+        }
+        let held = diesel::sql_query(
+            "SELECT ((SELECT coalesce(sum(balance_cents + frozen_cents), 0) FROM members WHERE store_id = $1)
+                   + (SELECT coalesce(sum(o.amount_cents - CASE
+                         WHEN o.kind = 'CLASS_PACK' THEN CASE WHEN o.sessions_used >= o.sessions_total THEN o.amount_cents
+                                                             ELSE o.amount_cents / o.sessions_total * o.sessions_used END
+                         ELSE CASE WHEN $2 - (m.valid_from AT TIME ZONE 'Asia/Shanghai')::date + 1 >= o.plan_days THEN o.amount_cents
+                                   ELSE o.amount_cents / o.plan_days * greatest(0, $2 - (m.valid_from AT TIME ZONE 'Asia/Shanghai')::date + 1) END
+                         END), 0)
+                        FROM orders o LEFT JOIN memberships m ON m.order_id = o.id
+                       WHERE o.store_id = $1 AND o.status IN ('PAID', 'CONSUMING', 'CONSUMED')
+                         AND (o.kind = 'MEMBERSHIP' OR (o.kind = 'CLASS_PACK' AND o.sessions_total > 1))))::bigint AS v",
+        )
+        .bind::<diesel::sql_types::BigInt, _>(store.v)
+        .bind::<diesel::sql_types::Date, _>(today)
+        .get_result::<V>(conn)
+        .await
+        .map(|v| v.v);
+        match (held, rows.last()) {
+            (Ok(h), Some(last)) if h != last.balance_cents => out.push(format!(
+                "ledger of store {} ends today at {} but the store holds {h}",
+                store.v, last.balance_cents
+            )),
+            (Err(e), _) => out.push(format!("what store {} holds: {e}", store.v)),
+            _ => {}
         }
     }
     out
@@ -227,8 +312,9 @@ async fn the_invariant_checker_catches_broken_books() {
         "a clean book has no violations"
     );
     // Now break it, one invariant at a time (each in a transaction rolled back afterwards), and
-    // each check must see its own breakage: all nine checks of the books and the lost callback.
-    let breakages: [(&str, &[&str]); 9] = [
+    // each check must see its own breakage: all nine checks of the books, the two of prepaid
+    // money, and the lost callback.
+    let breakages: [(&str, &[&str]); 11] = [
         (
             "illegal step in",
             &[
@@ -269,6 +355,17 @@ async fn the_invariant_checker_catches_broken_books() {
             "late payment",
             &["INSERT INTO payment_callbacks (provider, verified, outcome, body, headers, order_no, provider_txn_id, trace_id)
                VALUES ('WECHAT_PAY', true, 'PAID_AFTER_CANCEL', '{}', '{}', 'FO-late', 'T-late', 'broken')"],
+        ),
+        (
+            "over the total",
+            &["INSERT INTO prepaid_rules (store_id, preset, total_max_cents, cooling_off_days, refund_within_working_days, set_by, trace_id)
+               SELECT id, 'CUSTOM', 1, 0, 5, 'broken', 'broken' FROM stores"],
+        ),
+        (
+            "ends today at",
+            // Wallet money the ledger cannot see (dated after today).
+            &["INSERT INTO wallet_ledger (member_id, kind, balance_delta, frozen_delta, actor, trace_id, created_at)
+               SELECT id, 'TOP_UP', 5, 0, 'broken', 'broken', now() + interval '3 days' FROM members"],
         ),
     ];
     let clean = Provider::default();

@@ -137,6 +137,16 @@ async fn chaos_keeps_the_books_right() {
     )
     .await;
     eprintln!("chaos: {raced} orders paid during their close, {confirmed} provider refunds confirmed");
+    let cooled = scalar(
+        &mut conn,
+        "SELECT count(*) AS v FROM order_prepaid p JOIN orders o ON o.id = p.order_id
+          WHERE p.refund_due_by IS NOT NULL AND o.status = 'REFUNDED'",
+    )
+    .await;
+    eprintln!(
+        "chaos: {} placements refused over a prepaid cap, {cooled} orders taken back in cooling-off",
+        w.prepaid_refused
+    );
     eprintln!(
         "chaos: seed {seed}: {orders} orders, {callbacks} callbacks, {} violations",
         violations.len()
@@ -149,6 +159,11 @@ async fn chaos_keeps_the_books_right() {
         "the run did too little to mean anything: {orders} orders"
     );
     assert!(raced > 0, "no member paid during a close: the race was not exercised");
+    assert!(
+        w.prepaid_refused > 0,
+        "no placement met a prepaid cap: the caps were not exercised"
+    );
+    assert!(cooled > 0, "no order was taken back in cooling-off");
     assert!(
         violations.is_empty(),
         "seed {seed}: invariants violated:\n{}",

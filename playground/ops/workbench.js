@@ -11,7 +11,7 @@ const TZ = document.querySelector('meta[name="fitorder-timezone"]')?.content || 
 const $ = (id) => document.getElementById(id);
 
 const TICKET_KINDS = ['PROVIDER_PAID_LOCAL_UNPAID', 'LOCAL_PAID_PROVIDER_MISSING', 'AMOUNT_MISMATCH', 'REFUND_MISMATCH',
-  'PAID_AFTER_CANCEL', 'COMPENSATION_DEAD', 'UNKNOWN_ORDER', 'REJECTED_TRANSITION'];
+  'PAID_AFTER_CANCEL', 'COMPENSATION_DEAD', 'UNKNOWN_ORDER', 'REJECTED_TRANSITION', 'REFUND_OVERDUE'];
 const TICKET_STATUSES = ['OPEN', 'IN_PROGRESS', 'RESOLVED', 'DISMISSED'];
 const UNRESOLVED = ['OPEN', 'IN_PROGRESS'];
 const CATEGORIES = ['DUPLICATE_CALLBACK', 'BAD_SIGNATURE', 'ILLEGAL_TRANSITION', 'PAID_AFTER_CANCEL', 'AMOUNT_MISMATCH',
@@ -406,10 +406,13 @@ function traceLine(traceId, labelled = true) {
   return el('span', { class: 'trace' }, labelled ? t('f.traceId') + ' ' : null, raw(traceId, 'mono'), ' ', copyButton(traceId));
 }
 const DETAIL_KEYS = ['why', 'status', 'canceledAt', 'cancelReason', 'action', 'eventId', 'kind', 'attempts', 'lastError', 'idempotencyKey',
-  'refundNo', 'refundStatus', 'tradeStatus', 'refundedTotalCents', 'askedTotalCents', 'source', 'billDate', 'firstTxnId', 'line'];
-function detailValue(k, v) {
+  'refundNo', 'refundStatus', 'refundDueBy', 'refundedAt', 'tradeStatus', 'refundedTotalCents', 'askedTotalCents', 'source', 'billDate',
+  'firstTxnId', 'line'];
+function detailValue(k, v, kind) {
   if (v == null || v === '') return raw('—');
   if (k === 'status') return word('ostatus', v);
+  // An overdue refund's status is its PROVIDER_REFUND event's (a refund mismatch's is the provider's own word).
+  if (k === 'refundStatus' && kind === 'REFUND_OVERDUE') return word('cstatus', v);
   if (k === 'kind') return word('ckind', v);
   if (k === 'source') return word('source', v);
   if (k.endsWith('Cents') && typeof v === 'number') return raw(money(v));
@@ -422,7 +425,7 @@ function renderFound(tk) {
   try { detail = JSON.parse(tk.detail || '{}') || {}; } catch { detail = {}; }
   const diff = tk.localAmountCents != null && tk.providerAmountCents != null ? Math.abs(tk.localAmountCents - tk.providerAmountCents) : null;
   const sentence = el('p', { class: 'found-text', testid: 'found-text' },
-    tx('found.' + tk.kind, { local: money(tk.localAmountCents), provider: money(tk.providerAmountCents), diff: money(diff) }));
+    tx('found.' + tk.kind, { local: money(tk.localAmountCents), provider: money(tk.providerAmountCents), diff: money(diff), due: detail.refundDueBy }));
   const known = DETAIL_KEYS.filter((k) => k in detail && k !== 'why');
   const other = Object.keys(detail).filter((k) => !DETAIL_KEYS.includes(k));
   return el('div', { class: 'panel', testid: 'found' },
@@ -437,7 +440,7 @@ function renderFound(tk) {
       ['f.providerAmount', money(tk.providerAmountCents), 'provider-amount'],
       diff != null && diff > 0 && ['f.difference', money(diff)],
       ['f.openedAt', fmtTime(tk.openedAt), 'opened-at'],
-      ...known.map((k) => ['d.' + k, detailValue(k, detail[k])]),
+      ...known.map((k) => ['d.' + k, detailValue(k, detail[k], tk.kind)]),
       detail.why && ['d.why', raw(detail.why)],
       ...other.map((k) => ['d.other', el('span', {}, raw(k, 'mono'), ': ', detailValue(k, detail[k]))]),
       tk.resolvedAt && ['f.resolvedAt', fmtTime(tk.resolvedAt)],

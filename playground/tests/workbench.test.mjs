@@ -34,8 +34,10 @@ before(async () => {
   mkdirSync(keys, { recursive: true });
   sandbox = await startSandbox(keys);
   // One demo member places every order of these flows: the open-order cap and the placing rate
-  // (README, limits of the business) are lifted for it.
-  server = await startServer({ ...sandbox.env, ...downstreamEnv, FITORDER_MAX_OPEN_ORDERS: '1000', FITORDER_PLACE_RATE: '10000' });
+  // (README, limits of the business) are lifted for it. The scan interval of 1 s runs the
+  // scheduler's `refund:overdue` sweep every 10 s (ten scans) instead of every 10 minutes.
+  server = await startServer({ ...sandbox.env, ...downstreamEnv, FITORDER_MAX_OPEN_ORDERS: '1000', FITORDER_PLACE_RATE: '10000',
+    FITORDER_SCAN_INTERVAL: '1s' });
   browser = await launchChromium();
 });
 
@@ -556,6 +558,122 @@ test('on a 390-px phone: nothing wider than the screen, and it works by keyboard
     await page.keyboard.type('checked on the phone');
     await page.keyboard.press('Enter');
     await page.locator(sel('action-result', { outcome: 'ok', status: 'DISMISSED' })).waitFor({ timeout: 15000 });
+  } finally {
+    await close(page);
+  }
+});
+
+/** SQL on the test server's own database (as support.mjs runs psql on the maintenance one); the rows it prints. */
+function sql(statement) {
+  return execFileSync('psql', [server.env.DATABASE_URL, '-v', 'ON_ERROR_STOP=1', '-qAt', '-c', statement], {
+    encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'],
+  }).trim();
+}
+
+test('a cooling-off refund past its deadline is a REFUND_OVERDUE, in Chinese and English, closed with a note', { timeout: 120000 }, async () => {
+  // A store of its own selling under Beijing's rules (7 days of cooling-off, the money back within
+  // 15 working days), set by a chain-wide admin; a class pack of it paid by WeChat Pay.
+  const storeId = (await server.gql(admin(), 'mutation($i: CreateStoreInput!) { createStore(input: $i) { id } }',
+    { i: { name: 'GogoAI Fitness · Chaoyang', code: `BJ-CHAOYANG-${process.pid}` } })).createStore.id;
+  const packId = (await server.gql(admin(), 'mutation($i: CreateClassPackInput!) { createClassPack(input: $i) { id } }',
+    { i: { storeId, name: 'AI strength · 10 sessions', sessions: 10, priceCents: 99900 } })).createClassPack.id;
+  await server.gql(admin(), 'mutation($s: ID!) { setPrepaidRules(storeId: $s, input: {preset: BEIJING}) { id } }', { s: storeId });
+  const o = await nativeOrder(storeId, packId);
+  pay(o.orderNo, o.amountCents, txn());
+  const orderOf = async () => (await server.gql(admin(), `query($n: String!) { order(orderNo: $n) { status refundDueBy refundAmountCents
+    compensation { kind status } } }`, { n: o.orderNo })).order;
+  await eventually(async () => (await orderOf()).status === 'PAID', `${o.orderNo} PAID`);
+
+  // Taken back within the cooling-off, by the desk: the whole amount, as a provider refund.
+  const refunded = (await server.gql(admin(), 'mutation($n: String!) { requestCoolingOffRefund(orderNo: $n) { status refundDueBy refundAmountCents } }',
+    { n: o.orderNo })).requestCoolingOffRefund;
+  assert.equal(refunded.status, 'REFUNDED');
+  assert.equal(refunded.refundAmountCents, o.amountCents);
+  assert.ok(refunded.refundDueBy > shanghaiNow().date, `due ${refunded.refundDueBy}, in 15 working days`);
+  // The sandbox refunds a trade only once it saw it paid (at its cashier, where a refund is done
+  // within milliseconds and no ticket would rightly open); this file pays with simulate-payment,
+  // which the sandbox never sees, so it refuses the refund (订单未支付) and the PROVIDER_REFUND
+  // ends DEAD after this server's two attempts: a provider refund that is not done, what the
+  // sweep looks for. Nothing of the refund is changed by hand.
+  const refund = await eventually(async () => (await orderOf()).compensation.find((c) => c.kind === 'PROVIDER_REFUND' && c.status === 'DEAD'),
+    'the PROVIDER_REFUND DEAD', 30000);
+  assert.ok(refund);
+  assert.equal((await ticketsOf(o.orderNo)).filter((x) => x.kind === 'REFUND_OVERDUE').length, 0, 'nothing overdue before the deadline');
+
+  // Its deadline passed: the test cannot wait 15 working days, so the order's refund_due_by is
+  // moved to three days before today (business time zone) in the database. The scheduler's
+  // `refund:overdue` (every 10 s here) finds it and opens the ticket.
+  const due = sql(`UPDATE order_prepaid SET refund_due_by = (now() AT TIME ZONE 'Asia/Shanghai')::date - 3
+    WHERE order_id = (SELECT id FROM orders WHERE order_no = '${o.orderNo}') RETURNING refund_due_by`);
+  assert.match(due, /^\d{4}-\d{2}-\d{2}$/);
+  const t = await eventually(async () => (await ticketsOf(o.orderNo)).find((x) => x.kind === 'REFUND_OVERDUE'), 'the REFUND_OVERDUE ticket', 45000);
+  const opened = (await server.gql(ops(), 'query($id: ID!) { exceptionTicket(id: $id) { status localAmountCents detail actions { allowed } } }',
+    { id: t.id })).exceptionTicket;
+  assert.equal(opened.status, 'OPEN');
+  assert.equal(opened.localAmountCents, o.amountCents, 'the refund amount');
+  const detail = JSON.parse(opened.detail);
+  assert.deepEqual([detail.refundDueBy, detail.refundStatus], [due, 'DEAD']);
+  assert.ok(detail.refundedAt && detail.why, opened.detail);
+  assert.deepEqual(opened.actions.allowed, ['NO_ACTION'], 'an overdue refund is checked with the provider, then closed with a note');
+
+  const row = sel('ticket-row', { 'ticket-id': t.id, kind: 'REFUND_OVERDUE' });
+  const kindOfRow = (page) => page.locator(`${row} .badge[data-value="REFUND_OVERDUE"]`).textContent();
+  const money = `¥${Math.floor(o.amountCents / 100).toLocaleString('en-US')}.${String(o.amountCents % 100).padStart(2, '0')}`;
+  const page = await open(ops());
+  try {
+    // 简体中文 (the default): the list, its count per kind and its filter name the kind.
+    await page.locator(row).waitFor({ timeout: 15000 });
+    assert.equal(await kindOfRow(page), '冷静期退款逾期');
+    const chip = page.locator(sel('kind-count', { kind: 'REFUND_OVERDUE' }));
+    assert.match(await chip.textContent(), /^冷静期退款逾期\d+$/);
+    assert.ok(Number(await chip.getAttribute('data-count')) >= 1);
+    assert.equal(await page.locator('#f-kind option[value="REFUND_OVERDUE"]').textContent(), '冷静期退款逾期');
+    assert.deepEqual(await untranslated(page), [], 'zh list: untranslated text');
+
+    await openTicketFromList(page, t.id);
+    const found = await page.getByTestId('found-text').textContent();
+    assert.ok(found.includes('冷静期退款') && found.includes(money) && found.includes(due), found);
+    const facts = await page.getByTestId('found').textContent();
+    assert.ok(facts.includes('应退款日期') && facts.includes('已放弃'), 'the deadline and the refund event\'s status, in words');
+    assert.equal(await page.getByTestId('local-amount').textContent(), money);
+    assert.equal(await page.locator(sel('order') + ' ' + sel('order-status')).getAttribute('data-value'), 'REFUNDED');
+    await page.locator(sel('other-ticket')).first().waitFor(); // the DEAD refund's COMPENSATION_DEAD
+    assert.deepEqual(await actions(page), ['NO_ACTION']);
+    assert.deepEqual(await untranslated(page), [], 'zh ticket: untranslated text');
+
+    // English: the ticket, then the list.
+    await page.getByTestId('lang-switch').click();
+    await page.waitForFunction(() => document.documentElement.lang === 'en');
+    await page.locator(sel('ticket', { 'ticket-id': t.id })).waitFor();
+    assert.equal(await page.locator('.ticket-title .badge[data-value="REFUND_OVERDUE"]').textContent(), 'Refund overdue');
+    const foundEn = await page.getByTestId('found-text').textContent();
+    assert.ok(/cooling-off refund/.test(foundEn) && foundEn.includes(money) && foundEn.includes(`due by ${due}`), foundEn);
+    const factsEn = await page.getByTestId('found').textContent();
+    assert.ok(factsEn.includes('Refund due by') && factsEn.includes('Dead'), factsEn);
+    assert.deepEqual(await untranslated(page), [], 'en ticket: untranslated text');
+    await page.getByTestId('back').click();
+    await page.locator(row).waitFor();
+    assert.equal(await kindOfRow(page), 'Refund overdue');
+    assert.match(await page.locator(sel('kind-count', { kind: 'REFUND_OVERDUE' })).textContent(), /^Refund overdue\d+$/);
+    assert.deepEqual(await untranslated(page), [], 'en list: untranslated text');
+
+    // Checked with the provider and paid back at the desk: closed with a note, as staff do.
+    await openTicketFromList(page, t.id);
+    await page.locator(sel('action', { action: 'NO_ACTION' })).click();
+    await page.getByTestId('confirm-dialog').waitFor({ state: 'visible' });
+    assert.match(await page.getByTestId('confirm-what').textContent(), /no order or money changes/);
+    const note = 'WeChat Pay refund refused; ¥999 paid back at the desk on the member\'s bank card';
+    await page.getByTestId('confirm-note').fill(note);
+    await page.getByTestId('confirm-ok').click();
+    await page.locator(sel('action-result', { outcome: 'ok', status: 'DISMISSED' })).waitFor({ timeout: 15000 });
+    assert.match(await page.getByTestId('action-result').textContent(), /Dismissed \(Close with a note\)/);
+    const after = (await ticketsOf(o.orderNo)).find((x) => x.id === t.id);
+    assert.deepEqual([after.status, after.resolution, after.note], ['DISMISSED', 'NO_ACTION', note]);
+    await page.locator(sel('ticket', { 'ticket-id': t.id, status: 'DISMISSED' })).waitFor();
+    assert.equal(await page.getByTestId('ticket-note').textContent(), note);
+    assert.equal(await page.getByTestId('no-actions').isVisible(), true, 'a closed ticket offers nothing');
+    // The sweep does not open it again (one ticket per order, whatever the refund's state).
+    assert.equal((await ticketsOf(o.orderNo)).filter((x) => x.kind === 'REFUND_OVERDUE').length, 1);
   } finally {
     await close(page);
   }

@@ -166,10 +166,12 @@ impl PrepaidRules {
             Some(d) if !(0..=MAX_COOLING_OFF_DAYS).contains(&d) => {
                 return Err(format!("coolingOffDays must be between 0 and {MAX_COOLING_OFF_DAYS}"))
             }
-            Some(d) if named && d < base.cooling_off_days => return Err(format!(
+            Some(d) if named && d < base.cooling_off_days => {
+                return Err(format!(
                 "coolingOffDays {d} is shorter than the preset's {}: a preset may only be made stricter (use CUSTOM)",
                 base.cooling_off_days
-            )),
+            ))
+            }
             Some(d) => d,
         };
         let refund_within_working_days = match req.refund_within_working_days {

@@ -95,9 +95,11 @@ impl Scheduler {
                 run: |s| Box::pin(housekeeping::alert_check(s)),
             },
             // Cooling-off refunds past their working-day deadline: a ticket and an alert each.
+            // Every ten expiry scans (FITORDER_SCAN_INTERVAL, default 60 s: every 10 minutes),
+            // so that a test with a short scan interval sees it run within seconds.
             Task {
                 name: "refund:overdue",
-                schedule: Schedule::Every { secs: 600 },
+                schedule: Schedule::Every { secs: scan * 10 },
                 run: |s| Box::pin(crate::prepaid::overdue::sweep(s)),
             },
             Task {

@@ -217,8 +217,34 @@ key!(
     MemberCredits,
     MemberMemberships,
     EventAttempts,
-    OrderTimeline
+    OrderTimeline,
+    OrderSaleTerms,
+    StoreRules
 );
+
+/// The prepaid rules of the stores of a response: one statement.
+impl Loader<StoreRules> for DbLoader {
+    type Value = crate::prepaid::StoreRules;
+    type Error = LoadError;
+    async fn load(&self, keys: &[StoreRules]) -> Result<HashMap<StoreRules, Self::Value>, LoadError> {
+        let ids: Vec<i64> = keys.iter().map(|k| k.0).collect();
+        let mut conn = self.reads.conn().await?;
+        let all = crate::prepaid::rules_of_stores(&mut conn, &ids).await?;
+        Ok(all.into_iter().map(|(id, v)| (StoreRules(id), v)).collect())
+    }
+}
+
+/// What the prepaid orders of a response kept of their stores' rules: one statement a page.
+impl Loader<OrderSaleTerms> for DbLoader {
+    type Value = crate::orders::SaleTerms;
+    type Error = LoadError;
+    async fn load(&self, keys: &[OrderSaleTerms]) -> Result<HashMap<OrderSaleTerms, Self::Value>, LoadError> {
+        let ids: Vec<i64> = keys.iter().map(|k| k.0).collect();
+        let mut conn = self.reads.conn().await?;
+        let all = crate::orders::sale_terms(&mut conn, &ids).await?;
+        Ok(all.into_iter().map(|(id, v)| (OrderSaleTerms(id), v)).collect())
+    }
+}
 
 /// The timelines of every order of a response: six statements for the whole page.
 impl Loader<OrderTimeline> for DbLoader {

@@ -192,24 +192,36 @@ pub struct SaleTerms {
     pub refund_due_by: Option<chrono::NaiveDate>,
 }
 
-/// The sale terms of an order; `None` for an order sold without cooling-off or terms.
-pub async fn sale_terms(conn: &mut AsyncPgConnection, order_id: i64) -> AppResult<Option<SaleTerms>> {
+/// The sale terms of orders (one statement for a page); an order sold without cooling-off or
+/// terms has none.
+pub async fn sale_terms(
+    conn: &mut AsyncPgConnection,
+    order_ids: &[i64],
+) -> AppResult<std::collections::HashMap<i64, SaleTerms>> {
     use crate::db::schema::order_prepaid as op;
-    let row: Option<(Option<String>, i32, i32, Option<chrono::NaiveDate>)> = op::table
-        .find(order_id)
+    let rows: Vec<(i64, Option<String>, i32, i32, Option<chrono::NaiveDate>)> = op::table
+        .filter(op::order_id.eq_any(order_ids))
         .select((
+            op::order_id,
             op::accepted_terms_version,
             op::cooling_off_days,
             op::refund_within_working_days,
             op::refund_due_by,
         ))
-        .get_result(conn)
-        .await
-        .optional()?;
-    Ok(row.map(|(v, d, w, due)| SaleTerms {
-        accepted_terms_version: v,
-        cooling_off_days: d,
-        refund_within_working_days: w,
-        refund_due_by: due,
-    }))
+        .load(conn)
+        .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(id, v, d, w, due)| {
+            (
+                id,
+                SaleTerms {
+                    accepted_terms_version: v,
+                    cooling_off_days: d,
+                    refund_within_working_days: w,
+                    refund_due_by: due,
+                },
+            )
+        })
+        .collect())
 }

@@ -45,50 +45,70 @@ type RulesRow = (
 
 /// The rules of a store (no row: NONE), with its operator; `NotFound` for no such store.
 pub async fn rules_of(conn: &mut AsyncPgConnection, store_id: i64) -> AppResult<StoreRules> {
-    let row: Option<RulesRow> = stores::table
+    rules_of_stores(conn, &[store_id])
+        .await?
+        .remove(&store_id)
+        .ok_or_else(|| AppError::NotFound(format!("store {store_id}")))
+}
+
+/// The rules of many stores in one statement (a page of stores); missing stores are left out.
+pub async fn rules_of_stores(
+    conn: &mut AsyncPgConnection,
+    store_ids: &[i64],
+) -> AppResult<std::collections::HashMap<i64, StoreRules>> {
+    let rows: Vec<(i64, RulesRow)> = stores::table
         .left_join(prepaid_rules::table)
-        .filter(stores::id.eq(store_id))
+        .filter(stores::id.eq_any(store_ids))
         .select((
-            stores::operator_code,
-            prepaid_rules::preset.nullable(),
-            prepaid_rules::membership_max_cents.nullable(),
-            prepaid_rules::membership_max_days.nullable(),
-            prepaid_rules::sessions_max_cents.nullable(),
-            prepaid_rules::sessions_max_count.nullable(),
-            prepaid_rules::top_up_max_cents.nullable(),
-            prepaid_rules::total_max_cents.nullable(),
-            prepaid_rules::cooling_off_days.nullable(),
-            prepaid_rules::refund_within_working_days.nullable(),
-            prepaid_rules::terms_version.nullable(),
-            prepaid_rules::terms_text.nullable(),
+            stores::id,
+            (
+                stores::operator_code,
+                prepaid_rules::preset.nullable(),
+                prepaid_rules::membership_max_cents.nullable(),
+                prepaid_rules::membership_max_days.nullable(),
+                prepaid_rules::sessions_max_cents.nullable(),
+                prepaid_rules::sessions_max_count.nullable(),
+                prepaid_rules::top_up_max_cents.nullable(),
+                prepaid_rules::total_max_cents.nullable(),
+                prepaid_rules::cooling_off_days.nullable(),
+                prepaid_rules::refund_within_working_days.nullable(),
+                prepaid_rules::terms_version.nullable(),
+                prepaid_rules::terms_text.nullable(),
+            ),
         ))
-        .get_result(conn)
-        .await
-        .optional()?;
-    let Some((operator_code, preset, mmc, mmd, smc, smn, tuc, tot, cod, rwd, tv, tt)) = row else {
-        return Err(AppError::NotFound(format!("store {store_id}")));
-    };
-    let rules = match preset {
-        None => PrepaidRules::preset(PrepaidPreset::None),
-        Some(preset) => PrepaidRules {
-            preset,
-            membership_max_cents: mmc,
-            membership_max_days: mmd,
-            sessions_max_cents: smc,
-            sessions_max_count: smn,
-            top_up_max_cents: tuc,
-            total_max_cents: tot,
-            cooling_off_days: cod.unwrap_or(0),
-            refund_within_working_days: rwd.unwrap_or(5),
-            terms_version: tv,
-            terms_text: tt,
-        },
-    };
-    Ok(StoreRules {
-        store_id,
-        operator_code,
-        rules,
-    })
+        .load(conn)
+        .await?;
+    Ok(rows
+        .into_iter()
+        .map(
+            |(store_id, (operator_code, preset, mmc, mmd, smc, smn, tuc, tot, cod, rwd, tv, tt))| {
+                let rules = match preset {
+                    None => PrepaidRules::preset(PrepaidPreset::None),
+                    Some(preset) => PrepaidRules {
+                        preset,
+                        membership_max_cents: mmc,
+                        membership_max_days: mmd,
+                        sessions_max_cents: smc,
+                        sessions_max_count: smn,
+                        top_up_max_cents: tuc,
+                        total_max_cents: tot,
+                        cooling_off_days: cod.unwrap_or(0),
+                        refund_within_working_days: rwd.unwrap_or(5),
+                        terms_version: tv,
+                        terms_text: tt,
+                    },
+                };
+                (
+                    store_id,
+                    StoreRules {
+                        store_id,
+                        operator_code,
+                        rules,
+                    },
+                )
+            },
+        )
+        .collect())
 }
 
 /// Sets the rules a store sells under (chain-wide admins: the caller checks who). Orders sold

@@ -39,8 +39,11 @@ impl StoreNode {
         &self.0.operator_code
     }
     async fn prepaid_rules(&self, ctx: &Context<'_>) -> AppResult<super::PrepaidRulesNode> {
-        let mut c = super::super::conn(ctx).await?;
-        let store = crate::prepaid::rules_of(&mut c, self.0.id).await?;
+        let store = loader(ctx)
+            .load_one(StoreRules(self.0.id))
+            .await
+            .map_err(|e| e.into_app())?
+            .ok_or_else(|| AppError::NotFound(format!("store {}", self.0.id)))?;
         Ok((&store.rules).into())
     }
 }

@@ -18,8 +18,10 @@ pub struct OrderNode(pub models::Order);
 
 impl OrderNode {
     async fn sale_terms(&self, ctx: &Context<'_>) -> AppResult<Option<crate::orders::SaleTerms>> {
-        let mut c = super::super::conn(ctx).await?;
-        crate::orders::sale_terms(&mut c, self.0.id).await
+        loader(ctx)
+            .load_one(OrderSaleTerms(self.0.id))
+            .await
+            .map_err(|e| e.into_app())
     }
 }
 

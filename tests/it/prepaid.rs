@@ -1170,3 +1170,126 @@ async fn a_cards_days_earn_exactly_its_price() {
     assert_eq!(cents(&rows[0], "earnedCents"), 142 + 700);
     assert_eq!(cents(&rows[0], "balanceCents"), 1_000 - 142);
 }
+
+/// After a renewal the same limits hold for what is then held: days and value of cards,
+/// sessions and value of packs, each against what the member holds of that kind already
+/// (a card paid and partly used counts its unused days only).
+#[tokio::test]
+async fn renewals_count_what_is_held_of_each_kind() {
+    let app = TestApp::new().await;
+    let s = app.studio(0, None, 1).await;
+    ok(&set_rules(&app, &s.store, json!({"preset": "SHANGHAI_2025"})).await);
+    let long = ok(&plan(&app, &s.store, 400, 100_000).await)["createMembershipPlan"]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let forty = ok(&pack(&app, &s.store, 40, 1_100_000).await)["createClassPack"]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let r = place(
+        &app,
+        &s.member,
+        &s.store,
+        json!({"membershipPlanId": long}),
+        "OFFLINE",
+        json!({}),
+    )
+    .await;
+    let card = ok(&r)["placeOrder"]["order"]["orderNo"].as_str().unwrap().to_string();
+    desk_paid(&app, &card).await;
+    // 400 days held (the card started today: today is used), 400 more is 799 > 731.
+    let r = place(
+        &app,
+        &s.member,
+        &s.store,
+        json!({"membershipPlanId": long}),
+        "OFFLINE",
+        json!({}),
+    )
+    .await;
+    assert_eq!(
+        (
+            ext(&r)["limit"].as_str(),
+            ext(&r)["max"].as_i64(),
+            ext(&r)["current"].as_i64()
+        ),
+        (Some("MEMBERSHIP_DAYS"), Some(731), Some(399)),
+        "{r}"
+    );
+    // Seventy days on, 330 days are left: a renewal of 400 passes (730 ≤ 731).
+    app.sql_i64(&format!(
+        "WITH u AS (UPDATE memberships m SET valid_from = valid_from - interval '70 days', valid_to = valid_to - interval '70 days'
+           FROM orders o WHERE o.id = m.order_id AND o.order_no = '{card}' RETURNING 1) SELECT count(*) AS v FROM u"
+    ))
+    .await;
+    ok(&place(
+        &app,
+        &s.member,
+        &s.store,
+        json!({"membershipPlanId": long}),
+        "OFFLINE",
+        json!({}),
+    )
+    .await);
+    // Packs: 40 sessions held, 40 more is 80 > 60; value ¥11,000 + ¥11,000 > ¥20,000 is checked
+    // after the count.
+    ok(&place(
+        &app,
+        &s.member,
+        &s.store,
+        json!({"classPackId": forty}),
+        "OFFLINE",
+        json!({}),
+    )
+    .await);
+    let r = place(
+        &app,
+        &s.member,
+        &s.store,
+        json!({"classPackId": forty}),
+        "OFFLINE",
+        json!({}),
+    )
+    .await;
+    assert_eq!(
+        (
+            ext(&r)["limit"].as_str(),
+            ext(&r)["max"].as_i64(),
+            ext(&r)["current"].as_i64()
+        ),
+        (Some("SESSIONS_AMOUNT"), Some(2_000_000), Some(1_100_000)),
+        "{r}"
+    );
+    let small = ok(&pack(&app, &s.store, 25, 100_000).await)["createClassPack"]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let r = place(
+        &app,
+        &s.member,
+        &s.store,
+        json!({"classPackId": small}),
+        "OFFLINE",
+        json!({}),
+    )
+    .await;
+    assert_eq!(
+        (
+            ext(&r)["limit"].as_str(),
+            ext(&r)["max"].as_i64(),
+            ext(&r)["current"].as_i64()
+        ),
+        (Some("SESSIONS_COUNT"), Some(60), Some(40)),
+        "{r}"
+    );
+    assert_eq!(
+        app.sql_i64(&format!(
+            "SELECT count(*) AS v FROM orders WHERE member_id = {}",
+            s.member
+        ))
+        .await,
+        3,
+        "nothing refused was placed"
+    );
+}

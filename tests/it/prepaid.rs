@@ -98,6 +98,21 @@ async fn pack(app: &TestApp, store: &str, sessions: i32, price: i32) -> Value {
     .await
 }
 
+async fn plan_id(app: &TestApp, store: &str, days: i32, price: i32) -> String {
+    let r = plan(app, store, days, price).await;
+    ok(&r)["createMembershipPlan"]["id"].as_str().unwrap().to_string()
+}
+
+async fn pack_id(app: &TestApp, store: &str, sessions: i32, price: i32) -> String {
+    let r = pack(app, store, sessions, price).await;
+    ok(&r)["createClassPack"]["id"].as_str().unwrap().to_string()
+}
+
+/// The number of the order a `placeOrder` answer placed.
+fn order_no(r: &Value) -> String {
+    ok(r)["placeOrder"]["order"]["orderNo"].as_str().unwrap().to_string()
+}
+
 async fn top_up(app: &TestApp, member: &str, cents: i64) -> Value {
     app.gql(
         Some(&app.admin_token()),
@@ -254,14 +269,8 @@ async fn caps_refuse_with_the_rule_its_maximum_and_what_is_held() {
     // A single session is a purchase: no cap.
     assert!(pack(&app, &s.store, 1, 3_000_000).await.get("errors").is_none());
 
-    let card = ok(&plan(&app, &s.store, 365, 400_000).await)["createMembershipPlan"]["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let big_pack = ok(&pack(&app, &s.store, 40, 1_500_000).await)["createClassPack"]["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let card = plan_id(&app, &s.store, 365, 400_000).await;
+    let big_pack = pack_id(&app, &s.store, 40, 1_500_000).await;
 
     // The first card passes; a second (a renewal) would hold ¥8,000 of cards and 730 days.
     let r = place(
@@ -273,7 +282,7 @@ async fn caps_refuse_with_the_rule_its_maximum_and_what_is_held() {
         json!({}),
     )
     .await;
-    let first = ok(&r)["placeOrder"]["order"]["orderNo"].as_str().unwrap().to_string();
+    let first = order_no(&r);
     let r = place(
         &app,
         &s.member,
@@ -389,10 +398,7 @@ async fn caps_refuse_with_the_rule_its_maximum_and_what_is_held() {
         )
         .await;
     assert_eq!(r["updateStore"]["operatorCode"], "91310000MA1FL0000X");
-    let other_card = ok(&plan(&app, other["id"].as_str().unwrap(), 30, 100_000).await)["createMembershipPlan"]["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let other_card = plan_id(&app, other["id"].as_str().unwrap(), 30, 100_000).await;
     let r = place(
         &app,
         &s.member,
@@ -422,10 +428,7 @@ async fn orders_placed_at_once_never_pass_the_total_together() {
     let app = TestApp::new().await;
     let s = app.studio(0, None, 1).await;
     ok(&set_rules(&app, &s.store, json!({"preset": "CUSTOM", "totalMaxCents": 500_000})).await);
-    let p = ok(&pack(&app, &s.store, 10, 100_000).await)["createClassPack"]["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let p = pack_id(&app, &s.store, 10, 100_000).await;
     // Twelve placements of ¥1,000 at once (desk, offline: none expires): five fit.
     let app = &app;
     let tries = (0..12).map(|_| {
@@ -517,7 +520,7 @@ async fn a_store_with_terms_sells_prepaid_money_only_to_members_who_accepted_the
         json!({"acceptedTermsVersion": "2025.1"}),
     )
     .await;
-    let no = ok(&r)["placeOrder"]["order"]["orderNo"].as_str().unwrap().to_string();
+    let no = order_no(&r);
     let r = member_op(&app, &s.member, "MyOrderCoolingOff", json!({"orderNo": no})).await;
     let o = &ok(&r)["order"];
     assert_eq!(o["acceptedTermsVersion"], "2025.1");
@@ -634,7 +637,7 @@ async fn the_cooling_off_refund_gives_everything_back_once_and_only_unused() {
         json!({}),
     )
     .await;
-    let no = ok(&r)["placeOrder"]["order"]["orderNo"].as_str().unwrap().to_string();
+    let no = order_no(&r);
     assert_eq!(app.member_view(&s.member).await["wallet"]["balanceCents"], 90_000);
     let r = member_op(&app, &s.member, "RequestCoolingOffRefund", json!({"orderNo": no})).await;
     let o = ok(&r)["requestCoolingOffRefund"].clone();
@@ -681,7 +684,7 @@ async fn the_cooling_off_refund_gives_everything_back_once_and_only_unused() {
         json!({}),
     )
     .await;
-    let used = ok(&r)["placeOrder"]["order"]["orderNo"].as_str().unwrap().to_string();
+    let used = order_no(&r);
     app.admin(CHECK_IN, json!({"input": {"orderNo": used, "consumeTxnNo": key()}}))
         .await;
     let r = member_op(&app, &s.member, "RequestCoolingOffRefund", json!({"orderNo": used})).await;
@@ -698,7 +701,7 @@ async fn the_cooling_off_refund_gives_everything_back_once_and_only_unused() {
         json!({}),
     )
     .await;
-    let late = ok(&r)["placeOrder"]["order"]["orderNo"].as_str().unwrap().to_string();
+    let late = order_no(&r);
     app.sql_i64(&format!("WITH u AS (UPDATE orders SET paid_at = paid_at - interval '8 days' WHERE order_no = '{late}' RETURNING 1) SELECT count(*) AS v FROM u")).await;
     let r = member_op(&app, &s.member, "RequestCoolingOffRefund", json!({"orderNo": late})).await;
     assert_eq!(ext(&r)["reason"], "COOLING_OFF_ENDED", "{r}");
@@ -717,7 +720,7 @@ async fn the_cooling_off_refund_gives_everything_back_once_and_only_unused() {
         json!({}),
     )
     .await;
-    let no_cooling = ok(&r)["placeOrder"]["order"]["orderNo"].as_str().unwrap().to_string();
+    let no_cooling = order_no(&r);
     let r = member_op(
         &app,
         &plain.member,
@@ -744,7 +747,7 @@ async fn the_cooling_off_refund_gives_everything_back_once_and_only_unused() {
         json!({}),
     )
     .await;
-    let card = ok(&r)["placeOrder"]["order"]["orderNo"].as_str().unwrap().to_string();
+    let card = order_no(&r);
     desk_paid(&app, &card).await;
     let r = admin_op(&app, "CoolingOffRefund", json!({"orderNo": card})).await;
     assert_eq!(ok(&r)["requestCoolingOffRefund"]["status"], "REFUNDED");
@@ -897,10 +900,7 @@ fn adds_up(rows: &[Value], before: i64) {
 async fn the_ledger_adds_up_on_random_histories_and_matches_what_is_held() {
     let app = TestApp::new().await;
     let s = app.studio(0, None, 50).await;
-    let card = ok(&plan(&app, &s.store, 10, 10_003).await)["createMembershipPlan"]["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let card = plan_id(&app, &s.store, 10, 10_003).await;
     let mut rng = rand::rngs::StdRng::seed_from_u64(35);
     let members: Vec<String> = {
         let mut v = vec![s.member.clone()];
@@ -1124,10 +1124,7 @@ async fn get_with(app: &TestApp, path: &str, token: Option<&str>) -> (u16, Vec<u
 async fn a_cards_days_earn_exactly_its_price() {
     let app = TestApp::new().await;
     let s = app.studio(0, None, 1).await;
-    let card = ok(&plan(&app, &s.store, 7, 1_000).await)["createMembershipPlan"]["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let card = plan_id(&app, &s.store, 7, 1_000).await;
     let r = place(
         &app,
         &s.member,
@@ -1137,7 +1134,7 @@ async fn a_cards_days_earn_exactly_its_price() {
         json!({}),
     )
     .await;
-    let no = ok(&r)["placeOrder"]["order"]["orderNo"].as_str().unwrap().to_string();
+    let no = order_no(&r);
     desk_paid(&app, &no).await;
     let rows = ledger(&app, &s.store, today(), today() + chrono::Duration::days(8)).await;
     let earned: Vec<i64> = rows.iter().map(|r| cents(r, "earnedCents")).collect();
@@ -1156,7 +1153,7 @@ async fn a_cards_days_earn_exactly_its_price() {
         json!({}),
     )
     .await;
-    let second = ok(&r)["placeOrder"]["order"]["orderNo"].as_str().unwrap().to_string();
+    let second = order_no(&r);
     desk_paid(&app, &second).await;
     app.admin(
         REFUND,
@@ -1179,14 +1176,8 @@ async fn renewals_count_what_is_held_of_each_kind() {
     let app = TestApp::new().await;
     let s = app.studio(0, None, 1).await;
     ok(&set_rules(&app, &s.store, json!({"preset": "SHANGHAI_2025"})).await);
-    let long = ok(&plan(&app, &s.store, 400, 100_000).await)["createMembershipPlan"]["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let forty = ok(&pack(&app, &s.store, 40, 1_100_000).await)["createClassPack"]["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let long = plan_id(&app, &s.store, 400, 100_000).await;
+    let forty = pack_id(&app, &s.store, 40, 1_100_000).await;
     let r = place(
         &app,
         &s.member,
@@ -1196,7 +1187,7 @@ async fn renewals_count_what_is_held_of_each_kind() {
         json!({}),
     )
     .await;
-    let card = ok(&r)["placeOrder"]["order"]["orderNo"].as_str().unwrap().to_string();
+    let card = order_no(&r);
     desk_paid(&app, &card).await;
     // 400 days held (the card started today: today is used), 400 more is 799 > 731.
     let r = place(
@@ -1261,10 +1252,7 @@ async fn renewals_count_what_is_held_of_each_kind() {
         (Some("SESSIONS_AMOUNT"), Some(2_000_000), Some(1_100_000)),
         "{r}"
     );
-    let small = ok(&pack(&app, &s.store, 25, 100_000).await)["createClassPack"]["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let small = pack_id(&app, &s.store, 25, 100_000).await;
     let r = place(
         &app,
         &s.member,

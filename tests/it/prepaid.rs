@@ -108,6 +108,17 @@ async fn pack_id(app: &TestApp, store: &str, sessions: i32, price: i32) -> Strin
     ok(&r)["createClassPack"]["id"].as_str().unwrap().to_string()
 }
 
+/// A member's order placed at the desk (OFFLINE, paid later or never).
+async fn desk(app: &TestApp, member: &str, store: &str, item: Value) -> Value {
+    place(app, member, store, item, "OFFLINE", json!({})).await
+}
+
+/// A PREPAID_LIMIT refusal as a member app reads it: the rule, its maximum, what is held.
+fn refusal(r: &Value) -> (Option<&str>, Option<i64>, Option<i64>) {
+    let e = ext(r);
+    (e["limit"].as_str(), e["max"].as_i64(), e["current"].as_i64())
+}
+
 /// The number of the order a `placeOrder` answer placed.
 fn order_no(r: &Value) -> String {
     ok(r)["placeOrder"]["order"]["orderNo"].as_str().unwrap().to_string()
@@ -254,14 +265,7 @@ async fn caps_refuse_with_the_rule_its_maximum_and_what_is_held() {
     // The catalog: what the store could never sell is refused with the same reason.
     let r = plan(&app, &s.store, 365, 500_001).await;
     assert_eq!(ext(&r)["reason"], "PREPAID_LIMIT", "{r}");
-    assert_eq!(
-        (
-            ext(&r)["limit"].as_str(),
-            ext(&r)["max"].as_i64(),
-            ext(&r)["current"].as_i64()
-        ),
-        (Some("MEMBERSHIP_AMOUNT"), Some(500_000), Some(0))
-    );
+    assert_eq!(refusal(&r), (Some("MEMBERSHIP_AMOUNT"), Some(500_000), Some(0)));
     let r = plan(&app, &s.store, 800, 100_000).await;
     assert_eq!(ext(&r)["limit"], "MEMBERSHIP_DAYS", "{r}");
     let r = pack(&app, &s.store, 61, 100_000).await;
@@ -273,25 +277,9 @@ async fn caps_refuse_with_the_rule_its_maximum_and_what_is_held() {
     let big_pack = pack_id(&app, &s.store, 40, 1_500_000).await;
 
     // The first card passes; a second (a renewal) would hold ¥8,000 of cards and 730 days.
-    let r = place(
-        &app,
-        &s.member,
-        &s.store,
-        json!({"membershipPlanId": card}),
-        "OFFLINE",
-        json!({}),
-    )
-    .await;
+    let r = desk(&app, &s.member, &s.store, json!({"membershipPlanId": card})).await;
     let first = order_no(&r);
-    let r = place(
-        &app,
-        &s.member,
-        &s.store,
-        json!({"membershipPlanId": card}),
-        "OFFLINE",
-        json!({}),
-    )
-    .await;
+    let r = desk(&app, &s.member, &s.store, json!({"membershipPlanId": card})).await;
     assert_eq!(error_code(&r), "BAD_USER_INPUT");
     assert_eq!(
         (
@@ -330,24 +318,8 @@ async fn caps_refuse_with_the_rule_its_maximum_and_what_is_held() {
     // Held now: the waiting card ¥4,000 + wallet ¥10,000 = ¥14,000; a ¥15,000 pack passes its own
     // cap but not the total of ¥20,000.
     assert_eq!(prepaid_balance(&app, &s.member).await, 1_400_000);
-    let r = place(
-        &app,
-        &s.member,
-        &s.store,
-        json!({"classPackId": big_pack}),
-        "OFFLINE",
-        json!({}),
-    )
-    .await;
-    assert_eq!(
-        (
-            ext(&r)["limit"].as_str(),
-            ext(&r)["max"].as_i64(),
-            ext(&r)["current"].as_i64()
-        ),
-        (Some("TOTAL"), Some(2_000_000), Some(1_400_000)),
-        "{r}"
-    );
+    let r = desk(&app, &s.member, &s.store, json!({"classPackId": big_pack})).await;
+    assert_eq!(refusal(&r), (Some("TOTAL"), Some(2_000_000), Some(1_400_000)), "{r}");
     // Paid from the wallet, an order moves money the total counts already: cancel the card,
     // fill the wallet to the total, and the ¥15,000 pack paid from it passes.
     app.admin(CANCEL, json!({"orderNo": first, "reason": "changed mind"}))
@@ -399,13 +371,11 @@ async fn caps_refuse_with_the_rule_its_maximum_and_what_is_held() {
         .await;
     assert_eq!(r["updateStore"]["operatorCode"], "91310000MA1FL0000X");
     let other_card = plan_id(&app, other["id"].as_str().unwrap(), 30, 100_000).await;
-    let r = place(
+    let r = desk(
         &app,
         &s.member,
         other["id"].as_str().unwrap(),
         json!({"membershipPlanId": other_card}),
-        "OFFLINE",
-        json!({}),
     )
     .await;
     assert_eq!(
@@ -738,15 +708,7 @@ async fn the_cooling_off_refund_gives_everything_back_once_and_only_unused() {
         .await;
     assert_eq!(error_code(&r), "FORBIDDEN", "{r}");
     // A desk-paid card in cooling-off, asked for by staff: refunded, the card revoked.
-    let r = place(
-        &app,
-        &s.member,
-        &s.store,
-        json!({"membershipPlanId": s.plan}),
-        "OFFLINE",
-        json!({}),
-    )
-    .await;
+    let r = desk(&app, &s.member, &s.store, json!({"membershipPlanId": s.plan})).await;
     let card = order_no(&r);
     desk_paid(&app, &card).await;
     let r = admin_op(&app, "CoolingOffRefund", json!({"orderNo": card})).await;
@@ -1125,15 +1087,7 @@ async fn a_cards_days_earn_exactly_its_price() {
     let app = TestApp::new().await;
     let s = app.studio(0, None, 1).await;
     let card = plan_id(&app, &s.store, 7, 1_000).await;
-    let r = place(
-        &app,
-        &s.member,
-        &s.store,
-        json!({"membershipPlanId": card}),
-        "OFFLINE",
-        json!({}),
-    )
-    .await;
+    let r = desk(&app, &s.member, &s.store, json!({"membershipPlanId": card})).await;
     let no = order_no(&r);
     desk_paid(&app, &no).await;
     let rows = ledger(&app, &s.store, today(), today() + chrono::Duration::days(8)).await;
@@ -1144,15 +1098,7 @@ async fn a_cards_days_earn_exactly_its_price() {
     assert_eq!(cents(&rows[8], "balanceCents"), 0);
     adds_up(&rows, 0);
     // Refunded on its first day for less than its unused value: the rest is earned that day.
-    let r = place(
-        &app,
-        &s.member,
-        &s.store,
-        json!({"membershipPlanId": card}),
-        "OFFLINE",
-        json!({}),
-    )
-    .await;
+    let r = desk(&app, &s.member, &s.store, json!({"membershipPlanId": card})).await;
     let second = order_no(&r);
     desk_paid(&app, &second).await;
     app.admin(
@@ -1178,99 +1124,31 @@ async fn renewals_count_what_is_held_of_each_kind() {
     ok(&set_rules(&app, &s.store, json!({"preset": "SHANGHAI_2025"})).await);
     let long = plan_id(&app, &s.store, 400, 100_000).await;
     let forty = pack_id(&app, &s.store, 40, 1_100_000).await;
-    let r = place(
-        &app,
-        &s.member,
-        &s.store,
-        json!({"membershipPlanId": long}),
-        "OFFLINE",
-        json!({}),
-    )
-    .await;
+    let r = desk(&app, &s.member, &s.store, json!({"membershipPlanId": long})).await;
     let card = order_no(&r);
     desk_paid(&app, &card).await;
     // 400 days held (the card started today: today is used), 400 more is 799 > 731.
-    let r = place(
-        &app,
-        &s.member,
-        &s.store,
-        json!({"membershipPlanId": long}),
-        "OFFLINE",
-        json!({}),
-    )
-    .await;
-    assert_eq!(
-        (
-            ext(&r)["limit"].as_str(),
-            ext(&r)["max"].as_i64(),
-            ext(&r)["current"].as_i64()
-        ),
-        (Some("MEMBERSHIP_DAYS"), Some(731), Some(399)),
-        "{r}"
-    );
+    let r = desk(&app, &s.member, &s.store, json!({"membershipPlanId": long})).await;
+    assert_eq!(refusal(&r), (Some("MEMBERSHIP_DAYS"), Some(731), Some(399)), "{r}");
     // Seventy days on, 330 days are left: a renewal of 400 passes (730 ≤ 731).
     app.sql_i64(&format!(
         "WITH u AS (UPDATE memberships m SET valid_from = valid_from - interval '70 days', valid_to = valid_to - interval '70 days'
            FROM orders o WHERE o.id = m.order_id AND o.order_no = '{card}' RETURNING 1) SELECT count(*) AS v FROM u"
     ))
     .await;
-    ok(&place(
-        &app,
-        &s.member,
-        &s.store,
-        json!({"membershipPlanId": long}),
-        "OFFLINE",
-        json!({}),
-    )
-    .await);
+    ok(&desk(&app, &s.member, &s.store, json!({"membershipPlanId": long})).await);
     // Packs: 40 sessions held, 40 more is 80 > 60; value ¥11,000 + ¥11,000 > ¥20,000 is checked
     // after the count.
-    ok(&place(
-        &app,
-        &s.member,
-        &s.store,
-        json!({"classPackId": forty}),
-        "OFFLINE",
-        json!({}),
-    )
-    .await);
-    let r = place(
-        &app,
-        &s.member,
-        &s.store,
-        json!({"classPackId": forty}),
-        "OFFLINE",
-        json!({}),
-    )
-    .await;
+    ok(&desk(&app, &s.member, &s.store, json!({"classPackId": forty})).await);
+    let r = desk(&app, &s.member, &s.store, json!({"classPackId": forty})).await;
     assert_eq!(
-        (
-            ext(&r)["limit"].as_str(),
-            ext(&r)["max"].as_i64(),
-            ext(&r)["current"].as_i64()
-        ),
+        refusal(&r),
         (Some("SESSIONS_AMOUNT"), Some(2_000_000), Some(1_100_000)),
         "{r}"
     );
     let small = pack_id(&app, &s.store, 25, 100_000).await;
-    let r = place(
-        &app,
-        &s.member,
-        &s.store,
-        json!({"classPackId": small}),
-        "OFFLINE",
-        json!({}),
-    )
-    .await;
-    assert_eq!(
-        (
-            ext(&r)["limit"].as_str(),
-            ext(&r)["max"].as_i64(),
-            ext(&r)["current"].as_i64()
-        ),
-        (Some("SESSIONS_COUNT"), Some(60), Some(40)),
-        "{r}"
-    );
+    let r = desk(&app, &s.member, &s.store, json!({"classPackId": small})).await;
+    assert_eq!(refusal(&r), (Some("SESSIONS_COUNT"), Some(60), Some(40)), "{r}");
     assert_eq!(
         app.sql_i64(&format!(
             "SELECT count(*) AS v FROM orders WHERE member_id = {}",

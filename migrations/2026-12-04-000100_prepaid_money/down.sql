@@ -1,5 +1,6 @@
 DROP INDEX IF EXISTS refunds_by_time;
 DROP INDEX IF EXISTS check_ins_by_time;
+DROP INDEX IF EXISTS orders_prepaid_by_store;
 ALTER TABLE exception_tickets DROP CONSTRAINT exception_tickets_kind_check;
 ALTER TABLE exception_tickets ADD CONSTRAINT exception_tickets_kind_check CHECK (kind IN (
     'PROVIDER_PAID_LOCAL_UNPAID', 'LOCAL_PAID_PROVIDER_MISSING', 'AMOUNT_MISMATCH', 'REFUND_MISMATCH',

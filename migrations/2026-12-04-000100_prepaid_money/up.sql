@@ -60,6 +60,9 @@ ALTER TABLE exception_tickets ADD CONSTRAINT exception_tickets_kind_check CHECK 
     'PROVIDER_PAID_LOCAL_UNPAID', 'LOCAL_PAID_PROVIDER_MISSING', 'AMOUNT_MISMATCH', 'REFUND_MISMATCH',
     'PAID_AFTER_CANCEL', 'COMPENSATION_DEAD', 'UNKNOWN_ORDER', 'REJECTED_TRANSITION', 'REFUND_OVERDUE'));
 
--- The ledger reads a store's money by day: check-ins and refunds by their order's store.
+-- The ledger reads a store's prepaid orders by payment time (`prepaid/ledger.sql`), and the
+-- check-ins and refunds of a stretch of days.
+CREATE INDEX orders_prepaid_by_store ON orders (store_id, paid_at)
+    WHERE paid_at IS NOT NULL AND (kind = 'MEMBERSHIP' OR (kind = 'CLASS_PACK' AND sessions_total > 1));
 CREATE INDEX IF NOT EXISTS check_ins_by_time ON check_ins (at);
 CREATE INDEX IF NOT EXISTS refunds_by_time ON refunds (created_at);

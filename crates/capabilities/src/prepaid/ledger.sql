@@ -1,8 +1,8 @@
--- The prepaid ledger (预收资金台账) of one store: one row per date of [$2, $3], and the day
--- before, with the money coming in (collected), going out of the business (refunded) and the
--- balance the store holds at the end of the day. Earned, the rest of the day's change, is
--- balance(day before) + collected − refunded − balance, computed by the caller, so the
--- identity holds to the cent by construction; what makes earned up is the balance's rules:
+-- The prepaid ledger (预收资金台账) of one store: one row per date of [$2, $3], and one for the
+-- day before, with the money coming in (collected), going out of the business (refunded) and
+-- the balance the store holds at the end of the day. Earned, the rest of the day's change, is
+-- balance(day before) + collected − refunded − balance, computed by the caller, so the identity
+-- holds to the cent by construction; what makes earned up is the balance's rules:
 --
 --   held = wallet money of the store's members (frozen or not)
 --        + for each prepaid order of the store (a card, a class pack of more than one session)
@@ -11,78 +11,149 @@
 --          it with the last; a card amount ÷ plan days per date from its first through the day,
 --          all of it on its last.
 --
+-- Computed as the balance at the end of the day before the range (what each order live then
+-- holds, and the wallets), then each day's changes: wallet movements, payments (+ amount),
+-- check-ins and card days (− what they earn; a card's daily rate as a difference array, so a
+-- card costs two rows however long it runs), refunds (− what the order still held). One pass over
+-- the store's prepaid orders, whatever the range's length.
+--
 --   $1  store id     bigint
 --   $2  from         date
 --   $3  to           date
 --   $4  time zone    text
-WITH days AS (
-    SELECT d::date AS day, ((d::date + 1)::timestamp AT TIME ZONE $4) AS day_end
-      FROM generate_series($2::date - 1, $3::date, interval '1 day') AS d
-), span AS (
-    SELECT min(day_end) AS first_end, max(day_end) AS last_end FROM days
+WITH bounds AS (
+    SELECT ($2::date::timestamp AT TIME ZONE $4) AS s,
+           (($3::date + 1)::timestamp AT TIME ZONE $4) AS e,
+           $2::date - 1 AS d0
+), days AS (
+    SELECT d::date AS day FROM generate_series($2::date - 1, $3::date, interval '1 day') AS d
 ), prepaid AS (
-    SELECT o.id, o.kind, o.amount_cents, o.wallet_amount_cents, o.sessions_total, o.sessions_used,
-           o.plan_days, o.paid_at, o.refunded_at,
-           coalesce((m.valid_from AT TIME ZONE $4)::date, (o.paid_at AT TIME ZONE $4)::date) AS first_date
+    -- Prepaid orders of the store that held money at some time of the range, or at its eve.
+    SELECT o.id, o.kind, o.amount_cents AS amount, o.wallet_amount_cents, o.sessions_total,
+           o.sessions_used, greatest(o.plan_days, 1) AS days, o.paid_at, o.refunded_at,
+           (o.paid_at AT TIME ZONE $4)::date AS pd,
+           (o.refunded_at AT TIME ZONE $4)::date AS rd,
+           coalesce((m.valid_from AT TIME ZONE $4)::date, (o.paid_at AT TIME ZONE $4)::date) AS first
       FROM orders o
       LEFT JOIN memberships m ON m.order_id = o.id
      WHERE o.store_id = $1
        AND o.paid_at IS NOT NULL
-       AND o.paid_at < (SELECT last_end FROM span)
-       AND (o.refunded_at IS NULL OR o.refunded_at >= (SELECT first_end FROM span))
        AND (o.kind = 'MEMBERSHIP' OR (o.kind = 'CLASS_PACK' AND o.sessions_total > 1))
-), later_check_ins AS (
-    -- Sessions checked in after the first day's end: used(day) = sessions_used − those after it.
-    SELECT c.order_id, c.at, c.sessions
+       AND o.paid_at < (SELECT e FROM bounds)
+       AND (o.refunded_at IS NULL OR o.refunded_at >= (SELECT s FROM bounds))
+), ci AS (
+    -- Check-ins of those packs from the start of the range on (later ones too: they tell how
+    -- many sessions were used on the eve).
+    SELECT c.order_id, c.id, c.at, c.sessions
       FROM check_ins c JOIN prepaid p ON p.id = c.order_id AND p.kind = 'CLASS_PACK'
-     WHERE c.at >= (SELECT first_end FROM span)
-), held AS (
-    SELECT d.day,
-           sum(p.amount_cents - CASE
+     WHERE c.at >= (SELECT s FROM bounds)
+), used0 AS (
+    SELECT p.id, p.sessions_used - coalesce(x.n, 0) AS u0
+      FROM prepaid p
+      LEFT JOIN (SELECT order_id, sum(sessions) AS n FROM ci GROUP BY order_id) x ON x.order_id = p.id
+     WHERE p.kind = 'CLASS_PACK'
+), eve AS (
+    -- What each order live at the end of the day before the range held then.
+    SELECT coalesce(sum(p.amount - CASE
                WHEN p.kind = 'CLASS_PACK' THEN
-                   CASE WHEN u.used >= p.sessions_total THEN p.amount_cents
-                        ELSE (p.amount_cents / p.sessions_total) * u.used END
+                   CASE WHEN u.u0 >= p.sessions_total THEN p.amount ELSE p.amount / p.sessions_total * u.u0 END
                ELSE
-                   CASE WHEN d.day - p.first_date + 1 >= p.plan_days THEN p.amount_cents
-                        ELSE (p.amount_cents / p.plan_days) * greatest(0, d.day - p.first_date + 1) END
-           END) AS cents
+                   CASE WHEN b.d0 - p.first + 1 >= p.days THEN p.amount
+                        ELSE p.amount / p.days * greatest(0, b.d0 - p.first + 1) END
+           END), 0) AS cents
+      FROM prepaid p CROSS JOIN bounds b
+      LEFT JOIN used0 u ON u.id = p.id
+     WHERE p.paid_at < b.s
+), moves AS (
+    -- Every change of what the orders hold, by date, within the range.
+    SELECT pd AS day, amount AS delta FROM prepaid WHERE paid_at >= (SELECT s FROM bounds)
+    UNION ALL
+    -- A check-in earns what moves the pack from the sessions used before it to those after.
+    SELECT day, -(CASE WHEN after >= total THEN amount ELSE amount / total * after END
+                 - CASE WHEN before >= total THEN amount ELSE amount / total * before END)
+      FROM (SELECT (c.at AT TIME ZONE $4)::date AS day, p.amount, p.sessions_total AS total,
+                   u.u0 + sum(c.sessions) OVER w AS after,
+                   u.u0 + sum(c.sessions) OVER w - c.sessions AS before
+              FROM ci c JOIN prepaid p ON p.id = c.order_id JOIN used0 u ON u.id = c.order_id
+             WHERE c.at < (SELECT e FROM bounds)
+            WINDOW w AS (PARTITION BY c.order_id ORDER BY c.at, c.id ROWS UNBOUNDED PRECEDING)) k
+    UNION ALL
+    -- Its last date also earns the remainder.
+    SELECT p.first + p.days - 1, -(p.amount - p.amount / p.days * p.days)
+      FROM prepaid p
+     WHERE p.kind = 'MEMBERSHIP'
+       AND p.first + p.days - 1 BETWEEN $2::date AND $3::date
+       AND (p.rd IS NULL OR p.first + p.days - 1 < p.rd)
+    UNION ALL
+    -- A refund takes out what the order still held (a pack's check-ins of that day counted above).
+    SELECT p.rd, -(p.amount - CASE
+               WHEN p.kind = 'CLASS_PACK' THEN
+                   CASE WHEN p.sessions_used >= p.sessions_total THEN p.amount
+                        ELSE p.amount / p.sessions_total * p.sessions_used END
+               ELSE
+                   CASE WHEN p.rd - p.first >= p.days THEN p.amount
+                        ELSE p.amount / p.days * greatest(0, p.rd - p.first) END
+           END)
+      FROM prepaid p
+     WHERE p.refunded_at >= (SELECT s FROM bounds) AND p.refunded_at < (SELECT e FROM bounds)
+), rate AS (
+    -- A card earns amount ÷ days on each date it is held, from its first (or the range's)
+    -- through its last (or the day before its refund, or the range's end): a difference array
+    -- of the daily rate, two rows a card however long it runs.
+    SELECT greatest(p.first, $2::date, p.pd) AS day, -(p.amount / p.days) AS delta
+      FROM prepaid p
+     WHERE p.kind = 'MEMBERSHIP'
+       AND greatest(p.first, $2::date, p.pd) <= least(p.first + p.days - 1, coalesce(p.rd - 1, $3::date), $3::date)
+    UNION ALL
+    SELECT least(p.first + p.days - 1, coalesce(p.rd - 1, $3::date), $3::date) + 1, p.amount / p.days
+      FROM prepaid p
+     WHERE p.kind = 'MEMBERSHIP'
+       AND greatest(p.first, $2::date, p.pd) <= least(p.first + p.days - 1, coalesce(p.rd - 1, $3::date), $3::date)
+), card_days AS (
+    -- What the cards earn each day: the rate's running sum.
+    SELECT d.day, sum(coalesce(r.delta, 0)) OVER (ORDER BY d.day ROWS UNBOUNDED PRECEDING) AS delta
       FROM days d
-      JOIN prepaid p ON p.paid_at < d.day_end AND (p.refunded_at IS NULL OR p.refunded_at >= d.day_end)
-      CROSS JOIN LATERAL (
-          SELECT p.sessions_used - coalesce((SELECT sum(l.sessions) FROM later_check_ins l
-                                              WHERE l.order_id = p.id AND l.at >= d.day_end), 0) AS used
-      ) u
-     GROUP BY d.day
+      LEFT JOIN (SELECT day, sum(delta) AS delta FROM rate GROUP BY day) r ON r.day = d.day
+     WHERE d.day >= $2::date
+), order_days AS (
+    SELECT day, sum(delta) AS delta FROM moves WHERE day <= $3::date GROUP BY day
 ), wallet_moves AS (
     SELECT l.created_at AS at, l.balance_delta + l.frozen_delta AS delta, l.kind
       FROM wallet_ledger l JOIN members mb ON mb.id = l.member_id
-     WHERE mb.store_id = $1 AND l.created_at < (SELECT last_end FROM span)
-), wallet AS (
-    SELECT d.day,
-           coalesce((SELECT sum(w.delta) FROM wallet_moves w WHERE w.at < d.day_end), 0) AS cents,
-           coalesce((SELECT sum(w.delta) FROM wallet_moves w
-                      WHERE w.kind = 'TOP_UP' AND w.at >= (d.day::timestamp AT TIME ZONE $4)
-                        AND w.at < d.day_end), 0) AS topped_up
-      FROM days d
+     WHERE mb.store_id = $1 AND l.created_at < (SELECT e FROM bounds)
+), wallet_eve AS (
+    SELECT coalesce(sum(delta), 0) AS cents FROM wallet_moves WHERE at < (SELECT s FROM bounds)
+), wallet_days AS (
+    SELECT (at AT TIME ZONE $4)::date AS day, sum(delta) AS delta,
+           sum(delta) FILTER (WHERE kind = 'TOP_UP') AS topped_up
+      FROM wallet_moves WHERE at >= (SELECT s FROM bounds)
+     GROUP BY 1
 ), collected AS (
-    SELECT d.day, coalesce(sum(p.amount_cents - p.wallet_amount_cents), 0) AS cents
-      FROM days d
-      LEFT JOIN prepaid p ON p.paid_at >= (d.day::timestamp AT TIME ZONE $4) AND p.paid_at < d.day_end
-     GROUP BY d.day
+    SELECT pd AS day, sum(amount - wallet_amount_cents) AS cents
+      FROM prepaid WHERE paid_at >= (SELECT s FROM bounds) GROUP BY pd
 ), refunded AS (
-    SELECT d.day, coalesce(sum(r.amount_cents - r.wallet_cents), 0) AS cents
+    SELECT (r.created_at AT TIME ZONE $4)::date AS day, sum(r.amount_cents - r.wallet_cents) AS cents
+      FROM refunds r JOIN prepaid p ON p.id = r.order_id
+     WHERE r.created_at >= (SELECT s FROM bounds) AND r.created_at < (SELECT e FROM bounds)
+     GROUP BY 1
+), daily AS (
+    SELECT d.day,
+           coalesce(c.cents, 0) + coalesce(w.topped_up, 0) AS collected,
+           coalesce(r.cents, 0) AS refunded,
+           coalesce(m.delta, 0) + coalesce(k.delta, 0) + coalesce(w.delta, 0) AS change
       FROM days d
-      LEFT JOIN (refunds r JOIN prepaid p ON p.id = r.order_id)
-        ON r.created_at >= (d.day::timestamp AT TIME ZONE $4) AND r.created_at < d.day_end
-     GROUP BY d.day
+      LEFT JOIN order_days m ON m.day = d.day
+      LEFT JOIN card_days k ON k.day = d.day
+      LEFT JOIN wallet_days w ON w.day = d.day
+      LEFT JOIN collected c ON c.day = d.day
+      LEFT JOIN refunded r ON r.day = d.day
+     WHERE d.day >= $2::date
 )
-SELECT d.day,
-       (c.cents + w.topped_up)::bigint AS collected_cents,
-       r.cents::bigint AS refunded_cents,
-       (w.cents + coalesce(h.cents, 0))::bigint AS balance_cents
-  FROM days d
-  JOIN wallet w ON w.day = d.day
-  JOIN collected c ON c.day = d.day
-  JOIN refunded r ON r.day = d.day
-  LEFT JOIN held h ON h.day = d.day
- ORDER BY d.day
+SELECT (SELECT d0 FROM bounds) AS day, 0::bigint AS collected_cents, 0::bigint AS refunded_cents,
+       ((SELECT cents FROM eve) + (SELECT cents FROM wallet_eve))::bigint AS balance_cents
+UNION ALL
+SELECT day, collected::bigint, refunded::bigint,
+       ((SELECT cents FROM eve) + (SELECT cents FROM wallet_eve)
+         + sum(change) OVER (ORDER BY day ROWS UNBOUNDED PRECEDING))::bigint
+  FROM daily
+ ORDER BY day

@@ -1,3 +1,5 @@
+DROP INDEX IF EXISTS memberships_by_store_end;
+DROP TABLE IF EXISTS prepaid_ledger_days;
 DROP INDEX IF EXISTS refunds_by_time;
 DROP INDEX IF EXISTS check_ins_by_time;
 DROP INDEX IF EXISTS orders_prepaid_by_store;

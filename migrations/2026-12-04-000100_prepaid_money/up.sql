@@ -66,3 +66,18 @@ CREATE INDEX orders_prepaid_by_store ON orders (store_id, paid_at)
     WHERE paid_at IS NOT NULL AND (kind = 'MEMBERSHIP' OR (kind = 'CLASS_PACK' AND sessions_total > 1));
 CREATE INDEX IF NOT EXISTS check_ins_by_time ON check_ins (at);
 CREATE INDEX IF NOT EXISTS refunds_by_time ON refunds (created_at);
+
+-- The ledger's closed days: a day's figures once it is over (the `prepaid:close` task, each night
+-- for the days before), so that a range reads them instead of recomputing from every order.
+-- Written by `prepaid::ledger` only; a day is closed once (its first computation stands).
+CREATE TABLE prepaid_ledger_days (
+    store_id        BIGINT NOT NULL REFERENCES stores (id),
+    day             DATE NOT NULL,
+    collected_cents BIGINT NOT NULL,
+    refunded_cents  BIGINT NOT NULL,
+    balance_cents   BIGINT NOT NULL,
+    closed_at       TIMESTAMPTZ NOT NULL DEFAULT now(),
+    PRIMARY KEY (store_id, day)
+);
+-- Cards with days in a stretch of dates, by store (the ledger after a closed day).
+CREATE INDEX memberships_by_store_end ON memberships (store_id, valid_to);

@@ -1006,6 +1006,7 @@ const TABLES: &[(&str, &[(&str, &str)])] = &[
     ("order_prepaid", &[("orders", "")]),
     ("prepaid_rules", &[("prepaid", "")]),
     ("business_days", &[("prepaid", "")]),
+    ("prepaid_ledger_days", &[("prepaid", "")]),
     ("order_transitions", &[("orders", "")]),
     (
         "wallet_ledger",

@@ -1029,6 +1029,35 @@ async fn the_ledger_adds_up_on_random_histories_and_matches_what_is_held() {
     // Twelve days on every card has ended: what is left is wallets and packs only.
     assert!(cents(&rows[18], "balanceCents") <= cents(today_row, "balanceCents"));
 
+    // Closed through yesterday (the nightly task), the same ranges read the closed days and
+    // compute the rest from the orders that change in them: the same figures.
+    let store_id: i64 = s.store.parse().unwrap();
+    let tz = chrono_tz::Asia::Shanghai;
+    let mut c = app.conn().await;
+    let closed = fitorder::prepaid::ledger::close(&mut c, store_id, today() - chrono::Duration::days(1), tz)
+        .await
+        .unwrap();
+    assert!(closed >= 3, "{closed} days closed");
+    assert_eq!(
+        fitorder::prepaid::ledger::close(&mut c, store_id, today() - chrono::Duration::days(1), tz)
+            .await
+            .unwrap(),
+        0,
+        "a closed day is closed once"
+    );
+    drop(c);
+    assert_eq!(ledger(&app, &s.store, from, to).await, rows);
+    for (a, b) in [(3usize, 9usize), (10, 18), (0, 0), (5, 6)] {
+        let sub = ledger(
+            &app,
+            &s.store,
+            from + chrono::Duration::days(a as i64),
+            from + chrono::Duration::days(b as i64),
+        )
+        .await;
+        assert_eq!(&sub[..], &rows[a..=b], "{a}..{b} after closing");
+    }
+
     // The CSV is the same table, for a staff token only.
     let path = format!("/reports/prepaid.csv?storeId={}&from={from}&to={to}", s.store);
     let csv = get_with(&app, &path, Some(&app.admin_token())).await;

@@ -434,6 +434,7 @@ diesel::allow_tables_to_appear_in_same_query!(
     prepaid_rules,
     business_days,
     order_prepaid,
+    prepaid_ledger_days,
 );
 
 diesel::joinable!(order_prepaid -> orders (order_id));
@@ -467,6 +468,17 @@ diesel::table! {
         cooling_off_days -> Int4,
         refund_within_working_days -> Int4,
         refund_due_by -> Nullable<Date>,
+    }
+}
+
+diesel::table! {
+    prepaid_ledger_days (store_id, day) {
+        store_id -> Int8,
+        day -> Date,
+        collected_cents -> Int8,
+        refunded_cents -> Int8,
+        balance_cents -> Int8,
+        closed_at -> Timestamptz,
     }
 }
 

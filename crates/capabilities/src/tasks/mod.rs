@@ -102,6 +102,12 @@ impl Scheduler {
                 schedule: Schedule::Every { secs: scan * 10 },
                 run: |s| Box::pin(crate::prepaid::overdue::sweep(s)),
             },
+            // The prepaid ledger's days before today, closed once they are over.
+            Task {
+                name: "prepaid:close",
+                schedule: Schedule::DailyAt { hour: 0, minute: 20 },
+                run: |s| Box::pin(crate::prepaid::ledger::close_all(s)),
+            },
             Task {
                 name: "data:cleanup",
                 schedule: Schedule::DailyAt { hour: 3, minute: 30 },

@@ -1,46 +1,3 @@
--- The prepaid ledger (预收资金台账) of one store: one row per date of [$2, $3], and one for the
--- day before, with the money coming in (collected), going out of the business (refunded) and
--- the balance the store holds at the end of the day. Earned, the rest of the day's change, is
--- balance(day before) + collected − refunded − balance, computed by the caller, so the identity
--- holds to the cent by construction; what makes earned up is the balance's rules:
---
---   held = wallet money of the store's members (frozen or not)
---        + for each prepaid order of the store (a card, a class pack of more than one session)
---          paid by the end of the day and not refunded by then: amount − earned so far, where
---          a class pack earns amount ÷ sessions (rounded down) per session checked in, all of
---          it with the last; a card amount ÷ plan days per date from its first through the day,
---          all of it on its last.
---
--- Computed as the balance at the end of the day before the range (what each order live then
--- holds, and the wallets), then each day's changes: wallet movements, payments (+ amount),
--- check-ins and card days (− what they earn; a card's daily rate as a difference array, so a
--- card costs two rows however long it runs), refunds (− what the order still held). One pass over
--- the store's prepaid orders, whatever the range's length.
---
---   $1  store id     bigint
---   $2  from         date
---   $3  to           date
---   $4  time zone    text
-WITH bounds AS (
-    SELECT ($2::date::timestamp AT TIME ZONE $4) AS s,
-           (($3::date + 1)::timestamp AT TIME ZONE $4) AS e,
-           $2::date - 1 AS d0
-), days AS (
-    SELECT d::date AS day FROM generate_series($2::date - 1, $3::date, interval '1 day') AS d
-), prepaid AS (
-    -- Prepaid orders of the store that held money at some time of the range, or at its eve.
-    SELECT o.id, o.kind, o.amount_cents AS amount, o.wallet_amount_cents, o.sessions_total,
-           o.sessions_used, greatest(o.plan_days, 1) AS days, o.paid_at, o.refunded_at,
-           (o.paid_at AT TIME ZONE $4)::date AS pd,
-           (o.refunded_at AT TIME ZONE $4)::date AS rd,
-           coalesce((m.valid_from AT TIME ZONE $4)::date, (o.paid_at AT TIME ZONE $4)::date) AS first
-      FROM orders o
-      LEFT JOIN memberships m ON m.order_id = o.id
-     WHERE o.store_id = $1
-       AND o.paid_at IS NOT NULL
-       AND (o.kind = 'MEMBERSHIP' OR (o.kind = 'CLASS_PACK' AND o.sessions_total > 1))
-       AND o.paid_at < (SELECT e FROM bounds)
-       AND (o.refunded_at IS NULL OR o.refunded_at >= (SELECT s FROM bounds))
 ), ci AS (
     -- Check-ins of those packs from the start of the range on (later ones too: they tell how
     -- many sessions were used on the eve).
@@ -52,18 +9,6 @@ WITH bounds AS (
       FROM prepaid p
       LEFT JOIN (SELECT order_id, sum(sessions) AS n FROM ci GROUP BY order_id) x ON x.order_id = p.id
      WHERE p.kind = 'CLASS_PACK'
-), eve AS (
-    -- What each order live at the end of the day before the range held then.
-    SELECT coalesce(sum(p.amount - CASE
-               WHEN p.kind = 'CLASS_PACK' THEN
-                   CASE WHEN u.u0 >= p.sessions_total THEN p.amount ELSE p.amount / p.sessions_total * u.u0 END
-               ELSE
-                   CASE WHEN b.d0 - p.first + 1 >= p.days THEN p.amount
-                        ELSE p.amount / p.days * greatest(0, b.d0 - p.first + 1) END
-           END), 0) AS cents
-      FROM prepaid p CROSS JOIN bounds b
-      LEFT JOIN used0 u ON u.id = p.id
-     WHERE p.paid_at < b.s
 ), moves AS (
     -- Every change of what the orders hold, by date, within the range.
     SELECT pd AS day, amount AS delta FROM prepaid WHERE paid_at >= (SELECT s FROM bounds)
@@ -120,13 +65,11 @@ WITH bounds AS (
 ), wallet_moves AS (
     SELECT l.created_at AS at, l.balance_delta + l.frozen_delta AS delta, l.kind
       FROM wallet_ledger l JOIN members mb ON mb.id = l.member_id
-     WHERE mb.store_id = $1 AND l.created_at < (SELECT e FROM bounds)
-), wallet_eve AS (
-    SELECT coalesce(sum(delta), 0) AS cents FROM wallet_moves WHERE at < (SELECT s FROM bounds)
+     WHERE mb.store_id = $1 AND l.created_at >= (SELECT s FROM bounds) AND l.created_at < (SELECT e FROM bounds)
 ), wallet_days AS (
     SELECT (at AT TIME ZONE $4)::date AS day, sum(delta) AS delta,
            sum(delta) FILTER (WHERE kind = 'TOP_UP') AS topped_up
-      FROM wallet_moves WHERE at >= (SELECT s FROM bounds)
+      FROM wallet_moves
      GROUP BY 1
 ), collected AS (
     SELECT pd AS day, sum(amount - wallet_amount_cents) AS cents
@@ -148,12 +91,3 @@ WITH bounds AS (
       LEFT JOIN collected c ON c.day = d.day
       LEFT JOIN refunded r ON r.day = d.day
      WHERE d.day >= $2::date
-)
-SELECT (SELECT d0 FROM bounds) AS day, 0::bigint AS collected_cents, 0::bigint AS refunded_cents,
-       ((SELECT cents FROM eve) + (SELECT cents FROM wallet_eve))::bigint AS balance_cents
-UNION ALL
-SELECT day, collected::bigint, refunded::bigint,
-       ((SELECT cents FROM eve) + (SELECT cents FROM wallet_eve)
-         + sum(change) OVER (ORDER BY day ROWS UNBOUNDED PRECEDING))::bigint
-  FROM daily
- ORDER BY day

@@ -1,0 +1,31 @@
+), prepaid AS (
+    -- After a closed day: only the prepaid orders that change in the range — paid, checked in
+    -- or refunded then, or cards with days in it; what every other order holds is in the
+    -- closing balance.
+    SELECT o.id, o.kind, o.amount_cents AS amount, o.wallet_amount_cents, o.sessions_total,
+           o.sessions_used, greatest(o.plan_days, 1) AS days, o.paid_at, o.refunded_at,
+           (o.paid_at AT TIME ZONE $4)::date AS pd,
+           (o.refunded_at AT TIME ZONE $4)::date AS rd,
+           coalesce((m.valid_from AT TIME ZONE $4)::date, (o.paid_at AT TIME ZONE $4)::date) AS first
+      FROM orders o
+      LEFT JOIN memberships m ON m.order_id = o.id
+     WHERE o.id IN (
+               SELECT id FROM orders
+                WHERE store_id = $1 AND paid_at IS NOT NULL
+                  AND (kind = 'MEMBERSHIP' OR (kind = 'CLASS_PACK' AND sessions_total > 1))
+                  AND paid_at >= (SELECT s FROM bounds) AND paid_at < (SELECT e FROM bounds)
+               UNION
+               SELECT c.order_id FROM check_ins c
+                WHERE c.at >= (SELECT s FROM bounds) AND c.at < (SELECT e FROM bounds)
+               UNION
+               SELECT r.order_id FROM refunds r
+                WHERE r.created_at >= (SELECT s FROM bounds) AND r.created_at < (SELECT e FROM bounds)
+               UNION
+               SELECT ms.order_id FROM memberships ms
+                WHERE ms.store_id = $1 AND ms.valid_to >= (SELECT s FROM bounds) - interval '1 day'
+                  AND ms.valid_from < (SELECT e FROM bounds))
+       AND o.store_id = $1
+       AND o.paid_at IS NOT NULL
+       AND (o.kind = 'MEMBERSHIP' OR (o.kind = 'CLASS_PACK' AND o.sessions_total > 1))
+       AND o.paid_at < (SELECT e FROM bounds)
+       AND (o.refunded_at IS NULL OR o.refunded_at >= (SELECT s FROM bounds))

@@ -199,7 +199,8 @@ pub async fn sale_terms(
     order_ids: &[i64],
 ) -> AppResult<std::collections::HashMap<i64, SaleTerms>> {
     use crate::db::schema::order_prepaid as op;
-    let rows: Vec<(i64, Option<String>, i32, i32, Option<chrono::NaiveDate>)> = op::table
+    type SaleRow = (i64, Option<String>, i32, i32, Option<chrono::NaiveDate>);
+    let rows: Vec<SaleRow> = op::table
         .filter(op::order_id.eq_any(order_ids))
         .select((
             op::order_id,

@@ -1,3 +1,4 @@
+DROP INDEX IF EXISTS memberships_by_store_start;
 DROP INDEX IF EXISTS memberships_by_store_end;
 DROP TABLE IF EXISTS prepaid_ledger_days;
 DROP INDEX IF EXISTS refunds_by_time;

@@ -76,8 +76,12 @@ CREATE TABLE prepaid_ledger_days (
     collected_cents BIGINT NOT NULL,
     refunded_cents  BIGINT NOT NULL,
     balance_cents   BIGINT NOT NULL,
+    -- What the cards held at the end of the day earn the next day: the days after it need not
+    -- read every card running through them.
+    card_rate_cents BIGINT NOT NULL,
     closed_at       TIMESTAMPTZ NOT NULL DEFAULT now(),
     PRIMARY KEY (store_id, day)
 );
--- Cards with days in a stretch of dates, by store (the ledger after a closed day).
+-- Cards that start or end in a stretch of dates, by store (the ledger after a closed day).
 CREATE INDEX memberships_by_store_end ON memberships (store_id, valid_to);
+CREATE INDEX memberships_by_store_start ON memberships (store_id, valid_from);

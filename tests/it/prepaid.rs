@@ -1188,3 +1188,49 @@ async fn renewals_count_what_is_held_of_each_kind() {
         "nothing refused was placed"
     );
 }
+
+/// A card running through a range after the last closed day is not read again: its daily
+/// earning comes from the closed day's card rate, and the figures are those computed from
+/// every order.
+#[tokio::test]
+async fn closed_days_carry_the_cards_running_through_them() {
+    let app = TestApp::new().await;
+    let s = app.studio(0, None, 1).await;
+    let card = plan_id(&app, &s.store, 60, 60_001).await;
+    let short = plan_id(&app, &s.store, 3, 3_001).await;
+    let mut nos = vec![];
+    for item in [card.clone(), card, short] {
+        let r = desk(&app, &s.member, &s.store, json!({"membershipPlanId": item})).await;
+        let no = order_no(&r);
+        desk_paid(&app, &no).await;
+        nos.push(no);
+    }
+    // Paid 20 days ago (the second card renews the first: it starts when that one ends).
+    app.sql_i64(
+        "WITH o AS (UPDATE orders SET paid_at = paid_at - interval '20 days' RETURNING 1),
+              m AS (UPDATE memberships SET valid_from = valid_from - interval '20 days', valid_to = valid_to - interval '20 days' RETURNING 1),
+              w AS (UPDATE wallet_ledger SET created_at = created_at - interval '20 days' RETURNING 1)
+         SELECT count(*) AS v FROM o",
+    )
+    .await;
+    let day = |n: i64| today() + chrono::Duration::days(n);
+    let ranges = [(-25, -1), (-3, 5), (1, 5), (30, 45), (38, 42), (95, 105)];
+    let mut before = vec![];
+    for (a, b) in ranges {
+        before.push(ledger(&app, &s.store, day(a), day(b)).await);
+    }
+    let mut c = app.conn().await;
+    let n = fitorder::prepaid::ledger::close(&mut c, s.store.parse().unwrap(), day(-1), chrono_tz::Asia::Shanghai)
+        .await
+        .unwrap();
+    assert_eq!(n, 20, "20 days ago through yesterday");
+    drop(c);
+    for ((a, b), want) in ranges.into_iter().zip(before) {
+        assert_eq!(ledger(&app, &s.store, day(a), day(b)).await, want, "{a}..{b}");
+    }
+    // Both cards earn exactly their price over their 120 days; the short one its 3 days.
+    let whole = ledger(&app, &s.store, day(-21), day(110)).await;
+    let earned: i64 = whole.iter().map(|r| cents(r, "earnedCents")).sum();
+    assert_eq!(earned, 60_001 * 2 + 3_001);
+    assert_eq!(cents(whole.last().unwrap(), "balanceCents"), 0);
+}

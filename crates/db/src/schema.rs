@@ -478,6 +478,7 @@ diesel::table! {
         collected_cents -> Int8,
         refunded_cents -> Int8,
         balance_cents -> Int8,
+        card_rate_cents -> Int8,
         closed_at -> Timestamptz,
     }
 }

@@ -22,6 +22,18 @@ use crate::error::{AppError, AppResult};
 /// The longest range one ledger answers (a year; a leap year's too).
 pub const MAX_RANGE_DAYS: i64 = 366;
 
+/// How many days [`close`] computes in one statement.
+const CLOSE_DAYS_AT_ONCE: i64 = 7;
+
+impl Row {
+    fn base(&self) -> Base {
+        Base {
+            balance: self.balance_cents,
+            card_rate: self.card_rate_cents,
+        }
+    }
+}
+
 /// Every order live on the eve, the eve's balance computed.
 const FROM_EVERY_ORDER: &str = concat!(
     include_str!("ledger/head.sql"),
@@ -60,6 +72,16 @@ struct Row {
     refunded_cents: i64,
     #[diesel(sql_type = diesel::sql_types::BigInt)]
     balance_cents: i64,
+    /// What the cards held at the end of the day earn the next day.
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    card_rate_cents: i64,
+}
+
+/// A closed day as kept.
+#[derive(Debug, Clone, Copy)]
+struct Base {
+    balance: i64,
+    card_rate: i64,
 }
 
 /// The rows of `from`'s eve through `to`, computed: from every order, or after a closed day
@@ -70,7 +92,7 @@ async fn compute(
     from: NaiveDate,
     to: NaiveDate,
     tz: Tz,
-    base: Option<i64>,
+    base: Option<Base>,
 ) -> AppResult<Vec<Row>> {
     use diesel::sql_types::{BigInt, Date, Text};
     let q = |sql| {
@@ -82,7 +104,13 @@ async fn compute(
     };
     Ok(match base {
         None => q(FROM_EVERY_ORDER).load(conn).await?,
-        Some(b) => q(SINCE_CLOSED).bind::<BigInt, _>(b).load(conn).await?,
+        Some(b) => {
+            q(SINCE_CLOSED)
+                .bind::<BigInt, _>(b.balance)
+                .bind::<BigInt, _>(b.card_rate)
+                .load(conn)
+                .await?
+        }
     })
 }
 
@@ -114,6 +142,7 @@ pub async fn ledger(
             prepaid_ledger_days::collected_cents,
             prepaid_ledger_days::refunded_cents,
             prepaid_ledger_days::balance_cents,
+            prepaid_ledger_days::card_rate_cents,
         ))
         .load(conn)
         .await?;
@@ -125,15 +154,7 @@ pub async fn ledger(
         .collect();
     match rows.last().copied() {
         Some(last) if last.day < to => {
-            let more = compute(
-                conn,
-                store_id,
-                last.day + Duration::days(1),
-                to,
-                tz,
-                Some(last.balance_cents),
-            )
-            .await?;
+            let more = compute(conn, store_id, last.day + Duration::days(1), to, tz, Some(last.base())).await?;
             rows.extend(more.into_iter().skip(1));
         }
         Some(_) => {}
@@ -150,12 +171,13 @@ pub async fn ledger(
                     prepaid_ledger_days::collected_cents,
                     prepaid_ledger_days::refunded_cents,
                     prepaid_ledger_days::balance_cents,
+                    prepaid_ledger_days::card_rate_cents,
                 ))
                 .first(conn)
                 .await
                 .optional()?;
             rows = match before {
-                Some(b) => compute(conn, store_id, b.day + Duration::days(1), to, tz, Some(b.balance_cents))
+                Some(b) => compute(conn, store_id, b.day + Duration::days(1), to, tz, Some(b.base()))
                     .await?
                     .into_iter()
                     .filter(|r| r.day >= eve)
@@ -191,12 +213,13 @@ pub async fn close(conn: &mut AsyncPgConnection, store_id: i64, through: NaiveDa
             prepaid_ledger_days::collected_cents,
             prepaid_ledger_days::refunded_cents,
             prepaid_ledger_days::balance_cents,
+            prepaid_ledger_days::card_rate_cents,
         ))
         .first(conn)
         .await
         .optional()?;
-    let (mut base_day, mut balance) = match last {
-        Some(r) => (r.day, r.balance_cents),
+    let (mut base_day, mut base) = match last {
+        Some(r) => (r.day, r.base()),
         None => {
             let first_paid: Option<chrono::DateTime<chrono::Utc>> = orders::table
                 .filter(orders::store_id.eq(store_id))
@@ -220,17 +243,25 @@ pub async fn close(conn: &mut AsyncPgConnection, store_id: i64, through: NaiveDa
                     prepaid_ledger_days::collected_cents.eq(0),
                     prepaid_ledger_days::refunded_cents.eq(0),
                     prepaid_ledger_days::balance_cents.eq(0),
+                    prepaid_ledger_days::card_rate_cents.eq(0),
                 ))
                 .on_conflict_do_nothing()
                 .execute(conn)
                 .await?;
-            (eve, 0)
+            (
+                eve,
+                Base {
+                    balance: 0,
+                    card_rate: 0,
+                },
+            )
         }
     };
     let mut closed = 0;
     while base_day < through {
-        let to = through.min(base_day + Duration::days(MAX_RANGE_DAYS - 1));
-        let rows = compute(conn, store_id, base_day + Duration::days(1), to, tz, Some(balance)).await?;
+        // A week at a time: what a stretch reads is the orders that change in it.
+        let to = through.min(base_day + Duration::days(CLOSE_DAYS_AT_ONCE));
+        let rows = compute(conn, store_id, base_day + Duration::days(1), to, tz, Some(base)).await?;
         let new: Vec<_> = rows
             .iter()
             .skip(1)
@@ -241,6 +272,7 @@ pub async fn close(conn: &mut AsyncPgConnection, store_id: i64, through: NaiveDa
                     prepaid_ledger_days::collected_cents.eq(r.collected_cents),
                     prepaid_ledger_days::refunded_cents.eq(r.refunded_cents),
                     prepaid_ledger_days::balance_cents.eq(r.balance_cents),
+                    prepaid_ledger_days::card_rate_cents.eq(r.card_rate_cents),
                 )
             })
             .collect();
@@ -251,7 +283,7 @@ pub async fn close(conn: &mut AsyncPgConnection, store_id: i64, through: NaiveDa
             .await?;
         let Some(end) = rows.last() else { break };
         base_day = end.day;
-        balance = end.balance_cents;
+        base = end.base();
     }
     Ok(closed)
 }

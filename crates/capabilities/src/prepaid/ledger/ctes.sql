@@ -1,10 +1,10 @@
-), ci AS (
+), ci AS MATERIALIZED (
     -- Check-ins of those packs from the start of the range on (later ones too: they tell how
     -- many sessions were used on the eve).
     SELECT c.order_id, c.id, c.at, c.sessions
       FROM check_ins c JOIN prepaid p ON p.id = c.order_id AND p.kind = 'CLASS_PACK'
      WHERE c.at >= (SELECT s FROM bounds)
-), used0 AS (
+), used0 AS MATERIALIZED (
     SELECT p.id, p.sessions_used - coalesce(x.n, 0) AS u0
       FROM prepaid p
       LEFT JOIN (SELECT order_id, sum(sessions) AS n FROM ci GROUP BY order_id) x ON x.order_id = p.id
@@ -54,6 +54,30 @@
       FROM prepaid p
      WHERE p.kind = 'MEMBERSHIP'
        AND greatest(p.first, $2::date, p.pd) <= least(p.first + p.days - 1, coalesce(p.rd - 1, $3::date), $3::date)
+    UNION ALL
+    -- The cards earning since before the range that are not read here (`base_rate`).
+    SELECT $2::date, -(SELECT cents FROM base_rate)
+), next_rate AS (
+    -- What the cards held at the end of each day earn the next day (kept with a closed day, so
+    -- that the days after it need not read the cards running through them): a card counts from
+    -- the day it is paid or the day before its first, through the day before its last or its
+    -- refund.
+    SELECT greatest(p.pd, p.first - 1, $2::date) AS day, p.amount / p.days AS delta
+      FROM prepaid p
+     WHERE p.kind = 'MEMBERSHIP'
+       AND greatest(p.pd, p.first - 1, $2::date) <= least(coalesce(p.rd - 1, $3::date), p.first + p.days - 2, $3::date)
+    UNION ALL
+    SELECT least(coalesce(p.rd - 1, $3::date), p.first + p.days - 2, $3::date) + 1, -(p.amount / p.days)
+      FROM prepaid p
+     WHERE p.kind = 'MEMBERSHIP'
+       AND greatest(p.pd, p.first - 1, $2::date) <= least(coalesce(p.rd - 1, $3::date), p.first + p.days - 2, $3::date)
+    UNION ALL
+    SELECT $2::date, (SELECT cents FROM base_rate)
+), card_rates AS (
+    SELECT d.day, sum(coalesce(r.delta, 0)) OVER (ORDER BY d.day ROWS UNBOUNDED PRECEDING) AS rate
+      FROM days d
+      LEFT JOIN (SELECT day, sum(delta) AS delta FROM next_rate GROUP BY day) r ON r.day = d.day
+     WHERE d.day >= $2::date
 ), card_days AS (
     -- What the cards earn each day: the rate's running sum.
     SELECT d.day, sum(coalesce(r.delta, 0)) OVER (ORDER BY d.day ROWS UNBOUNDED PRECEDING) AS delta
@@ -83,8 +107,10 @@
     SELECT d.day,
            coalesce(c.cents, 0) + coalesce(w.topped_up, 0) AS collected,
            coalesce(r.cents, 0) AS refunded,
-           coalesce(m.delta, 0) + coalesce(k.delta, 0) + coalesce(w.delta, 0) AS change
+           coalesce(m.delta, 0) + coalesce(k.delta, 0) + coalesce(w.delta, 0) AS change,
+           coalesce(q.rate, 0) AS card_rate
       FROM days d
+      LEFT JOIN card_rates q ON q.day = d.day
       LEFT JOIN order_days m ON m.day = d.day
       LEFT JOIN card_days k ON k.day = d.day
       LEFT JOIN wallet_days w ON w.day = d.day

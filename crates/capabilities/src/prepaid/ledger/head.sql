@@ -21,12 +21,15 @@
 --   $2  from         date
 --   $3  to           date
 --   $4  time zone    text
---   $5  the closing balance of the day before `from` (`base_since.sql` only)    bigint
+--   $5  the closing balance of the day before `from` (`prepaid_since` only)     bigint
+--   $6  that day's card rate: what the cards held then earn the next day         bigint
+--       (`prepaid_since` only)
 --
 -- The statement is put together from the files of `ledger/`: `head`, the prepaid orders it
 -- reads (`prepaid_all`: every order live on the eve, the eve's balance computed; or
--- `prepaid_since`, after a closed day: only the orders that change in the range), `ctes`, the
--- eve's balance (`base_all` / `base_since`) and `select`.
+-- `prepaid_since`, after a closed day: only the orders that change in the range, and what the
+-- cards running through it earn a day), `ctes`, the eve's balance (`base_all` / `base_since`)
+-- and `select`.
 WITH bounds AS (
     SELECT ($2::date::timestamp AT TIME ZONE $4) AS s,
            (($3::date + 1)::timestamp AT TIME ZONE $4) AS e,

@@ -12,3 +12,6 @@
        AND (o.kind = 'MEMBERSHIP' OR (o.kind = 'CLASS_PACK' AND o.sessions_total > 1))
        AND o.paid_at < (SELECT e FROM bounds)
        AND (o.refunded_at IS NULL OR o.refunded_at >= (SELECT s FROM bounds))
+), base_rate AS (
+    -- Every card live on the eve is read here: none is left out.
+    SELECT 0::bigint AS cents

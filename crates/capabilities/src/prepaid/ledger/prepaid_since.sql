@@ -1,7 +1,7 @@
 ), prepaid AS (
     -- After a closed day: only the prepaid orders that change in the range — paid, checked in
-    -- or refunded then, or cards with days in it; what every other order holds is in the
-    -- closing balance.
+    -- or refunded then, cards that start or end in it; what every other order holds is in the
+    -- closing balance, what the cards running through it earn a day in its card rate ($6).
     SELECT o.id, o.kind, o.amount_cents AS amount, o.wallet_amount_cents, o.sessions_total,
            o.sessions_used, greatest(o.plan_days, 1) AS days, o.paid_at, o.refunded_at,
            (o.paid_at AT TIME ZONE $4)::date AS pd,
@@ -21,11 +21,24 @@
                SELECT r.order_id FROM refunds r
                 WHERE r.created_at >= (SELECT s FROM bounds) AND r.created_at < (SELECT e FROM bounds)
                UNION
+               -- cards that start or end in the range (or the day after it)
                SELECT ms.order_id FROM memberships ms
-                WHERE ms.store_id = $1 AND ms.valid_to >= (SELECT s FROM bounds) - interval '1 day'
-                  AND ms.valid_from < (SELECT e FROM bounds))
+                WHERE ms.store_id = $1 AND ms.valid_from >= (SELECT s FROM bounds)
+                  AND ms.valid_from < (SELECT e FROM bounds) + interval '1 day'
+               UNION
+               SELECT ms.order_id FROM memberships ms
+                WHERE ms.store_id = $1 AND ms.valid_to >= (SELECT s FROM bounds)
+                  AND ms.valid_to < (SELECT e FROM bounds) + interval '1 day')
        AND o.store_id = $1
        AND o.paid_at IS NOT NULL
        AND (o.kind = 'MEMBERSHIP' OR (o.kind = 'CLASS_PACK' AND o.sessions_total > 1))
        AND o.paid_at < (SELECT e FROM bounds)
        AND (o.refunded_at IS NULL OR o.refunded_at >= (SELECT s FROM bounds))
+), base_rate AS (
+    -- The closed day's card rate, less the cards read here that it counts (they earn by their
+    -- own rows): what the cards running through the range, unread, earn a day.
+    SELECT $6::bigint - coalesce((
+               SELECT sum(p.amount / p.days) FROM prepaid p, bounds b
+                WHERE p.kind = 'MEMBERSHIP' AND p.paid_at < b.s
+                  AND (p.refunded_at IS NULL OR p.refunded_at >= b.s)
+                  AND p.first <= $2::date AND $2::date <= p.first + p.days - 1), 0) AS cents

@@ -31,6 +31,7 @@ mod stalls;
 
 mod b11_signin;
 mod b12_persisted;
+mod b13_prepaid;
 mod b1_callbacks;
 mod b3_expiry;
 mod b4_reconcile;
@@ -99,6 +100,12 @@ pub struct Sizes {
     pub count_requests: usize,
     /// B11: sign-ins (and as many refreshes, and stand-in exchanges).
     pub sign_ins: usize,
+    /// B13: placings per store kind (NONE, SHANGHAI_2025), over its rounds; other members of
+    /// each store with ten past orders each.
+    pub prepaid_placings: usize,
+    pub prepaid_history_members: usize,
+    /// B13L: orders of the ledger's store (over 90 days; a tenth as many members).
+    pub ledger_orders: i64,
     /// B6: pending outbox events.
     pub outbox_events: i64,
     /// B7: WebSocket subscribers and events sent to them.
@@ -124,6 +131,9 @@ impl Sizes {
             listing_orders: 20_000,
             count_requests: 50,
             sign_ins: 4_000,
+            prepaid_placings: 18_000,
+            prepaid_history_members: 20_000,
+            ledger_orders: 1_000_000,
             outbox_events: 50_000,
             subscribers: 1_000,
             subscriber_events: 3,
@@ -146,6 +156,9 @@ impl Sizes {
             listing_orders: 2_000,
             count_requests: 20,
             sign_ins: 500,
+            prepaid_placings: 1_500,
+            prepaid_history_members: 2_000,
+            ledger_orders: 100_000,
             outbox_events: 5_000,
             subscribers: 200,
             subscriber_events: 1,
@@ -163,8 +176,8 @@ pub struct Args {
 }
 
 /// Every benchmark, in the report's order.
-pub const ALL: [&str; 14] = [
-    "B1", "B1b", "B2", "B3", "B4", "B5", "B5r", "B6", "B7", "B8", "B9", "B10", "B11", "B12",
+pub const ALL: [&str; 16] = [
+    "B1", "B1b", "B2", "B3", "B4", "B5", "B5r", "B6", "B7", "B8", "B9", "B10", "B11", "B12", "B13", "B13L",
 ];
 
 fn parse_args() -> Result<Args> {
@@ -368,6 +381,29 @@ async fn run_all(bench: &mut Bench, args: &Args) -> Result<Vec<Row>> {
         settle(bench, "B9").await;
         rows.push(b9_prepay::run(bench, s).await.unwrap_or_else(|e| Row::failed("B9", &e)));
         bench.drop_db_now("b9").await;
+    }
+    if args.wants("B13") {
+        settle(bench, "B13").await;
+        rows.push(
+            b13_prepaid::run(bench, s)
+                .await
+                .unwrap_or_else(|e| Row::failed("B13", &e)),
+        );
+        if !args.keep {
+            bench.drop_db_now("b13").await;
+        }
+    }
+    if args.wants("B13L") {
+        settle(bench, "B13L").await;
+        rows.push(
+            b13_prepaid::run_ledger(bench, s)
+                .await
+                .unwrap_or_else(|e| Row::failed("B13L", &e)),
+        );
+        // A million orders and their check-ins: their autovacuum would run during the next ones.
+        if !args.keep {
+            bench.drop_db_now("b13l").await;
+        }
     }
     if args.wants("B6") {
         settle(bench, "B6").await;

@@ -25,8 +25,8 @@ pub async fn catalog(db: &Client, members: i64) -> Result<()> {
         db,
         "catalog",
         &format!(
-            "INSERT INTO stores (name, code)
-                  SELECT 'Bench studio ' || i, 'BENCH-' || i FROM generate_series(1, {STORES}) i;
+            "INSERT INTO stores (name, code, operator_code)
+                  SELECT 'Bench studio ' || i, 'BENCH-' || i, 'BENCH-' || i FROM generate_series(1, {STORES}) i;
              INSERT INTO members (store_id, name, phone)
                   SELECT s.id, 'Member ' || i, '139' || lpad(i::text, 8, '0')
                     FROM generate_series(1, {members}) i JOIN stores s ON s.code = 'BENCH-' || (1 + i % {STORES});

@@ -21,6 +21,119 @@ struct Counters {
     parses: AtomicU64,
     /// Parses by statement text.
     parsed: std::sync::Mutex<HashMap<String, u64>>,
+    /// The last values bound to each statement text (B13: the ledger's statement explained with
+    /// the binds the server sent).
+    bound: std::sync::Mutex<HashMap<String, Bound>>,
+}
+
+/// The parameters one execution of a statement was bound with, as they came over the wire.
+#[derive(Clone, Debug)]
+struct Bound {
+    oids: Vec<u32>,
+    formats: Vec<i16>,
+    values: Vec<Option<Vec<u8>>>,
+}
+
+/// A statement the server executed, with the values it was last bound with, decoded to SQL
+/// literals (for `PREPARE … ; EXPLAIN EXECUTE …`).
+#[derive(Clone, Debug)]
+pub struct Captured {
+    pub sql: String,
+    /// The parameters' types as PostgreSQL names them, when the driver declared them.
+    pub types: Vec<Option<&'static str>>,
+    /// The values as SQL text (None: NULL).
+    pub values: Vec<Option<String>>,
+    /// Why the values could not be decoded (then `values` is empty).
+    pub undecoded: Option<String>,
+}
+
+fn type_name(oid: u32) -> Option<&'static str> {
+    Some(match oid {
+        16 => "boolean",
+        20 => "bigint",
+        21 => "smallint",
+        23 => "integer",
+        25 => "text",
+        1043 => "varchar",
+        1082 => "date",
+        1114 => "timestamp",
+        1184 => "timestamptz",
+        _ => return None,
+    })
+}
+
+/// A bound value as text: text-format values as they are, binary ones decoded for the types
+/// the statements of fitorder bind.
+fn decode(oid: u32, format: i16, v: &[u8]) -> Result<String> {
+    if format == 0 {
+        return Ok(String::from_utf8_lossy(v).into_owned());
+    }
+    let int = |n: usize| -> Result<i64> {
+        anyhow::ensure!(v.len() == n, "a {n}-byte value of type {oid} has {} bytes", v.len());
+        let mut b = [0u8; 8];
+        b[8 - n..].copy_from_slice(v);
+        // Sign-extend.
+        let shift = 64 - 8 * n as u32;
+        Ok((i64::from_be_bytes(b) << shift) >> shift)
+    };
+    let epoch = chrono::NaiveDate::from_ymd_opt(2000, 1, 1).expect("a date");
+    Ok(match oid {
+        16 => (v.first() == Some(&1)).to_string(),
+        20 => int(8)?.to_string(),
+        21 => int(2)?.to_string(),
+        23 => int(4)?.to_string(),
+        25 | 1043 | 19 => String::from_utf8_lossy(v).into_owned(),
+        1082 => (epoch + chrono::Duration::days(int(4)?)).to_string(),
+        1114 | 1184 => {
+            let at = epoch.and_hms_opt(0, 0, 0).expect("midnight") + chrono::Duration::microseconds(int(8)?);
+            format!(
+                "{}{}",
+                at.format("%Y-%m-%d %H:%M:%S%.6f"),
+                if oid == 1184 { "+00" } else { "" }
+            )
+        }
+        other => anyhow::bail!("a binary value of type oid {other}"),
+    })
+}
+
+impl Bound {
+    fn decode(&self, sql: &str) -> Captured {
+        let types = (0..self.values.len())
+            .map(|i| type_name(self.oids.get(i).copied().unwrap_or(0)))
+            .collect();
+        match self.values() {
+            Ok(values) => Captured {
+                sql: sql.to_string(),
+                types,
+                values,
+                undecoded: None,
+            },
+            Err(e) => Captured {
+                sql: sql.to_string(),
+                types,
+                values: vec![],
+                undecoded: Some(format!("{e:#}")),
+            },
+        }
+    }
+
+    fn values(&self) -> Result<Vec<Option<String>>> {
+        let n = self.values.len();
+        let format = |i: usize| match self.formats.len() {
+            0 => 0,
+            1 => self.formats[0],
+            _ => self.formats.get(i).copied().unwrap_or(0),
+        };
+        let oid = |i: usize| self.oids.get(i).copied().unwrap_or(0);
+        let mut values = Vec::with_capacity(n);
+        for (i, v) in self.values.iter().enumerate() {
+            values.push(match v {
+                None => None,
+                Some(b) => Some(decode(oid(i), format(i), b)?),
+            });
+        }
+        Ok(values)
+    }
 }
 
 /// Counts since the proxy started.
@@ -140,6 +253,13 @@ impl SqlCounter {
             .sum()
     }
 
+    /// The statements executed with parameters since the proxy started (or since the last call),
+    /// each with the values of its last execution; forgets them.
+    pub fn take_captured(&self) -> Vec<Captured> {
+        let bound = std::mem::take(&mut *self.counters.bound.lock().unwrap_or_else(|e| e.into_inner()));
+        bound.iter().map(|(sql, b)| b.decode(sql)).collect()
+    }
+
     /// Every statement text parsed since the proxy started, with how many times.
     #[allow(dead_code)]
     pub fn parsed(&self) -> Vec<(String, u64)> {
@@ -211,6 +331,45 @@ fn classify(c: &Counters, sql: &str) {
     counter.fetch_add(1, Ordering::SeqCst);
 }
 
+fn be16(b: &[u8], at: usize) -> Option<i16> {
+    Some(i16::from_be_bytes(b.get(at..at + 2)?.try_into().ok()?))
+}
+
+fn be32(b: &[u8], at: usize) -> Option<i32> {
+    Some(i32::from_be_bytes(b.get(at..at + 4)?.try_into().ok()?))
+}
+
+/// The parameter type OIDs at the end of a Parse message (after its statement text).
+fn param_types(rest: &[u8]) -> Vec<u32> {
+    let n = be16(rest, 0).unwrap_or(0).max(0) as usize;
+    (0..n).map_while(|i| be32(rest, 2 + 4 * i).map(|o| o as u32)).collect()
+}
+
+/// A Bind message's parameter formats and values (after its portal and statement names).
+/// A Bind message's parameter formats and values (NULL as `None`).
+type BindValues = (Vec<i16>, Vec<Option<Vec<u8>>>);
+
+fn bind_values(rest: &[u8]) -> Option<BindValues> {
+    let nf = be16(rest, 0)?.max(0) as usize;
+    let formats = (0..nf).map(|i| be16(rest, 2 + 2 * i)).collect::<Option<Vec<_>>>()?;
+    let mut at = 2 + 2 * nf;
+    let nv = be16(rest, at)?.max(0) as usize;
+    at += 2;
+    let mut values = Vec::with_capacity(nv);
+    for _ in 0..nv {
+        let len = be32(rest, at)?;
+        at += 4;
+        if len < 0 {
+            values.push(None);
+        } else {
+            let len = len as usize;
+            values.push(Some(rest.get(at..at + len)?.to_vec()));
+            at += len;
+        }
+    }
+    Some((formats, values))
+}
+
 /// Client to server: forwards every message, counting as it goes.
 async fn pump(
     mut client: tokio::net::tcp::OwnedReadHalf,
@@ -231,7 +390,7 @@ async fn pump(
             break;
         }
     }
-    let mut statements: HashMap<Vec<u8>, String> = HashMap::new();
+    let mut statements: HashMap<Vec<u8>, (String, Vec<u32>)> = HashMap::new();
     let mut portals: HashMap<Vec<u8>, String> = HashMap::new();
     loop {
         let mut head = [0u8; 5];
@@ -251,19 +410,27 @@ async fn pump(
             b'P' => {
                 c.parses.fetch_add(1, Ordering::SeqCst);
                 let (name, rest) = cstr(&body);
-                let (sql, _) = cstr(rest);
+                let (sql, rest) = cstr(rest);
                 let sql = String::from_utf8_lossy(sql).to_string();
                 *c.parsed
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
                     .entry(sql.clone())
                     .or_default() += 1;
-                statements.insert(name.to_vec(), sql);
+                statements.insert(name.to_vec(), (sql, param_types(rest)));
             }
             b'B' => {
                 let (portal, rest) = cstr(&body);
-                let (stmt, _) = cstr(rest);
-                let sql = statements.get(stmt).cloned().unwrap_or_default();
+                let (stmt, rest) = cstr(rest);
+                let (sql, oids) = statements.get(stmt).cloned().unwrap_or_default();
+                if let Some((formats, values)) = bind_values(rest) {
+                    if !values.is_empty() {
+                        c.bound
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .insert(sql.clone(), Bound { oids, formats, values });
+                    }
+                }
                 portals.insert(portal.to_vec(), sql);
             }
             b'E' => {

@@ -77,6 +77,21 @@ struct Row {
     card_rate_cents: i64,
 }
 
+/// A closed day's columns, as [`Row`] reads them.
+const CLOSED: (
+    prepaid_ledger_days::day,
+    prepaid_ledger_days::collected_cents,
+    prepaid_ledger_days::refunded_cents,
+    prepaid_ledger_days::balance_cents,
+    prepaid_ledger_days::card_rate_cents,
+) = (
+    prepaid_ledger_days::day,
+    prepaid_ledger_days::collected_cents,
+    prepaid_ledger_days::refunded_cents,
+    prepaid_ledger_days::balance_cents,
+    prepaid_ledger_days::card_rate_cents,
+);
+
 /// A closed day as kept.
 #[derive(Debug, Clone, Copy)]
 struct Base {
@@ -137,13 +152,7 @@ pub async fn ledger(
         .filter(prepaid_ledger_days::store_id.eq(store_id))
         .filter(prepaid_ledger_days::day.between(eve, to))
         .order(prepaid_ledger_days::day)
-        .select((
-            prepaid_ledger_days::day,
-            prepaid_ledger_days::collected_cents,
-            prepaid_ledger_days::refunded_cents,
-            prepaid_ledger_days::balance_cents,
-            prepaid_ledger_days::card_rate_cents,
-        ))
+        .select(CLOSED)
         .load(conn)
         .await?;
     let mut rows: Vec<Row> = closed
@@ -166,13 +175,7 @@ pub async fn ledger(
                 .filter(prepaid_ledger_days::day.lt(eve))
                 .filter(prepaid_ledger_days::day.ge(eve - Duration::days(MAX_RANGE_DAYS)))
                 .order(prepaid_ledger_days::day.desc())
-                .select((
-                    prepaid_ledger_days::day,
-                    prepaid_ledger_days::collected_cents,
-                    prepaid_ledger_days::refunded_cents,
-                    prepaid_ledger_days::balance_cents,
-                    prepaid_ledger_days::card_rate_cents,
-                ))
+                .select(CLOSED)
                 .first(conn)
                 .await
                 .optional()?;
@@ -208,13 +211,7 @@ pub async fn close(conn: &mut AsyncPgConnection, store_id: i64, through: NaiveDa
     let last: Option<Row> = prepaid_ledger_days::table
         .filter(prepaid_ledger_days::store_id.eq(store_id))
         .order(prepaid_ledger_days::day.desc())
-        .select((
-            prepaid_ledger_days::day,
-            prepaid_ledger_days::collected_cents,
-            prepaid_ledger_days::refunded_cents,
-            prepaid_ledger_days::balance_cents,
-            prepaid_ledger_days::card_rate_cents,
-        ))
+        .select(CLOSED)
         .first(conn)
         .await
         .optional()?;

@@ -450,94 +450,91 @@ async fn refund_locked(
     amount_cents: Option<i64>,
     ctx: &Ctx,
 ) -> AppResult<Order> {
-    let order = order.clone();
-    {
-        order_status::check(order.status, OrderStatus::Refunded, ctx.actor.kind)?;
-        let membership: Option<Membership> = memberships::table
-            .filter(memberships::order_id.eq(order.id))
-            .select(Membership::as_select())
-            .get_result(conn)
-            .await
-            .optional()?;
-        let amount = match amount_cents {
-            Some(a) if a < 0 || a > order.amount_cents => {
-                return Err(AppError::bad(format!(
-                    "amountCents must be between 0 and {} (what was paid)",
-                    order.amount_cents
-                )))
-            }
-            Some(a) => a,
-            None => unused_share(&order, membership.as_ref()),
-        };
-        let (wallet_back, online_back) = match order.payment_method {
-            PaymentMethod::Wallet => (amount, 0),
-            PaymentMethod::Mixed => money::split_refund(amount, order.amount_cents, order.wallet_amount_cents),
-            PaymentMethod::WechatPay | PaymentMethod::Alipay => (0, amount),
-            // Paid at the desk, refunded at the desk: recorded, no money moves here.
-            PaymentMethod::Offline => (0, 0),
-        };
-        let refunded = transition(
-            conn,
-            &order,
-            OrderStatus::Refunded,
-            ctx,
-            reason,
-            Changes {
-                refund_amount_cents: Some(amount),
-                wallet_refund_cents: wallet_back,
-                ..Default::default()
-            },
-        )
-        .await?;
-        let refund_id: i64 = diesel::insert_into(refunds::table)
-            .values((
-                refunds::order_id.eq(order.id),
-                refunds::amount_cents.eq(amount),
-                refunds::wallet_cents.eq(wallet_back),
-                refunds::online_cents.eq(online_back),
-                refunds::reason.eq(reason),
-                refunds::actor.eq(ctx.actor.to_string()),
-                refunds::trace_id.eq(ctx.trace.as_str()),
-            ))
-            .returning(refunds::id)
-            .get_result(conn)
-            .await
-            .on_violation(|v| match v {
-                Violation::Unique("refunds_one_per_order") => Some(AppError::Conflict("order already refunded".into())),
-                _ => None,
-            })?;
-        if online_back > 0 {
-            let provider = order.online_provider.unwrap_or(Provider::WechatPay);
-            let refund = Effect::ProviderRefund(RefundPayload {
-                order: (&refunded).into(),
-                provider,
-                refund_no: format!("RF{}", refund_id),
-                amount_cents: online_back,
-                total_cents: order.online_cents(),
-                provider_txn_id: order.provider_txn_id.clone(),
-                reason: reason.to_string(),
-            });
-            outbox::enqueue(conn, Some(refunded.id), &[refund], &ctx.trace, config.max_attempts).await?;
+    order_status::check(order.status, OrderStatus::Refunded, ctx.actor.kind)?;
+    let membership: Option<Membership> = memberships::table
+        .filter(memberships::order_id.eq(order.id))
+        .select(Membership::as_select())
+        .get_result(conn)
+        .await
+        .optional()?;
+    let amount = match amount_cents {
+        Some(a) if a < 0 || a > order.amount_cents => {
+            return Err(AppError::bad(format!(
+                "amountCents must be between 0 and {} (what was paid)",
+                order.amount_cents
+            )))
         }
-        if membership.is_some() {
-            diesel::update(memberships::table.filter(memberships::order_id.eq(order.id)))
-                .set((
-                    memberships::status.eq(MembershipStatus::Revoked),
-                    memberships::ended_at.eq(Utc::now()),
-                ))
-                .execute(conn)
-                .await?;
-        }
-        outbox::enqueue(
-            conn,
-            Some(refunded.id),
-            &outbox::revokes(&refunded),
-            &ctx.trace,
-            config.max_attempts,
-        )
-        .await?;
-        Ok(refunded)
+        Some(a) => a,
+        None => unused_share(order, membership.as_ref()),
+    };
+    let (wallet_back, online_back) = match order.payment_method {
+        PaymentMethod::Wallet => (amount, 0),
+        PaymentMethod::Mixed => money::split_refund(amount, order.amount_cents, order.wallet_amount_cents),
+        PaymentMethod::WechatPay | PaymentMethod::Alipay => (0, amount),
+        // Paid at the desk, refunded at the desk: recorded, no money moves here.
+        PaymentMethod::Offline => (0, 0),
+    };
+    let refunded = transition(
+        conn,
+        order,
+        OrderStatus::Refunded,
+        ctx,
+        reason,
+        Changes {
+            refund_amount_cents: Some(amount),
+            wallet_refund_cents: wallet_back,
+            ..Default::default()
+        },
+    )
+    .await?;
+    let refund_id: i64 = diesel::insert_into(refunds::table)
+        .values((
+            refunds::order_id.eq(order.id),
+            refunds::amount_cents.eq(amount),
+            refunds::wallet_cents.eq(wallet_back),
+            refunds::online_cents.eq(online_back),
+            refunds::reason.eq(reason),
+            refunds::actor.eq(ctx.actor.to_string()),
+            refunds::trace_id.eq(ctx.trace.as_str()),
+        ))
+        .returning(refunds::id)
+        .get_result(conn)
+        .await
+        .on_violation(|v| match v {
+            Violation::Unique("refunds_one_per_order") => Some(AppError::Conflict("order already refunded".into())),
+            _ => None,
+        })?;
+    if online_back > 0 {
+        let provider = order.online_provider.unwrap_or(Provider::WechatPay);
+        let refund = Effect::ProviderRefund(RefundPayload {
+            order: (&refunded).into(),
+            provider,
+            refund_no: format!("RF{}", refund_id),
+            amount_cents: online_back,
+            total_cents: order.online_cents(),
+            provider_txn_id: order.provider_txn_id.clone(),
+            reason: reason.to_string(),
+        });
+        outbox::enqueue(conn, Some(refunded.id), &[refund], &ctx.trace, config.max_attempts).await?;
     }
+    if membership.is_some() {
+        diesel::update(memberships::table.filter(memberships::order_id.eq(order.id)))
+            .set((
+                memberships::status.eq(MembershipStatus::Revoked),
+                memberships::ended_at.eq(Utc::now()),
+            ))
+            .execute(conn)
+            .await?;
+    }
+    outbox::enqueue(
+        conn,
+        Some(refunded.id),
+        &outbox::revokes(&refunded),
+        &ctx.trace,
+        config.max_attempts,
+    )
+    .await?;
+    Ok(refunded)
 }
 
 /// The unused share of what was paid: sessions left of the total, or for a membership the

@@ -247,6 +247,9 @@ async fn rules_are_set_by_chain_wide_admins_and_refused_whole_when_wrong() {
         mine["prepaidRules"],
         json!({"preset": "BEIJING", "refundWithinWorkingDays": 15})
     );
+    // No such store: NOT_FOUND, nothing written.
+    let r = set_rules(&app, "999999", json!({"preset": "BEIJING"})).await;
+    assert_eq!(error_code(&r), "NOT_FOUND", "{r}");
     // CUSTOM starts from NONE.
     let r = set_rules(&app, &s.store, json!({"preset": "CUSTOM", "topUpMaxCents": 100})).await;
     let rules = &ok(&r)["setPrepaidRules"]["prepaidRules"];

@@ -111,16 +111,15 @@ pub async fn rules_of_stores(
         .collect())
 }
 
-/// Sets the rules a store sells under (chain-wide admins: the caller checks who). Orders sold
-/// before keep the cooling-off they were sold with.
+/// Sets the rules a store sells under (chain-wide admins: the caller checks who) and returns
+/// them resolved. Orders sold before keep the cooling-off they were sold with.
 pub async fn set_rules(
     conn: &mut AsyncPgConnection,
     store_id: i64,
     req: &PrepaidRulesRequest,
     ctx: &Ctx,
-) -> AppResult<StoreRules> {
+) -> AppResult<PrepaidRules> {
     let rules = PrepaidRules::resolve(req).map_err(AppError::bad)?;
-    rules_of(conn, store_id).await?; // NotFound for no such store
     let values = (
         prepaid_rules::store_id.eq(store_id),
         prepaid_rules::preset.eq(rules.preset),
@@ -147,10 +146,13 @@ pub async fn set_rules(
         .await
         .on_violation(|v| match v {
             Violation::Check(name) => Some(AppError::bad(format!("the rules are out of range ({name})"))),
+            Violation::ForeignKey("prepaid_rules_store_id_fkey") => {
+                Some(AppError::NotFound(format!("store {store_id}")))
+            }
             _ => None,
         })?;
     tracing::info!(store_id, preset = %rules.preset, actor = %ctx.actor, "prepaid rules set");
-    rules_of(conn, store_id).await
+    Ok(rules)
 }
 
 /// The figures of [`Holdings`] as `holdings.sql` sums them.

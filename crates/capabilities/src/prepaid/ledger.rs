@@ -37,6 +37,7 @@ impl Row {
 /// Every order live on the eve, the eve's balance computed.
 const FROM_EVERY_ORDER: &str = concat!(
     include_str!("ledger/head.sql"),
+    include_str!("ledger/prepaid.sql"),
     include_str!("ledger/prepaid_all.sql"),
     include_str!("ledger/ctes.sql"),
     include_str!("ledger/base_all.sql"),
@@ -46,6 +47,7 @@ const FROM_EVERY_ORDER: &str = concat!(
 /// After a closed day: its balance ($5) and the orders that change in the range.
 const SINCE_CLOSED: &str = concat!(
     include_str!("ledger/head.sql"),
+    include_str!("ledger/prepaid.sql"),
     include_str!("ledger/prepaid_since.sql"),
     include_str!("ledger/ctes.sql"),
     include_str!("ledger/base_since.sql"),

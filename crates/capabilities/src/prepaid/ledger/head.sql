@@ -26,10 +26,10 @@
 --       (`prepaid_since` only)
 --
 -- The statement is put together from the files of `ledger/`: `head`, the prepaid orders it
--- reads (`prepaid_all`: every order live on the eve, the eve's balance computed; or
--- `prepaid_since`, after a closed day: only the orders that change in the range, and what the
--- cards running through it earn a day), `ctes`, the eve's balance (`base_all` / `base_since`)
--- and `select`.
+-- reads (`prepaid`, then `prepaid_all`: every order live on the eve, the eve's balance
+-- computed; or `prepaid_since`, after a closed day: only the orders that change in the range,
+-- and what the cards running through it earn a day), `ctes`, the eve's balance (`base_all` /
+-- `base_since`) and `select`.
 WITH bounds AS (
     SELECT ($2::date::timestamp AT TIME ZONE $4) AS s,
            (($3::date + 1)::timestamp AT TIME ZONE $4) AS e,

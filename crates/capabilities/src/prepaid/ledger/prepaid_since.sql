@@ -1,15 +1,8 @@
-), prepaid AS (
-    -- After a closed day: only the prepaid orders that change in the range — paid, checked in
-    -- or refunded then, cards that start or end in it; what every other order holds is in the
-    -- closing balance, what the cards running through it earn a day in its card rate ($6).
-    SELECT o.id, o.kind, o.amount_cents AS amount, o.wallet_amount_cents, o.sessions_total,
-           o.sessions_used, greatest(o.plan_days, 1) AS days, o.paid_at, o.refunded_at,
-           (o.paid_at AT TIME ZONE $4)::date AS pd,
-           (o.refunded_at AT TIME ZONE $4)::date AS rd,
-           coalesce((m.valid_from AT TIME ZONE $4)::date, (o.paid_at AT TIME ZONE $4)::date) AS first
-      FROM orders o
-      LEFT JOIN memberships m ON m.order_id = o.id
-     WHERE o.id IN (
+       -- After a closed day: only the prepaid orders that change in the range — paid, checked
+       -- in or refunded then, cards that start or end in it; what every other order holds is
+       -- in the closing balance, what the cards running through it earn a day in its card
+       -- rate ($6).
+       AND o.id IN (
                SELECT id FROM orders
                 WHERE store_id = $1 AND paid_at IS NOT NULL
                   AND (kind = 'MEMBERSHIP' OR (kind = 'CLASS_PACK' AND sessions_total > 1))
@@ -29,11 +22,6 @@
                SELECT ms.order_id FROM memberships ms
                 WHERE ms.store_id = $1 AND ms.valid_to >= (SELECT s FROM bounds)
                   AND ms.valid_to < (SELECT e FROM bounds) + interval '1 day')
-       AND o.store_id = $1
-       AND o.paid_at IS NOT NULL
-       AND (o.kind = 'MEMBERSHIP' OR (o.kind = 'CLASS_PACK' AND o.sessions_total > 1))
-       AND o.paid_at < (SELECT e FROM bounds)
-       AND (o.refunded_at IS NULL OR o.refunded_at >= (SELECT s FROM bounds))
 ), base_rate AS (
     -- The closed day's card rate, less the cards read here that it counts (they earn by their
     -- own rows): what the cards running through the range, unread, earn a day.

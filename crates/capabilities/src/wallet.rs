@@ -124,17 +124,14 @@ pub async fn top_up(
             }
             None => {}
         }
-        let store = crate::prepaid::rules_of(conn, member.store_id).await?;
-        crate::prepaid::check_adding(
-            conn,
+        let (store, held) = crate::prepaid::rules_and_holdings(conn, member.store_id, member_id, true, tz).await?;
+        crate::prepaid::check_held(
             &store,
-            member_id,
+            held.as_ref(),
             crate::domain::prepaid::Adding::TopUp {
                 amount_cents: i64::from(amount_cents),
             },
-            tz,
-        )
-        .await?;
+        )?;
         if member.balance_cents + member.frozen_cents + i64::from(amount_cents) > MAX_BALANCE_CENTS {
             return Err(AppError::bad(format!(
                 "the wallet would hold more than ¥{} (it holds ¥{})",

@@ -43,6 +43,8 @@ struct Priced {
     amount: i64,
     sessions: i32,
     plan_days: Option<i32>,
+    /// A class pack without a stock: placing it takes nothing, so it locks no row.
+    unlimited: bool,
 }
 
 impl PlaceOrder {
@@ -137,8 +139,12 @@ pub async fn place_order(
             check_open_orders(conn, config, member_id).await?;
             let now = Utc::now();
             let priced = price_item(conn, req.store_id, &req.item, now).await?;
-            let store = crate::prepaid::rules_of(conn, req.store_id).await?;
             let prepaid = crate::domain::prepaid::is_prepaid(priced.kind, priced.sessions);
+            // The store's rules and what the member holds under them, in one read; the
+            // member's row lock above serializes their placements and top-ups, so two orders
+            // placed at once never pass a total together.
+            let (store, held) =
+                crate::prepaid::rules_and_holdings(conn, req.store_id, member_id, prepaid, config.timezone).await?;
             if prepaid {
                 crate::prepaid::check_terms(&store.rules, req.accepted_terms_version.as_deref())?;
             }
@@ -158,12 +164,9 @@ pub async fn place_order(
                 }
                 _ => 0,
             };
-            // The member's row lock above serializes their placements and top-ups: two orders
-            // placed at once never pass a total together.
-            crate::prepaid::check_adding(
-                conn,
+            crate::prepaid::check_held(
                 &store,
-                member_id,
+                held.as_ref(),
                 crate::domain::prepaid::Adding::Order {
                     kind: priced.kind,
                     amount_cents: priced.amount,
@@ -171,9 +174,7 @@ pub async fn place_order(
                     sessions: priced.sessions,
                     wallet_cents: wallet_part,
                 },
-                config.timezone,
-            )
-            .await?;
+            )?;
             let (cooling_off_days, terms) = if prepaid {
                 (
                     store.rules.cooling_off_days,
@@ -237,7 +238,9 @@ pub async fn place_order(
                     .execute(conn)
                     .await?;
             }
-            reserve_item(conn, &order).await?;
+            if !priced.unlimited {
+                reserve_item(conn, &order).await?;
+            }
             if order.expires_at.is_some() {
                 // Wakes the expiry timers of every instance for the new deadline.
                 crate::events::wake_expiry().execute(conn).await?;
@@ -396,6 +399,7 @@ async fn price_item(
                 amount: p.price_cents,
                 sessions: 0,
                 plan_days: Some(p.duration_days),
+                unlimited: false,
             }
         }
         PlacedItem::ClassPack(id) => {
@@ -415,6 +419,7 @@ async fn price_item(
                 amount: p.price_cents,
                 sessions: p.sessions,
                 plan_days: None,
+                unlimited: p.stock.is_none(),
             }
         }
         PlacedItem::CoachSlot(id) => {
@@ -437,13 +442,14 @@ async fn price_item(
                 amount: s.price_cents,
                 sessions: 1,
                 plan_days: None,
+                unlimited: false,
             }
         }
     })
 }
 
 /// Takes the seat or stock unit, only while one is left; concurrent buyers serialize on the
-/// item's row lock. The row's CHECK constraint would refuse going below zero all the same,
+/// item's row lock (a class pack read without a stock is not asked: nothing to take). The row's CHECK constraint would refuse going below zero all the same,
 /// which the client is told as SOLD_OUT too.
 async fn reserve_item(conn: &mut AsyncPgConnection, order: &Order) -> AppResult<()> {
     let sold_out = |v: Violation<'_>| match v {

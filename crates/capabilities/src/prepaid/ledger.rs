@@ -4,7 +4,7 @@
 //! earned is the rest of the day's change, so `balance = previous + collected − earned −
 //! refunded` holds to the cent for any range.
 //!
-//! Days that are over are closed each night ([`close`], the `prepaid:close` task): their figures
+//! Days that are over are closed ([`close`], the `prepaid:close` task, every ten minutes): their figures
 //! are kept in `prepaid_ledger_days`, and a range reads them, computing only the days after the
 //! last closed one, from its balance and the orders that change in them. A store never closed
 //! (or a range before its first closing) is computed from every order, as the closing itself
@@ -287,11 +287,16 @@ pub async fn close(conn: &mut AsyncPgConnection, store_id: i64, through: NaiveDa
     Ok(closed)
 }
 
-/// The nightly task: every store's days through yesterday (business time zone).
+/// How long after midnight a day is closed: a transaction that began before midnight stamps its
+/// rows with its start (`now()`) and may commit a little after.
+const SETTLE: Duration = Duration::minutes(20);
+
+/// The closing task: every store's days through yesterday (business time zone), once yesterday
+/// has settled ([`SETTLE`]).
 pub async fn close_all(state: crate::app::AppState) -> AppResult<i64> {
     use crate::db::schema::stores;
     let tz = state.config.timezone;
-    let yesterday = chrono::Utc::now().with_timezone(&tz).date_naive() - Duration::days(1);
+    let yesterday = (chrono::Utc::now() - SETTLE).with_timezone(&tz).date_naive() - Duration::days(1);
     let mut conn = state.pool.get().await?;
     let ids: Vec<i64> = stores::table
         .select(stores::id)

@@ -206,26 +206,130 @@ pub async fn member_balance(conn: &mut AsyncPgConnection, member_id: i64, store_
     Ok(holdings(conn, member_id, &op, Utc::now(), tz).await?.total_cents)
 }
 
-/// Checks what is being added for a member at a store against the store's rules; the caller
-/// holds the member's row lock (placements and top-ups of one member take turns, so two never
-/// pass a total together). A store without caps costs no query.
-pub async fn check_adding(
+/// `rules_and_holdings.sql`'s row: a store's rules (no `prepaid_rules` row: NONE) and, when
+/// asked for and capped, the member's holdings.
+#[derive(diesel::QueryableByName)]
+struct RulesAndHoldingsRow {
+    #[diesel(sql_type = diesel::sql_types::Text)]
+    operator_code: String,
+    #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::Text>)]
+    preset: Option<PrepaidPreset>,
+    #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::BigInt>)]
+    membership_max_cents: Option<i64>,
+    #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::Integer>)]
+    membership_max_days: Option<i32>,
+    #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::BigInt>)]
+    sessions_max_cents: Option<i64>,
+    #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::Integer>)]
+    sessions_max_count: Option<i32>,
+    #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::BigInt>)]
+    top_up_max_cents: Option<i64>,
+    #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::BigInt>)]
+    total_max_cents: Option<i64>,
+    #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::Integer>)]
+    cooling_off_days: Option<i32>,
+    #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::Integer>)]
+    refund_within_working_days: Option<i32>,
+    #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::Text>)]
+    terms_version: Option<String>,
+    #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::Text>)]
+    terms_text: Option<String>,
+    #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::BigInt>)]
+    membership_cents: Option<i64>,
+    #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::BigInt>)]
+    membership_days: Option<i64>,
+    #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::BigInt>)]
+    sessions_cents: Option<i64>,
+    #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::BigInt>)]
+    sessions_count: Option<i64>,
+    #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::BigInt>)]
+    wallet_cents: Option<i64>,
+    #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::BigInt>)]
+    total_cents: Option<i64>,
+}
+
+/// What a sale checks, read at once (`rules_and_holdings.sql`): the store's rules and, when
+/// `prepaid` and the rules cap anything, what the member holds with its operator now (`None`
+/// otherwise). `NotFound` for no such store. The caller holds the member's row lock:
+/// placings, top-ups and transfers of one member take turns, so two never pass a total
+/// together.
+pub async fn rules_and_holdings(
     conn: &mut AsyncPgConnection,
-    store: &StoreRules,
+    store_id: i64,
     member_id: i64,
-    adding: Adding,
+    prepaid: bool,
     tz: Tz,
-) -> AppResult<()> {
-    if !store.rules.has_caps() {
-        return Ok(());
+) -> AppResult<(StoreRules, Option<Holdings>)> {
+    use diesel::sql_types::{BigInt, Bool, Date, Text};
+    let today: NaiveDate = Utc::now().with_timezone(&tz).date_naive();
+    let row: Option<RulesAndHoldingsRow> = StaticQuery::new(include_str!("rules_and_holdings.sql"))
+        .bind::<BigInt, _>(store_id)
+        .bind::<BigInt, _>(member_id)
+        .bind::<Date, _>(today)
+        .bind::<Text, _>(tz.name())
+        .bind::<Bool, _>(prepaid)
+        .get_result(conn)
+        .await
+        .optional()?;
+    let r = row.ok_or_else(|| AppError::NotFound(format!("store {store_id}")))?;
+    let rules = match r.preset {
+        None => PrepaidRules::preset(PrepaidPreset::None),
+        Some(preset) => PrepaidRules {
+            preset,
+            membership_max_cents: r.membership_max_cents,
+            membership_max_days: r.membership_max_days,
+            sessions_max_cents: r.sessions_max_cents,
+            sessions_max_count: r.sessions_max_count,
+            top_up_max_cents: r.top_up_max_cents,
+            total_max_cents: r.total_max_cents,
+            cooling_off_days: r.cooling_off_days.unwrap_or(0),
+            refund_within_working_days: r.refund_within_working_days.unwrap_or(5),
+            terms_version: r.terms_version,
+            terms_text: r.terms_text,
+        },
+    };
+    let held = match (
+        r.membership_cents,
+        r.membership_days,
+        r.sessions_cents,
+        r.sessions_count,
+        r.wallet_cents,
+        r.total_cents,
+    ) {
+        (
+            Some(membership_cents),
+            Some(membership_days),
+            Some(sessions_cents),
+            Some(sessions_count),
+            Some(wallet_cents),
+            Some(total_cents),
+        ) => Some(Holdings {
+            membership_cents,
+            membership_days,
+            sessions_cents,
+            sessions_count,
+            wallet_cents,
+            total_cents,
+        }),
+        _ => None,
+    };
+    Ok((
+        StoreRules {
+            store_id,
+            operator_code: r.operator_code,
+            rules,
+        },
+        held,
+    ))
+}
+
+/// Checks what a sale adds against the store's rules with the holdings
+/// [`rules_and_holdings`] read (none read: nothing capped, or nothing prepaid).
+pub fn check_held(store: &StoreRules, held: Option<&Holdings>, adding: Adding) -> AppResult<()> {
+    match held {
+        Some(held) => prepaid::check(&store.rules, held, adding).map_err(refusal),
+        None => Ok(()),
     }
-    if let Adding::Order { kind, sessions, .. } = adding {
-        if !prepaid::is_prepaid(kind, sessions) {
-            return Ok(());
-        }
-    }
-    let held = holdings(conn, member_id, &store.operator_code, Utc::now(), tz).await?;
-    prepaid::check(&store.rules, &held, adding).map_err(refusal)
 }
 
 /// The refusal a client reads: `PREPAID_LIMIT` with the rule, its maximum and what is held.

@@ -1,0 +1,1 @@
+DROP FUNCTION prepaid_holdings(bigint, text, date, text);

@@ -55,24 +55,27 @@ const RANKS: &[(&str, u8, u8)] = &[
     // and the catalog where money comes in; its overdue sweep opens tickets with alerts).
     ("prepaid", 5, 3),
     ("wallet", 5, 4),
-    ("compensation", 5, 8),
-    ("orders", 5, 5),
-    ("catalog", 5, 6),
+    // Membership cards: their state machine, freezing and transferring (the transfer's fee
+    // from the wallet, the new holder's prepaid caps); orders start and revoke cards here.
+    ("memberships", 5, 5),
+    ("compensation", 5, 9),
+    ("orders", 5, 6),
+    ("catalog", 5, 7),
     // Members signing in and their sessions (binding makes members through the catalog).
-    ("sessions", 5, 7),
+    ("sessions", 5, 8),
     // Trades and applying payments.
-    ("payments", 5, 7),
+    ("payments", 5, 8),
     // What closing a ticket does to orders and money (above orders, payments and the outbox).
-    ("ticket_resolution", 5, 8),
+    ("ticket_resolution", 5, 9),
     // The outbox's delivery: the worker and the downstream calls it makes.
-    ("compensation::worker", 5, 9),
-    ("compensation::downstream", 5, 9),
-    ("expiry", 5, 10),
-    ("reconciliation", 5, 11),
-    ("timeline", 5, 12),
-    ("anomalies", 5, 13),
+    ("compensation::worker", 5, 10),
+    ("compensation::downstream", 5, 10),
+    ("expiry", 5, 11),
+    ("reconciliation", 5, 12),
+    ("timeline", 5, 13),
+    ("anomalies", 5, 14),
     // Every scheduled task and background loop is registered here.
-    ("tasks", 5, 14),
+    ("tasks", 5, 15),
     // 6: the API.
     ("graphql", 6, 0),
     ("http", 6, 0),
@@ -1018,7 +1021,9 @@ const TABLES: &[(&str, &[(&str, &str)])] = &[
             ),
         ],
     ),
-    ("memberships", &[("orders", "")]),
+    ("memberships", &[("memberships", "")]),
+    ("membership_freezes", &[("memberships", "")]),
+    ("membership_events", &[("memberships", "")]),
     ("check_ins", &[("orders", "")]),
     (
         "payments",

@@ -24,6 +24,7 @@ mod layers;
 mod limits_and_roles;
 mod listen;
 mod logs;
+mod memberships;
 mod oidc;
 mod orders_flow;
 mod payments;

@@ -17,7 +17,7 @@ const NEXT_MEMBER: &str = include_str!("../../playground/operations/next/member.
 
 /// One operation of a contract document, alone (the document also holds operations of issues
 /// still open, which this schema cannot validate yet).
-fn operation(doc: &str, name: &str) -> String {
+pub(crate) fn operation(doc: &str, name: &str) -> String {
     let starts = |l: &str| {
         ["query ", "mutation ", "subscription "].iter().any(|k| {
             l.strip_prefix(k)
@@ -43,22 +43,22 @@ fn operation(doc: &str, name: &str) -> String {
     out
 }
 
-async fn admin_op(app: &TestApp, name: &str, vars: Value) -> Value {
+pub(crate) async fn admin_op(app: &TestApp, name: &str, vars: Value) -> Value {
     app.gql(Some(&app.admin_token()), &operation(NEXT_ADMIN, name), vars)
         .await
 }
 
-async fn member_op(app: &TestApp, member: &str, name: &str, vars: Value) -> Value {
+pub(crate) async fn member_op(app: &TestApp, member: &str, name: &str, vars: Value) -> Value {
     app.gql(Some(&app.member_token(member)), &operation(NEXT_MEMBER, name), vars)
         .await
 }
 
-fn ok(r: &Value) -> &Value {
+pub(crate) fn ok(r: &Value) -> &Value {
     assert!(r.get("errors").is_none(), "unexpected errors: {r:#}");
     &r["data"]
 }
 
-fn ext(r: &Value) -> &Value {
+pub(crate) fn ext(r: &Value) -> &Value {
     &r["errors"][0]["extensions"]
 }
 

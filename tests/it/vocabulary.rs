@@ -8,9 +8,9 @@ use diesel::prelude::*;
 use diesel::sql_types::Text;
 use diesel_async::RunQueryDsl;
 use fitorder::domain::{
-    AnomalyCategory, CallbackOutcome, CompensationKind, CompensationStatus, MembershipStatus, OrderKind, OrderStatus,
-    PayChannel, PaymentMethod, PrepaidPreset, Provider, ReconciliationStatus, TaskRunStatus, TicketAction, TicketKind,
-    TicketStatus, WalletMoveKind,
+    AnomalyCategory, CallbackOutcome, CompensationKind, CompensationStatus, FreezeState, MembershipEventKind,
+    MembershipStatus, OrderKind, OrderStatus, PayChannel, PaymentMethod, PrepaidPreset, Provider, ReconciliationStatus,
+    TaskRunStatus, TicketAction, TicketKind, TicketStatus, WalletMoveKind,
 };
 
 use crate::harness::*;
@@ -70,6 +70,8 @@ async fn every_word_round_trips_through_postgres() {
         CallbackOutcome,
         CompensationKind,
         CompensationStatus,
+        FreezeState,
+        MembershipEventKind,
         MembershipStatus,
         OrderKind,
         OrderStatus,
@@ -99,6 +101,8 @@ async fn constrained_columns_allow_exactly_the_enums_words() {
         ("orders", "online_provider", texts(Provider::ALL)),
         ("wallet_ledger", "kind", texts(WalletMoveKind::ALL)),
         ("memberships", "status", texts(MembershipStatus::ALL)),
+        ("membership_events", "kind", texts(MembershipEventKind::ALL)),
+        ("membership_freezes", "state", texts(FreezeState::ALL)),
         ("exception_tickets", "kind", texts(TicketKind::ALL)),
         ("exception_tickets", "status", texts(TicketStatus::ALL)),
         ("exception_tickets", "provider", texts(Provider::ALL)),

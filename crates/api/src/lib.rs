@@ -10,8 +10,8 @@ pub mod http;
 use fitorder_base::{auth, bounds, config, error, logging, ratelimit, trace};
 #[allow(unused_imports)]
 use fitorder_capabilities::{
-    alerts, anomalies, app, catalog, compensation, expiry, orders, outbox, payments, prepaid, reconciliation, sessions,
-    tasks, ticket_resolution, tickets, timeline, wallet,
+    alerts, anomalies, app, catalog, compensation, expiry, memberships, orders, outbox, payments, prepaid,
+    reconciliation, sessions, tasks, ticket_resolution, tickets, timeline, wallet,
 };
 use fitorder_db as db;
 #[allow(unused_imports)]

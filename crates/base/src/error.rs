@@ -250,17 +250,19 @@ impl<T, E: Into<AppError>> OnViolation<T> for Result<T, E> {
     }
 }
 
-/// The state-machine trigger's refusal (SQLSTATE FS001, which diesel does not name): its
-/// DETAIL is `from=<FROM> to=<TO>`, written by the trigger for this.
+/// A state-machine trigger's refusal (SQLSTATE FS001 for orders, FS002 for membership cards,
+/// which diesel does not name): its DETAIL is `from=<FROM> to=<TO>`, written by the trigger
+/// for this.
 fn trigger_refusal(info: &dyn diesel::result::DatabaseErrorInformation) -> Option<AppError> {
     let detail = info.details()?;
     let (from, to) = detail.strip_prefix("from=")?.split_once(" to=")?;
-    info.message()
-        .starts_with("illegal order transition: ")
-        .then(|| AppError::IllegalTransition {
+    let message = info.message();
+    (message.starts_with("illegal order transition: ") || message.starts_with("illegal membership transition: ")).then(
+        || AppError::IllegalTransition {
             from: from.trim().to_string(),
             to: to.trim().to_string(),
-        })
+        },
+    )
 }
 
 impl From<DieselError> for AppError {

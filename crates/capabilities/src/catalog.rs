@@ -139,16 +139,37 @@ pub async fn create_member(conn: &mut AsyncPgConnection, store_id: i64, name: &s
         })
 }
 
+/// How a plan limits freezing its cards (README "Membership operations"); `None`: the
+/// defaults, 30 days over a card's life and 3 freezes.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct FreezeLimits {
+    pub max_freeze_days: Option<i32>,
+    pub max_freezes: Option<i32>,
+}
+
 pub async fn create_membership_plan(
     conn: &mut AsyncPgConnection,
     store_id: i64,
     name: &str,
     duration_days: i32,
     price_cents: i32,
+    freezing: FreezeLimits,
 ) -> AppResult<MembershipPlan> {
     let name = name_ok("name", name)?;
     if !(1..=3660).contains(&duration_days) {
         return Err(AppError::bad("durationDays must be between 1 and 3660"));
+    }
+    let max_freeze_days = freezing
+        .max_freeze_days
+        .unwrap_or(crate::domain::membership::DEFAULT_MAX_FREEZE_DAYS);
+    let max_freezes = freezing
+        .max_freezes
+        .unwrap_or(crate::domain::membership::DEFAULT_MAX_FREEZES);
+    if !(0..=3660).contains(&max_freeze_days) {
+        return Err(AppError::bad("maxFreezeDays must be between 0 and 3660"));
+    }
+    if !(0..=100).contains(&max_freezes) {
+        return Err(AppError::bad("maxFreezes must be between 0 and 100"));
     }
     let price = price_ok(price_cents)?;
     require_store(conn, store_id).await?;
@@ -167,6 +188,8 @@ pub async fn create_membership_plan(
             membership_plans::name.eq(name),
             membership_plans::duration_days.eq(duration_days),
             membership_plans::price_cents.eq(price),
+            membership_plans::max_freeze_days.eq(max_freeze_days),
+            membership_plans::max_freezes.eq(max_freezes),
         ))
         .returning(MembershipPlan::as_returning())
         .get_result(conn)

@@ -10,6 +10,7 @@ pub mod app;
 pub mod catalog;
 pub mod compensation;
 pub mod expiry;
+pub mod memberships;
 pub mod orders;
 pub mod outbox;
 pub mod payments;

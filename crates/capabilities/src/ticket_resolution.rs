@@ -188,7 +188,12 @@ pub struct Offer {
 
 /// The same checks as [`resolve`], read-only: an action is offered only when `resolve` would
 /// not refuse it as things stand.
-pub async fn offer(conn: &mut AsyncPgConnection, viewer: &Viewer, t: &ExceptionTicket) -> AppResult<Offer> {
+pub async fn offer(
+    conn: &mut AsyncPgConnection,
+    viewer: &Viewer,
+    t: &ExceptionTicket,
+    tz: chrono_tz::Tz,
+) -> AppResult<Offer> {
     use crate::db::schema::{compensation_events as ce, memberships};
     let mut out = Offer {
         actions: vec![],
@@ -236,7 +241,11 @@ pub async fn offer(conn: &mut AsyncPgConnection, viewer: &Viewer, t: &ExceptionT
                         .get_result(conn)
                         .await
                         .optional()?;
-                    out.refund_cents = Some(orders::unused_share(o, membership.as_ref()));
+                    let freezes = match &membership {
+                        Some(m) => crate::memberships::freezes_of(conn, m.id).await?,
+                        None => Vec::new(),
+                    };
+                    out.refund_cents = Some(orders::unused_share(o, membership.as_ref(), &freezes, tz));
                     out.refund_amount_adjustable = true;
                     true
                 }

@@ -1,12 +1,13 @@
 //! Rows as they come out of the database.
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, NaiveDate, Utc};
 use diesel::prelude::*;
 
 use super::schema::*;
 use crate::domain::{
-    CallbackOutcome, CompensationKind, CompensationStatus, MembershipStatus, OrderKind, OrderStatus, PaymentMethod,
-    Provider, ReconciliationStatus, TaskRunStatus, TicketAction, TicketKind, TicketStatus,
+    CallbackOutcome, CompensationKind, CompensationStatus, FreezeState, MembershipEventKind, MembershipStatus,
+    OrderKind, OrderStatus, PaymentMethod, Provider, ReconciliationStatus, TaskRunStatus, TicketAction, TicketKind,
+    TicketStatus,
 };
 
 #[derive(Debug, Clone, Queryable, Selectable, QueryableByName)]
@@ -41,6 +42,8 @@ pub struct MembershipPlan {
     pub duration_days: i32,
     pub price_cents: i64,
     pub created_at: DateTime<Utc>,
+    pub max_freeze_days: i32,
+    pub max_freezes: i32,
 }
 
 #[derive(Debug, Clone, Queryable, Selectable, QueryableByName)]
@@ -145,6 +148,42 @@ pub struct Membership {
     pub valid_to: DateTime<Utc>,
     pub created_at: DateTime<Utc>,
     pub ended_at: Option<DateTime<Utc>>,
+    pub frozen_days: i32,
+    pub transferred_at: Option<DateTime<Utc>>,
+}
+
+#[derive(Debug, Clone, Queryable, Selectable, QueryableByName)]
+#[diesel(table_name = membership_freezes)]
+pub struct MembershipFreeze {
+    pub id: i64,
+    pub membership_id: i64,
+    pub state: FreezeState,
+    pub from_date: NaiveDate,
+    pub until_date: NaiveDate,
+    pub starts_at: DateTime<Utc>,
+    pub ends_at: DateTime<Utc>,
+    pub ended_at: Option<DateTime<Utc>>,
+    pub reason: String,
+    pub actor: String,
+    pub trace_id: String,
+    pub created_at: DateTime<Utc>,
+}
+
+#[derive(Debug, Clone, Queryable, Selectable, QueryableByName)]
+#[diesel(table_name = membership_events)]
+pub struct MembershipEvent {
+    pub id: i64,
+    pub membership_id: i64,
+    pub kind: MembershipEventKind,
+    pub from_status: Option<MembershipStatus>,
+    pub to_status: MembershipStatus,
+    pub actor: String,
+    pub reason: Option<String>,
+    pub summary: String,
+    pub trace_id: String,
+    pub from_member_id: Option<i64>,
+    pub to_member_id: Option<i64>,
+    pub at: DateTime<Utc>,
 }
 
 #[derive(Debug, Clone, Queryable, Selectable, QueryableByName)]

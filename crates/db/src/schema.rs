@@ -32,6 +32,8 @@ diesel::table! {
         duration_days -> Int4,
         price_cents -> Int8,
         created_at -> Timestamptz,
+        max_freeze_days -> Int4,
+        max_freezes -> Int4,
     }
 }
 
@@ -166,6 +168,8 @@ diesel::table! {
         valid_to -> Timestamptz,
         created_at -> Timestamptz,
         ended_at -> Nullable<Timestamptz>,
+        frozen_days -> Int4,
+        transferred_at -> Nullable<Timestamptz>,
     }
 }
 
@@ -435,7 +439,12 @@ diesel::allow_tables_to_appear_in_same_query!(
     business_days,
     order_prepaid,
     prepaid_ledger_days,
+    membership_freezes,
+    membership_events,
 );
+
+diesel::joinable!(membership_freezes -> memberships (membership_id));
+diesel::joinable!(membership_events -> memberships (membership_id));
 
 diesel::joinable!(order_prepaid -> orders (order_id));
 
@@ -491,5 +500,39 @@ diesel::table! {
         set_by -> Text,
         trace_id -> Text,
         set_at -> Timestamptz,
+    }
+}
+
+diesel::table! {
+    membership_freezes (id) {
+        id -> Int8,
+        membership_id -> Int8,
+        state -> Text,
+        from_date -> Date,
+        until_date -> Date,
+        starts_at -> Timestamptz,
+        ends_at -> Timestamptz,
+        ended_at -> Nullable<Timestamptz>,
+        reason -> Text,
+        actor -> Text,
+        trace_id -> Text,
+        created_at -> Timestamptz,
+    }
+}
+
+diesel::table! {
+    membership_events (id) {
+        id -> Int8,
+        membership_id -> Int8,
+        kind -> Text,
+        from_status -> Nullable<Text>,
+        to_status -> Text,
+        actor -> Text,
+        reason -> Nullable<Text>,
+        summary -> Text,
+        trace_id -> Text,
+        from_member_id -> Nullable<Int8>,
+        to_member_id -> Nullable<Int8>,
+        at -> Timestamptz,
     }
 }

@@ -72,8 +72,8 @@ pub async fn seed(conn: &mut AsyncPgConnection) -> AppResult<Seeded> {
     }
     catalog::create_member(conn, hz.id, "Chen Jie", "13900139001").await?;
     for store in [sh.id, hz.id] {
-        catalog::create_membership_plan(conn, store, "Monthly card", 30, 39_900).await?;
-        catalog::create_membership_plan(conn, store, "Annual card", 365, 299_900).await?;
+        catalog::create_membership_plan(conn, store, "Monthly card", 30, 39_900, Default::default()).await?;
+        catalog::create_membership_plan(conn, store, "Annual card", 365, 299_900, Default::default()).await?;
         catalog::create_class_pack(conn, store, "AI strength · 10 sessions", 10, 99_900, None).await?;
         catalog::create_class_pack(conn, store, "Launch offer · 5 sessions", 5, 19_900, Some(20)).await?;
         let tomorrow = (Utc::now() + Duration::days(1))

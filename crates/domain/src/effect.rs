@@ -189,11 +189,20 @@ pub struct AccessPayload {
     #[serde(flatten)]
     pub order: OrderRef,
     pub action: AccessAction,
+    /// What a grant or revoke after the payment's or the refund's is for, when the card
+    /// changes in between (`FREEZE-<id>`, `TRANSFER`, `EXPIRED`): the part of its idempotency
+    /// key that keeps it apart from the order's first grant (a downstream that saw that grant
+    /// must not drop the grant after a freeze). Absent for the payment's and the refund's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cause: Option<String>,
 }
 
 impl Payload for AccessPayload {
     fn order(&self) -> Option<&OrderRef> {
         Some(&self.order)
+    }
+    fn key_part(&self) -> Option<&str> {
+        self.cause.as_deref()
     }
 }
 
@@ -304,7 +313,8 @@ mod tests {
             e,
             Effect::AiAccessGrant(AccessPayload {
                 order: order(),
-                action: AccessAction::Grant
+                action: AccessAction::Grant,
+                cause: None,
             })
         );
         assert_eq!(e.payload_json(), grant);
@@ -324,8 +334,17 @@ mod tests {
         let grant = Effect::DoorAccessGrant(AccessPayload {
             order: order(),
             action: AccessAction::Grant,
+            cause: None,
         });
         assert_eq!(grant.idempotency_key(), "FO1:DOOR_ACCESS_GRANT");
+        // A grant after a freeze is another event than the payment's, with a key of its own.
+        let again = Effect::DoorAccessGrant(AccessPayload {
+            order: order(),
+            action: AccessAction::Grant,
+            cause: Some("FREEZE-4".into()),
+        });
+        assert_eq!(again.idempotency_key(), "FO1:DOOR_ACCESS_GRANT:FREEZE-4");
+        assert_eq!(again.payload_json()["cause"], "FREEZE-4");
         assert_eq!(
             Effect::ProviderRefund(refund()).idempotency_key(),
             "FO1:PROVIDER_REFUND:RF9"

@@ -30,7 +30,7 @@ use crate as domain;
 pub use actor::{Actor, ActorKind, Ctx, TraceId};
 pub use anomaly::AnomalyCategory;
 pub use effect::{CompensationKind, CompensationStatus, Effect};
-pub use membership::MembershipStatus;
+pub use membership::{FreezeState, MembershipEventKind, MembershipStatus};
 pub use order::{OrderKind, PaymentMethod, TIMEOUT_REASON};
 pub use order_status::{OrderStatus, TransitionError};
 pub use payment::{CallbackOutcome, PayChannel, Provider};

@@ -15,9 +15,9 @@ use diesel::sql_types::Text;
 
 use crate::domain::payment::CallbackOutcome;
 use crate::domain::{
-    AnomalyCategory, CompensationKind, CompensationStatus, MembershipStatus, OrderKind, OrderStatus, PayChannel,
-    PaymentMethod, PrepaidPreset, Provider, ReconciliationStatus, TaskRunStatus, TicketAction, TicketKind,
-    TicketStatus, WalletMoveKind,
+    AnomalyCategory, CompensationKind, CompensationStatus, FreezeState, MembershipEventKind, MembershipStatus,
+    OrderKind, OrderStatus, PayChannel, PaymentMethod, PrepaidPreset, Provider, ReconciliationStatus, TaskRunStatus,
+    TicketAction, TicketKind, TicketStatus, WalletMoveKind,
 };
 
 macro_rules! text_columns {
@@ -51,6 +51,8 @@ text_columns!(
     CallbackOutcome,
     CompensationKind,
     CompensationStatus,
+    FreezeState,
+    MembershipEventKind,
     MembershipStatus,
     OrderKind,
     OrderStatus,

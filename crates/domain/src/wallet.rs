@@ -17,5 +17,7 @@ vocabulary! {
         Capture = "CAPTURE",
         /// The wallet share of a refund.
         Refund = "REFUND",
+        /// A fee charged from the wallet (a card's transfer, 转卡).
+        Fee = "FEE",
     }
 }

@@ -219,7 +219,9 @@ key!(
     EventAttempts,
     OrderTimeline,
     OrderSaleTerms,
-    StoreRules
+    StoreRules,
+    CardFreezes,
+    CardHistory
 );
 
 /// The prepaid rules of the stores of a response: one statement.
@@ -334,6 +336,10 @@ many_by!(
     |r| r.event_id
 );
 many_by!(MemberMemberships, memberships, member_id, Membership, |r| r.member_id);
+many_by!(CardFreezes, membership_freezes, membership_id, MembershipFreeze, |r| r
+    .membership_id);
+many_by!(CardHistory, membership_events, membership_id, MembershipEvent, |r| r
+    .membership_id);
 
 impl Loader<OrderTickets> for DbLoader {
     type Value = Vec<ExceptionTicket>;

@@ -82,6 +82,10 @@ pub struct CreateMembershipPlanInput {
     pub name: String,
     pub duration_days: i32,
     pub price_cents: i32,
+    /// default 30
+    pub max_freeze_days: Option<i32>,
+    /// default 3
+    pub max_freezes: Option<i32>,
 }
 
 #[derive(InputObject)]
@@ -311,6 +315,64 @@ impl Mutation {
         noted(ctx, &mut c, &order_no, r).await.map(OrderNode)
     }
 
+    /// the member for their own card, or staff
+    async fn freeze_membership(
+        &self,
+        ctx: &Context<'_>,
+        id: ID,
+        from: Date,
+        days: i32,
+        reason: String,
+    ) -> AppResult<MembershipNode> {
+        let v = viewer(ctx)?;
+        let id = parse_id(&id, "id")?;
+        let actx = actor_ctx(ctx)?;
+        let mut c = conn(ctx).await?;
+        Ok(MembershipNode(
+            crate::memberships::freeze(&mut c, &state(ctx).config, v, id, from.0, days, &reason, &actx).await?,
+        ))
+    }
+
+    /// ends a running or scheduled freeze now
+    async fn unfreeze_membership(&self, ctx: &Context<'_>, id: ID) -> AppResult<MembershipNode> {
+        let v = viewer(ctx)?;
+        let id = parse_id(&id, "id")?;
+        let actx = actor_ctx(ctx)?;
+        let mut c = conn(ctx).await?;
+        Ok(MembershipNode(
+            crate::memberships::unfreeze(&mut c, &state(ctx).config, v, id, &actx).await?,
+        ))
+    }
+
+    /// staff: the card and its remaining validity to another member; the fee from the old holder's wallet
+    async fn transfer_membership(
+        &self,
+        ctx: &Context<'_>,
+        id: ID,
+        to_member_id: ID,
+        #[graphql(default = 0)] fee_cents: Option<i32>,
+        reason: String,
+    ) -> AppResult<MembershipNode> {
+        let v = require_admin(ctx)?;
+        let id = parse_id(&id, "id")?;
+        let to = parse_id(&to_member_id, "toMemberId")?;
+        let actx = actor_ctx(ctx)?;
+        let mut c = conn(ctx).await?;
+        Ok(MembershipNode(
+            crate::memberships::transfer(
+                &mut c,
+                &state(ctx).config,
+                v,
+                id,
+                to,
+                i64::from(fee_cents.unwrap_or(0)),
+                &reason,
+                &actx,
+            )
+            .await?,
+        ))
+    }
+
     async fn create_member(&self, ctx: &Context<'_>, input: CreateMemberInput) -> AppResult<MemberNode> {
         let v = require_admin(ctx)?;
         let store = parse_id(&input.store_id, "storeId")?;
@@ -331,7 +393,18 @@ impl Mutation {
         v.require_store(store)?;
         let mut c = conn(ctx).await?;
         Ok(MembershipPlanNode(
-            catalog::create_membership_plan(&mut c, store, &input.name, input.duration_days, input.price_cents).await?,
+            catalog::create_membership_plan(
+                &mut c,
+                store,
+                &input.name,
+                input.duration_days,
+                input.price_cents,
+                catalog::FreezeLimits {
+                    max_freeze_days: input.max_freeze_days,
+                    max_freezes: input.max_freezes,
+                },
+            )
+            .await?,
         ))
     }
 

@@ -184,6 +184,17 @@ impl Query {
         Ok(order.filter(|o| crate::orders::viewer_sees_order(v, o)).map(OrderNode))
     }
 
+    /// one card: its holder, staff of its store
+    async fn membership(&self, ctx: &Context<'_>, id: ID) -> AppResult<Option<MembershipNode>> {
+        let v = viewer(ctx)?;
+        let Ok(id) = id.parse::<i64>() else {
+            return Ok(None);
+        };
+        let mut c = conn(ctx).await?;
+        let m = crate::memberships::find(&mut c, id).await?;
+        Ok(m.filter(|m| v.sees_owned(m.member_id, m.store_id)).map(MembershipNode))
+    }
+
     #[graphql(complexity = "connection::page_size(first).unwrap_or(20) as usize * child_complexity + 2")]
     async fn orders(
         &self,

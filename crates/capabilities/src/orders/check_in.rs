@@ -107,14 +107,20 @@ pub async fn check_in(
 
 /// A membership has no credits: any number of check-ins within its validity.
 async fn check_in_membership(conn: &mut AsyncPgConnection, order: Order, ctx: &Ctx) -> AppResult<(Order, i32)> {
+    // The card's row shared-locked: a freeze (which locks it for update) and a check-in do not
+    // pass each other, so no check-in succeeds on a card frozen before it committed.
     let m: Option<Membership> = memberships::table
         .filter(memberships::order_id.eq(order.id))
         .select(Membership::as_select())
+        .for_share()
         .get_result(conn)
         .await
         .optional()?;
     let now = Utc::now();
     match m {
+        Some(m) if m.status == MembershipStatus::Frozen => {
+            return Err(AppError::refused("MEMBERSHIP_FROZEN", "this membership is frozen"))
+        }
         Some(m) if m.status == MembershipStatus::Active && m.valid_from <= now && now < m.valid_to => {}
         Some(m) if m.valid_from > now => {
             return Err(AppError::bad(format!(

@@ -8,10 +8,10 @@ use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
 use super::{lock_order, transition, Changes, Ctx};
 use crate::auth::{Role, Viewer};
 use crate::config::Config;
-use crate::db::models::{Membership, Order};
+use crate::db::models::{Membership, MembershipFreeze, Order};
 use crate::db::schema::{memberships, orders, payments, refunds};
 use crate::db::sql::StaticQuery;
-use crate::domain::{money, order_status, MembershipStatus, OrderStatus, PaymentMethod, Provider, WalletMoveKind};
+use crate::domain::{money, order_status, OrderStatus, PaymentMethod, Provider, WalletMoveKind};
 use crate::error::{AppError, AppResult, OnViolation, Violation};
 use crate::events::OUTBOX_CHANNEL;
 use crate::outbox::{self, Effect, RefundPayload};
@@ -179,7 +179,7 @@ async fn pay(
         .await?;
     }
     if let (Some(plan_id), Some(days)) = (order.membership_plan_id, order.plan_days) {
-        open_membership(conn, &paid, plan_id, days).await?;
+        crate::memberships::start(conn, &paid, plan_id, days, ctx).await?;
     }
     let later = if announce_on_commit {
         Announcements::default()
@@ -190,35 +190,6 @@ async fn pay(
         }
     };
     Ok((paid, later))
-}
-
-/// A new card starts now, or when the member's current card of this store ends, so that
-/// renewing early loses no days.
-async fn open_membership(conn: &mut AsyncPgConnection, order: &Order, plan_id: i64, days: i32) -> AppResult<()> {
-    let now = Utc::now();
-    let current_end: Option<chrono::DateTime<Utc>> = memberships::table
-        .filter(memberships::member_id.eq(order.member_id))
-        .filter(memberships::store_id.eq(order.store_id))
-        .filter(memberships::status.eq(MembershipStatus::Active))
-        .filter(memberships::valid_to.gt(now))
-        .select(diesel::dsl::max(memberships::valid_to))
-        .get_result(conn)
-        .await?;
-    let from = current_end.unwrap_or(now).max(now);
-    let to = from + chrono::Duration::days(i64::from(days));
-    diesel::insert_into(memberships::table)
-        .values((
-            memberships::member_id.eq(order.member_id),
-            memberships::store_id.eq(order.store_id),
-            memberships::plan_id.eq(plan_id),
-            memberships::order_id.eq(order.id),
-            memberships::status.eq(MembershipStatus::Active),
-            memberships::valid_from.eq(from),
-            memberships::valid_to.eq(to),
-        ))
-        .execute(conn)
-        .await?;
-    Ok(())
 }
 
 /// Staff confirm that an OFFLINE order was paid at the desk.
@@ -454,9 +425,20 @@ async fn refund_locked(
     let membership: Option<Membership> = memberships::table
         .filter(memberships::order_id.eq(order.id))
         .select(Membership::as_select())
+        .for_update()
         .get_result(conn)
         .await
         .optional()?;
+    if membership.as_ref().is_some_and(|m| m.transferred_at.is_some()) {
+        return Err(AppError::refused(
+            "MEMBERSHIP_TRANSFERRED",
+            "the card of this order was transferred: the order can no longer be refunded",
+        ));
+    }
+    let freezes = match &membership {
+        Some(m) => crate::memberships::freezes_of(conn, m.id).await?,
+        None => Vec::new(),
+    };
     let amount = match amount_cents {
         Some(a) if a < 0 || a > order.amount_cents => {
             return Err(AppError::bad(format!(
@@ -465,7 +447,7 @@ async fn refund_locked(
             )))
         }
         Some(a) => a,
-        None => unused_share(order, membership.as_ref()),
+        None => unused_share(order, membership.as_ref(), &freezes, config.timezone),
     };
     let (wallet_back, online_back) = match order.payment_method {
         PaymentMethod::Wallet => (amount, 0),
@@ -518,13 +500,7 @@ async fn refund_locked(
         outbox::enqueue(conn, Some(refunded.id), &[refund], &ctx.trace, config.max_attempts).await?;
     }
     if membership.is_some() {
-        diesel::update(memberships::table.filter(memberships::order_id.eq(order.id)))
-            .set((
-                memberships::status.eq(MembershipStatus::Revoked),
-                memberships::ended_at.eq(Utc::now()),
-            ))
-            .execute(conn)
-            .await?;
+        crate::memberships::revoke_for_order(conn, order.id, config.timezone, reason, ctx).await?;
     }
     outbox::enqueue(
         conn,
@@ -538,17 +514,17 @@ async fn refund_locked(
 }
 
 /// The unused share of what was paid: sessions left of the total, or for a membership the
-/// whole days left of the plan (a started day counts as used; a card that has not started yet
-/// is wholly unused).
-pub fn unused_share(order: &Order, membership: Option<&Membership>) -> i64 {
+/// whole days left of the plan without its frozen ones (a started day counts as used; a card
+/// that has not started yet is wholly unused).
+pub fn unused_share(
+    order: &Order,
+    membership: Option<&Membership>,
+    freezes: &[MembershipFreeze],
+    tz: chrono_tz::Tz,
+) -> i64 {
     match (order.plan_days, membership) {
         (Some(days), Some(m)) => {
-            let now = Utc::now();
-            let unused_days = if m.valid_from >= now {
-                i64::from(days)
-            } else {
-                (m.valid_to - now).num_seconds().max(0) / 86_400
-            };
+            let unused_days = crate::memberships::unused_days(m, days, freezes, Utc::now(), tz);
             money::pro_rata(order.amount_cents, unused_days, i64::from(days))
         }
         (Some(_), None) => order.amount_cents,

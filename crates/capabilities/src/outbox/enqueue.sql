@@ -1,10 +1,10 @@
--- Writes due outbox events about one order (or none) and announces them on commit, in one statement:
+-- Writes due outbox events, each about an order (or none), and announces them on commit, in one statement:
 -- the workers of every process are woken (`fitorder_outbox`) and subscribers told of each
 -- event (`fitorder_announce('comp', id)`). The payloads come encoded from the typed effects;
 -- nothing of their shape is here. Each event's idempotency key is unique: the same effect
 -- twice is refused.
 --
---   $1  order id                       bigint, NULL for effects of no order
+--   $1  order ids                      bigint[] one per event, NULL for effects of no order
 --   $2  kinds                          text[]   one per event, in order
 --   $3  payloads                       jsonb[]  the same length
 --   $4  idempotency keys               text[]   the same length
@@ -13,8 +13,8 @@
 --   $7  the outbox's channel           text
 WITH inserted AS (
     INSERT INTO compensation_events (order_id, kind, max_attempts, payload, idempotency_key, trace_id)
-    SELECT $1::bigint, e.kind, $5, e.payload, e.key, $6
-      FROM unnest($2::text[], $3::jsonb[], $4::text[]) WITH ORDINALITY AS e(kind, payload, key, n)
+    SELECT e.order_id, e.kind, $5, e.payload, e.key, $6
+      FROM unnest($1::bigint[], $2::text[], $3::jsonb[], $4::text[]) WITH ORDINALITY AS e(order_id, kind, payload, key, n)
      ORDER BY e.n
     RETURNING id
 ), announced AS (

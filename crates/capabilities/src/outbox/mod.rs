@@ -32,6 +32,25 @@ fn access(order: &Order, action: AccessAction) -> AccessPayload {
     AccessPayload {
         order: order.into(),
         action,
+        cause: None,
+    }
+}
+
+/// Door and AI-device access granted or revoked for `member_id` on `order` because its card
+/// changed (`cause`: the freeze, the transfer, the expiry; the events' keys carry it).
+pub fn card_access(order: &Order, member_id: i64, action: AccessAction, cause: String) -> [Effect; 2] {
+    let p = AccessPayload {
+        order: OrderRef {
+            order_no: order.order_no.clone(),
+            member_id: member_id.to_string(),
+            store_id: order.store_id.to_string(),
+        },
+        action,
+        cause: Some(cause),
+    };
+    match action {
+        AccessAction::Grant => [Effect::DoorAccessGrant(p.clone()), Effect::AiAccessGrant(p)],
+        AccessAction::Revoke => [Effect::DoorAccessRevoke(p.clone()), Effect::AiAccessRevoke(p)],
     }
 }
 
@@ -63,15 +82,32 @@ pub async fn enqueue(
     trace: &TraceId,
     max_attempts: i32,
 ) -> AppResult<Vec<i64>> {
+    let orders = vec![order_id; effects.len()];
+    enqueue_of(conn, &orders, effects, trace, max_attempts).await
+}
+
+/// [`enqueue`] for effects of many orders at once (`order_ids[i]` is `effects[i]`'s): the
+/// scheduler's batches of card changes.
+pub async fn enqueue_of(
+    conn: &mut AsyncPgConnection,
+    order_ids: &[Option<i64>],
+    effects: &[Effect],
+    trace: &TraceId,
+    max_attempts: i32,
+) -> AppResult<Vec<i64>> {
     use diesel::sql_types::{Array, BigInt, Integer, Jsonb, Nullable};
     #[derive(diesel::QueryableByName)]
     struct Enqueued {
         #[diesel(sql_type = BigInt)]
         id: i64,
     }
+    debug_assert_eq!(order_ids.len(), effects.len());
+    if effects.is_empty() {
+        return Ok(Vec::new());
+    }
     let Encoded { kinds, payloads, keys } = encode(effects);
     let rows: Vec<Enqueued> = StaticQuery::new(include_str!("enqueue.sql"))
-        .bind::<Nullable<BigInt>, _>(order_id) // $1
+        .bind::<Array<Nullable<BigInt>>, _>(order_ids) // $1
         .bind::<Array<Text>, _>(&kinds) // $2
         .bind::<Array<Jsonb>, _>(&payloads) // $3
         .bind::<Array<Text>, _>(&keys) // $4

@@ -84,6 +84,12 @@ impl Scheduler {
                 schedule: Schedule::Every { secs: scan },
                 run: |s| Box::pin(async move { crate::expiry::expire_due(&s).await }),
             },
+            // Membership cards: freezes starting and ending on time, cards expiring.
+            Task {
+                name: "membership:tick",
+                schedule: Schedule::Every { secs: scan },
+                run: |s| Box::pin(crate::memberships::tick::run(s)),
+            },
             Task {
                 name: "wechat:certificates",
                 schedule: Schedule::Every { secs: 3600 },

@@ -23,6 +23,14 @@ impl MembershipPlanNode {
     async fn price_cents(&self) -> AppResult<i32> {
         int(self.0.price_cents)
     }
+    /// frozen days a card of this plan may have over its life
+    async fn max_freeze_days(&self) -> i32 {
+        self.0.max_freeze_days
+    }
+    /// freezes a card of this plan may have
+    async fn max_freezes(&self) -> i32 {
+        self.0.max_freezes
+    }
 }
 
 pub struct ClassPackNode(pub models::ClassPack);

@@ -65,6 +65,18 @@ pub enum PayChannel {
 #[graphql(remote = "crate::domain::MembershipStatus")]
 pub enum MembershipStatus {
     Active,
+    Frozen,
+    Expired,
+    Revoked,
+}
+
+#[derive(Enum, Copy, Clone, Debug, PartialEq, Eq)]
+#[graphql(remote = "crate::domain::MembershipEventKind")]
+pub enum MembershipEventKind {
+    Started,
+    Frozen,
+    Unfrozen,
+    Transferred,
     Expired,
     Revoked,
 }
@@ -175,6 +187,7 @@ mod tests {
         same_words::<PaymentProvider, _>(&domain::Provider::ALL, domain::Provider::as_str);
         same_words::<PayChannel, _>(&domain::PayChannel::ALL, domain::PayChannel::as_str);
         same_words::<MembershipStatus, _>(&domain::MembershipStatus::ALL, domain::MembershipStatus::as_str);
+        same_words::<MembershipEventKind, _>(&domain::MembershipEventKind::ALL, domain::MembershipEventKind::as_str);
         same_words::<TicketKind, _>(&domain::TicketKind::ALL, domain::TicketKind::as_str);
         same_words::<PrepaidRulesPreset, _>(&domain::PrepaidPreset::ALL, domain::PrepaidPreset::as_str);
         same_words::<TicketStatus, _>(&domain::TicketStatus::ALL, domain::TicketStatus::as_str);

@@ -64,7 +64,8 @@ impl ExceptionTicketNode {
     async fn actions(&self, ctx: &Context<'_>) -> AppResult<TicketActions> {
         let v = viewer(ctx)?;
         let mut c = conn(ctx).await?;
-        let o = crate::ticket_resolution::offer(&mut c, v, &self.0).await?;
+        let tz = super::super::state(ctx).config.timezone;
+        let o = crate::ticket_resolution::offer(&mut c, v, &self.0, tz).await?;
         Ok(TicketActions {
             allowed: o.actions.into_iter().map(Into::into).collect(),
             refund_cents: o.refund_cents.map(int).transpose()?,

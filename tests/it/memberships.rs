@@ -584,3 +584,126 @@ fn card_status_and_history_are_written_only_by_change_sql() {
         "only change.sql and start.sql write a card's status and history"
     );
 }
+
+/// Issue 36: freezes due at once start exactly once, across a `fitorder worker` killed -9 in
+/// the middle of its run (its open batch rolls back) and three runs racing after it.
+#[tokio::test]
+async fn freezes_due_at_once_start_once_across_a_killed_worker_and_racing_runs() {
+    const CARDS: i64 = 12_000;
+    let app = TestApp::new().await;
+    let s = app.studio(100_000, None, 3).await;
+    let no = app
+        .buy(&s.member, &s.store, json!({"membershipPlanId": s.plan}), "WALLET")
+        .await;
+    // Many more cards like it (their orders copied from the paid one), each with a freeze of
+    // five days from today that is due now.
+    let mut c = app.conn().await;
+    diesel::sql_query(format!(
+        "WITH o AS (
+             INSERT INTO orders (member_id, store_id, kind, item_name, membership_plan_id, plan_days, amount_cents,
+                                 payment_method, sessions_total, trace_id, idempotency_key, request_hash)
+             SELECT o.member_id, o.store_id, o.kind, o.item_name, o.membership_plan_id, o.plan_days, o.amount_cents,
+                    o.payment_method, o.sessions_total, 'bulk', 'bulk-' || g, 'bulk'
+               FROM orders o, generate_series(1, {CARDS}) g WHERE o.order_no = '{no}'
+             RETURNING id, member_id, store_id, membership_plan_id),
+         m AS (
+             INSERT INTO memberships (member_id, store_id, plan_id, order_id, status, valid_from, valid_to)
+             SELECT member_id, store_id, membership_plan_id, id, 'ACTIVE', now(), now() + interval '30 days' FROM o
+             RETURNING id)
+         INSERT INTO membership_freezes (membership_id, from_date, until_date, starts_at, ends_at, reason, actor, trace_id)
+         SELECT id, (now() AT TIME ZONE 'Asia/Shanghai')::date, (now() AT TIME ZONE 'Asia/Shanghai')::date + 5,
+                now() - interval '1 second', now() + interval '5 days', 'bulk', 'admin:bulk', 'bulk'
+           FROM m"
+    ))
+    .execute(&mut c)
+    .await
+    .unwrap();
+    let frozen = || app.sql_i64("SELECT count(*) AS v FROM memberships WHERE status = 'FROZEN'");
+
+    let mut worker = Fitorder::new(&["worker"])
+        .env("DATABASE_URL", &app.db_url)
+        .env("FITORDER_JWT_SECRET", &app.state.config.jwt_secret)
+        .env("FITORDER_SCAN_INTERVAL", "1s")
+        .env("FITORDER_DOOR_ACCESS_URL", "http://127.0.0.1:9/door")
+        .env("FITORDER_AI_ACCESS_URL", "http://127.0.0.1:9/ai")
+        .spawn();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while frozen().await == 0 {
+        assert!(worker.alive(), "the worker ended: {}", worker.log());
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the worker froze nothing in a minute: {}",
+            worker.log()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    drop(worker); // SIGKILL
+    let at_kill = frozen().await;
+    eprintln!("killed the worker with {at_kill} of {CARDS} cards frozen");
+
+    let runs: Vec<_> = (0..3)
+        .map(|_| tokio::spawn(fitorder::memberships::tick::run(app.state.clone())))
+        .collect();
+    for r in runs {
+        r.await.unwrap().unwrap();
+    }
+    assert_eq!(frozen().await, CARDS);
+    assert_eq!(
+        app.sql_i64(
+            "SELECT count(DISTINCT membership_id) AS v FROM membership_events WHERE kind = 'FROZEN' AND to_status = 'FROZEN'"
+        )
+        .await,
+        CARDS
+    );
+    assert_eq!(
+        app.sql_i64("SELECT count(*) AS v FROM membership_events WHERE kind = 'FROZEN'")
+            .await,
+        CARDS,
+        "each card frozen once"
+    );
+    assert_eq!(
+        app.sql_i64("SELECT count(*) AS v FROM memberships WHERE status = 'FROZEN' AND frozen_days = 5")
+            .await,
+        CARDS
+    );
+    assert_eq!(
+        app.sql_i64("SELECT count(*) AS v FROM membership_freezes WHERE state = 'RUNNING'")
+            .await,
+        CARDS
+    );
+    assert_eq!(
+        app.sql_i64("SELECT count(*) AS v FROM compensation_events WHERE idempotency_key LIKE '%:FREEZE-%'")
+            .await,
+        2 * CARDS,
+        "a door and an AI revoke per card"
+    );
+}
+
+/// A renewal bought early starts when the current card ends: it moves with that end when the
+/// current card is frozen and unfrozen, so the two never overlap.
+#[tokio::test]
+async fn a_queued_renewal_moves_with_the_frozen_card_it_follows() {
+    let app = TestApp::new().await;
+    let s = app.studio(100_000, None, 3).await;
+    let first = app
+        .buy(&s.member, &s.store, json!({"membershipPlanId": s.plan}), "WALLET")
+        .await;
+    let renewal = app
+        .buy(&s.member, &s.store, json!({"membershipPlanId": s.plan}), "WALLET")
+        .await;
+    let (a, b) = (card_of(&app, &first).await, card_of(&app, &renewal).await);
+    let next_from = |c: &Value| -> chrono::DateTime<Utc> { c["validFrom"].as_str().unwrap().parse().unwrap() };
+    let before = detail(&app, &b).await;
+    assert_eq!(next_from(&before), valid_to(&detail(&app, &a).await));
+    ok(&freeze(&app, &a, today(&app), 5).await);
+    let moved = detail(&app, &b).await;
+    assert_eq!(next_from(&moved), next_from(&before) + Duration::days(5));
+    assert_eq!(valid_to(&moved), valid_to(&before) + Duration::days(5));
+    assert_eq!(next_from(&moved), valid_to(&detail(&app, &a).await));
+    ok(&admin_op(&app, "UnfreezeMembership", json!({"id": a})).await);
+    let back = detail(&app, &b).await;
+    assert_eq!(next_from(&back), next_from(&before) + Duration::days(1));
+    assert_eq!(next_from(&back), valid_to(&detail(&app, &a).await));
+    assert_eq!(back["status"], "ACTIVE");
+    assert_eq!(kinds(&back), ["STARTED"]);
+}

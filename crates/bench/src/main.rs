@@ -32,6 +32,7 @@ mod stalls;
 mod b11_signin;
 mod b12_persisted;
 mod b13_prepaid;
+mod b14_freezes;
 mod b1_callbacks;
 mod b3_expiry;
 mod b4_reconcile;
@@ -176,8 +177,8 @@ pub struct Args {
 }
 
 /// Every benchmark, in the report's order.
-pub const ALL: [&str; 16] = [
-    "B1", "B1b", "B2", "B3", "B4", "B5", "B5r", "B6", "B7", "B8", "B9", "B10", "B11", "B12", "B13", "B13L",
+pub const ALL: [&str; 17] = [
+    "B1", "B1b", "B2", "B3", "B4", "B5", "B5r", "B6", "B7", "B8", "B9", "B10", "B11", "B12", "B13", "B13L", "B14",
 ];
 
 fn parse_args() -> Result<Args> {
@@ -404,6 +405,14 @@ async fn run_all(bench: &mut Bench, args: &Args) -> Result<Vec<Row>> {
         if !args.keep {
             bench.drop_db_now("b13l").await;
         }
+    }
+    if args.wants("B14") {
+        settle(bench, "B14").await;
+        rows.push(
+            b14_freezes::run(bench, s)
+                .await
+                .unwrap_or_else(|e| Row::failed("B14", &e)),
+        );
     }
     if args.wants("B6") {
         settle(bench, "B6").await;

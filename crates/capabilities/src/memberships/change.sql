@@ -22,7 +22,7 @@ WITH input AS (
                   $7::text[], $8::text[], $9::text[])
            AS i(id, from_status, to_status, shift, frozen, to_member, kind, reason, summary)
 ), before AS (
-    SELECT m.id, m.member_id FROM memberships m JOIN input i ON i.id = m.id
+    SELECT m.id, m.member_id, m.store_id, m.valid_to FROM memberships m JOIN input i ON i.id = m.id
 ), changed AS (
     UPDATE memberships m
        SET status = i.to_status,
@@ -34,6 +34,16 @@ WITH input AS (
       FROM input i
      WHERE m.id = i.id AND m.status = i.from_status
     RETURNING m.id, m.member_id
+), queued AS (
+    -- A renewal bought early starts when this card ends: it moves with this card's end (the
+    -- holder's later active cards of the store, from this card's old end on).
+    UPDATE memberships q
+       SET valid_from = q.valid_from + make_interval(days => i.shift),
+           valid_to = q.valid_to + make_interval(days => i.shift)
+      FROM changed c JOIN input i ON i.id = c.id JOIN before b ON b.id = c.id
+     WHERE i.shift <> 0 AND q.member_id = b.member_id AND q.store_id = b.store_id AND q.id <> c.id
+       AND q.status = 'ACTIVE' AND q.valid_from >= b.valid_to
+       AND NOT EXISTS (SELECT 1 FROM input j WHERE j.id = q.id)
 ), logged AS (
     INSERT INTO membership_events (membership_id, kind, from_status, to_status, actor, reason, summary,
                                    trace_id, from_member_id, to_member_id)

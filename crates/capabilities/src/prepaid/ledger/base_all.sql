@@ -4,11 +4,14 @@
                WHEN p.kind = 'CLASS_PACK' THEN
                    CASE WHEN u.u0 >= p.sessions_total THEN p.amount ELSE p.amount / p.sessions_total * u.u0 END
                ELSE
-                   CASE WHEN b.d0 - p.first + 1 >= p.days THEN p.amount
-                        ELSE p.amount / p.days * greatest(0, b.d0 - p.first + 1) END
+                   CASE WHEN b.d0 - p.first + 1 - x.frozen >= p.days THEN p.amount
+                        ELSE p.amount / p.days * greatest(0, b.d0 - p.first + 1 - x.frozen) END
            END), 0) AS cents
       FROM prepaid p CROSS JOIN bounds b
       LEFT JOIN used0 u ON u.id = p.id
+      -- its dates frozen through the eve earned nothing
+      CROSS JOIN LATERAL (SELECT coalesce(sum(greatest(0, least(f.f1, b.d0 + 1) - greatest(f.f0, p.first))), 0) AS frozen
+                            FROM frozen f WHERE f.id = p.id) x
      WHERE p.paid_at < b.s
 ), wallet_eve AS (
     SELECT coalesce(sum(l.balance_delta + l.frozen_delta), 0) AS cents

@@ -1,3 +1,9 @@
+), frozen AS MATERIALIZED (
+    -- The frozen dates of those cards, [from, until): they earn nothing then (README
+    -- "Membership operations"); only freezes that started (running or done) count.
+    SELECT p.id, f.from_date AS f0, f.until_date AS f1
+      FROM prepaid p JOIN membership_freezes f ON f.membership_id = p.card
+     WHERE p.kind = 'MEMBERSHIP' AND f.state IN ('RUNNING', 'DONE') AND f.until_date > f.from_date
 ), ci AS MATERIALIZED (
     -- Check-ins of those packs from the start of the range on (later ones too: they tell how
     -- many sessions were used on the eve).
@@ -23,12 +29,12 @@
              WHERE c.at < (SELECT e FROM bounds)
             WINDOW w AS (PARTITION BY c.order_id ORDER BY c.at, c.id ROWS UNBOUNDED PRECEDING)) k
     UNION ALL
-    -- Its last date also earns the remainder.
-    SELECT p.first + p.days - 1, -(p.amount - p.amount / p.days * p.days)
+    -- Its last date (later by its frozen days) also earns the remainder.
+    SELECT p.first + p.days + p.fz - 1, -(p.amount - p.amount / p.days * p.days)
       FROM prepaid p
      WHERE p.kind = 'MEMBERSHIP'
-       AND p.first + p.days - 1 BETWEEN $2::date AND $3::date
-       AND (p.rd IS NULL OR p.first + p.days - 1 < p.rd)
+       AND p.first + p.days + p.fz - 1 BETWEEN $2::date AND $3::date
+       AND (p.rd IS NULL OR p.first + p.days + p.fz - 1 < p.rd)
     UNION ALL
     -- A refund takes out what the order still held (a pack's check-ins of that day counted above).
     SELECT p.rd, -(p.amount - CASE
@@ -36,32 +42,45 @@
                    CASE WHEN p.sessions_used >= p.sessions_total THEN p.amount
                         ELSE p.amount / p.sessions_total * p.sessions_used END
                ELSE
-                   CASE WHEN p.rd - p.first >= p.days THEN p.amount
-                        ELSE p.amount / p.days * greatest(0, p.rd - p.first) END
+                   CASE WHEN p.rd - p.first - x.frozen >= p.days THEN p.amount
+                        ELSE p.amount / p.days * greatest(0, p.rd - p.first - x.frozen) END
            END)
       FROM prepaid p
+      -- its dates frozen before the refund's earned nothing
+      CROSS JOIN LATERAL (SELECT coalesce(sum(greatest(0, least(f.f1, p.rd) - greatest(f.f0, p.first))), 0) AS frozen
+                            FROM frozen f WHERE f.id = p.id) x
      WHERE p.refunded_at >= (SELECT s FROM bounds) AND p.refunded_at < (SELECT e FROM bounds)
+), windows AS (
+    -- The dates a card earns on within the range: from its first (or the range's) through its
+    -- last, later by its frozen days (or the day before its refund, or the range's end).
+    SELECT p.id, p.amount / p.days AS per_day,
+           greatest(p.first, $2::date, p.pd) AS w0,
+           least(p.first + p.days + p.fz - 1, coalesce(p.rd - 1, $3::date), $3::date) AS w1
+      FROM prepaid p
+     WHERE p.kind = 'MEMBERSHIP'
 ), rate AS (
-    -- A card earns amount ÷ days on each date it is held, from its first (or the range's)
-    -- through its last (or the day before its refund, or the range's end): a difference array
-    -- of the daily rate, two rows a card however long it runs.
-    SELECT greatest(p.first, $2::date, p.pd) AS day, -(p.amount / p.days) AS delta
-      FROM prepaid p
-     WHERE p.kind = 'MEMBERSHIP'
-       AND greatest(p.first, $2::date, p.pd) <= least(p.first + p.days - 1, coalesce(p.rd - 1, $3::date), $3::date)
+    -- A card earns amount ÷ days on each date it is held and not frozen: a difference array
+    -- of the daily rate, two rows a card however long it runs, and two for each freeze.
+    SELECT w0 AS day, -per_day AS delta FROM windows WHERE w0 <= w1
     UNION ALL
-    SELECT least(p.first + p.days - 1, coalesce(p.rd - 1, $3::date), $3::date) + 1, p.amount / p.days
-      FROM prepaid p
-     WHERE p.kind = 'MEMBERSHIP'
-       AND greatest(p.first, $2::date, p.pd) <= least(p.first + p.days - 1, coalesce(p.rd - 1, $3::date), $3::date)
+    SELECT w1 + 1, per_day FROM windows WHERE w0 <= w1
+    UNION ALL
+    SELECT greatest(f.f0, w.w0), per_day
+      FROM windows w JOIN frozen f ON f.id = w.id
+     WHERE greatest(f.f0, w.w0) <= least(f.f1 - 1, w.w1)
+    UNION ALL
+    SELECT least(f.f1 - 1, w.w1) + 1, -per_day
+      FROM windows w JOIN frozen f ON f.id = w.id
+     WHERE greatest(f.f0, w.w0) <= least(f.f1 - 1, w.w1)
     UNION ALL
     -- The cards earning since before the range that are not read here (`base_rate`).
     SELECT $2::date, -(SELECT cents FROM base_rate)
 ), next_rate AS (
-    -- What the cards held at the end of each day earn the next day (kept with a closed day, so
-    -- that the days after it need not read the cards running through them): a card counts from
-    -- the day it is paid or the day before its first, through the day before its last or its
-    -- refund.
+    -- What the cards held at the end of each day earn the next day by their plans alone (kept
+    -- with a closed day, so that the days after it need not read the cards running through
+    -- them; a card ever frozen is read by every range it is valid in, see `prepaid_since`): a
+    -- card counts from the day it is paid or the day before its first, through the day before
+    -- its plan's last or its refund.
     SELECT greatest(p.pd, p.first - 1, $2::date) AS day, p.amount / p.days AS delta
       FROM prepaid p
      WHERE p.kind = 'MEMBERSHIP'

@@ -5,7 +5,10 @@
            o.sessions_used, greatest(o.plan_days, 1) AS days, o.paid_at, o.refunded_at,
            (o.paid_at AT TIME ZONE $4)::date AS pd,
            (o.refunded_at AT TIME ZONE $4)::date AS rd,
-           coalesce((m.valid_from AT TIME ZONE $4)::date, (o.paid_at AT TIME ZONE $4)::date) AS first
+           coalesce((m.valid_from AT TIME ZONE $4)::date, (o.paid_at AT TIME ZONE $4)::date) AS first,
+           -- A card's days frozen so far (a running freeze's whole): its last date is that much
+           -- later, and its frozen dates earn nothing (`frozen`).
+           m.id AS card, coalesce(m.frozen_days, 0) AS fz
       FROM orders o
       LEFT JOIN memberships m ON m.order_id = o.id
      WHERE o.store_id = $1

@@ -21,7 +21,14 @@
                UNION
                SELECT ms.order_id FROM memberships ms
                 WHERE ms.store_id = $1 AND ms.valid_to >= (SELECT s FROM bounds)
-                  AND ms.valid_to < (SELECT e FROM bounds) + interval '1 day')
+                  AND ms.valid_to < (SELECT e FROM bounds) + interval '1 day'
+               UNION
+               -- cards ever frozen that are still valid at the range's start: their frozen
+               -- dates and their later end are their own rows (a closed card rate counts every
+               -- card by its plan alone)
+               SELECT ms.order_id FROM memberships ms
+                WHERE ms.store_id = $1 AND ms.frozen_days > 0 AND ms.valid_to >= (SELECT s FROM bounds)
+                  AND ms.valid_from < (SELECT e FROM bounds))
 ), base_rate AS (
     -- The closed day's card rate, less the cards read here that it counts (they earn by their
     -- own rows): what the cards running through the range, unread, earn a day.

@@ -43,6 +43,11 @@ query WbTicket($id: ID!) {
       callbacks { id provider receivedAt verified outcome body eventType traceId }
       compensation { id kind status attempts maxAttempts nextAttemptAt lastError updatedAt traceId attemptLog { at ok error durationMs } }
       tickets { id kind status openedAt }
+      membership {
+        id status validFrom validTo frozenDays
+        freezes { id from until endedAt reason actor }
+        history { at kind actor reason summary traceId fromMember { id name } toMember { id name } }
+      }
     }
   }
 }
@@ -117,6 +122,7 @@ const TONE = {
   OPEN: 'b-red', IN_PROGRESS: 'b-amber', RESOLVED: 'b-green', DISMISSED: '',
   WAIT_PAY: 'b-amber', PAID: 'b-blue', CONSUMING: 'b-blue', CONSUMED: '', CANCELED: '', REFUNDED: 'b-green',
   DEAD: 'b-red', RETRYING: 'b-amber', PENDING: 'b-blue', SUCCEEDED: 'b-green',
+  ACTIVE: 'b-green', FROZEN: 'b-blue', EXPIRED: '', REVOKED: 'b-red',
 };
 const badge = (prefix, value, testid) => el('span', { class: 'badge ' + (TONE[value] || ''), testid, data: { value: value || '' } }, word(prefix, value));
 
@@ -567,6 +573,86 @@ function renderChain(o) {
     el('div', { class: 'entry-meta' }, (x.meta || []).filter(Boolean).map(([label, v]) => el('span', {}, label ? label + ' ' : null, v)), traceLine(x.trace)),
     x.body || null))) : el('p', { class: 'empty' }, t('chain.empty')));
 }
+
+// ---- the card: a membership order's card, its freezes and its history ----
+/** The server's summary of a card event in words (its known forms), else as it is. */
+const CARD_SUMMARIES = [
+  [/^started: (\d+) days of (.+)$/, 'card.s.started', ['days', 'item']],
+  [/^started \(recorded when history began\)$/, 'card.s.backfilled', []],
+  [/^frozen from (\S+) until (\S+) \((\d+) days?\)$/, 'card.freezeSpan', ['from', 'until', 'days']],
+  [/^freeze scheduled from (\S+) until (\S+) \((\d+) days?\)$/, 'card.s.scheduled', ['from', 'until', 'days']],
+  [/^freeze ended: frozen (\S+) until (\S+)$/, 'card.s.ended', ['from', 'until']],
+  [/^unfrozen early: frozen (\S+) until (\S+) \((\d+) days?\), (\d+) days? not served$/, 'card.s.unfrozenEarly', ['from', 'until', 'days', 'back']],
+  [/^scheduled freeze (\S+) until (\S+) called off$/, 'card.s.calledOff', ['from', 'until']],
+  [/^expired: valid until (.+)$/, 'card.s.expired', ['to']],
+  [/^revoked: its order was refunded$/, 'card.s.revoked', []],
+  [/^transferred from member (\d+) to member (\d+), (\d+) days? left, fee ¥(\S+)$/, 'card.s.transferred', ['from', 'to', 'days', 'fee']],
+];
+function cardSummary(summary) {
+  for (const [re, key, names] of CARD_SUMMARIES) {
+    const m = summary.match(re);
+    if (m) return tx(key, Object.fromEntries(names.map((n, i) => [n, m[i + 1]])));
+  }
+  return raw(summary);
+}
+/** Today in the business time zone, as YYYY-MM-DD (the form of a freeze's dates). */
+function businessToday() {
+  const z = zoned(Date.now());
+  return `${z.y}-${String(z.m).padStart(2, '0')}-${String(z.d).padStart(2, '0')}`;
+}
+const dateDays = (from, until) => Math.round((Date.parse(until) - Date.parse(from)) / 86400e3);
+/** Where a freeze stands: called off, ended early, scheduled, running or over. */
+function freezeState(f, today = businessToday()) {
+  if (f.endedAt) return f.until === f.from ? 'CALLED_OFF' : 'ENDED_EARLY';
+  if (f.from > today) return 'SCHEDULED';
+  return f.until <= today ? 'OVER' : 'RUNNING';
+}
+function renderFreezes(freezes) {
+  if (!freezes.length) return el('p', { class: 'empty' }, t('card.noFreezes'));
+  return el('ul', { class: 'freezes' }, freezes.map((f) => {
+    const st = freezeState(f);
+    return el('li', { testid: 'card-freeze', data: { freezeId: f.id, state: st, from: f.from, until: f.until } },
+      el('div', { class: 'entry-head' }, el('span', { class: 'badge', data: { value: st } }, t('fstate.' + st)),
+        el('span', {}, st === 'CALLED_OFF' ? tx('card.calledOffSpan', { from: f.from })
+          : tx('card.freezeSpan', { from: f.from, until: f.until, days: dateDays(f.from, f.until) }))),
+      el('div', { class: 'entry-meta' },
+        f.endedAt ? el('span', {}, tx('card.endedAt', { at: fmtTime(f.endedAt) })) : null,
+        el('span', {}, t('chain.by') + ' ', raw(f.actor, 'mono')),
+        el('span', {}, t('chain.reason') + ' ', raw(f.reason))));
+  }));
+}
+const holder = (m) => (m ? raw(m.name || '#' + m.id) : raw('—'));
+const EVENT_TONE = { STARTED: 'good', UNFROZEN: 'good', EXPIRED: 'bad', REVOKED: 'bad' };
+function renderCardHistory(history) {
+  if (!history.length) return el('p', { class: 'empty' }, t('card.noHistory'));
+  const events = history.map((e, i) => ({ ...e, i })).sort((a, b) => Date.parse(a.at) - Date.parse(b.at) || a.i - b.i);
+  return el('ol', { class: 'chain' }, events.map((e) => el('li', {
+    class: EVENT_TONE[e.kind], testid: 'card-event', data: { kind: e.kind, summary: e.summary },
+  },
+  el('div', { class: 'entry-head' }, el('span', { class: 'when' }, raw(fmtTime(e.at))), badge('mevent', e.kind, 'card-event-kind'),
+    el('span', { testid: 'card-event-summary' }, cardSummary(e.summary))),
+  el('div', { class: 'entry-meta' },
+    el('span', {}, t('chain.by') + ' ', raw(e.actor, 'mono')),
+    e.reason ? el('span', {}, t('chain.reason') + ' ', raw(e.reason)) : null,
+    e.kind === 'TRANSFERRED' ? el('span', {}, tx('card.holders', { from: holder(e.fromMember), to: holder(e.toMember) })) : null,
+    traceLine(e.traceId)))));
+}
+function renderCard(o) {
+  const c = o && o.membership;
+  if (!c) return null;
+  return el('div', { class: 'panel span2', testid: 'card', data: { cardId: c.id, status: c.status, frozenDays: String(c.frozenDays) } },
+    el('h2', {}, t('detail.card')),
+    facts([
+      ['card.status', badge('mstatus', c.status, 'card-status')],
+      ['card.validFrom', fmtTime(c.validFrom)],
+      ['card.validTo', fmtTime(c.validTo), 'card-valid-to'],
+      ['card.frozenDays', tx('card.days', { n: c.frozenDays }), 'card-frozen-days'],
+    ]),
+    el('h3', {}, t('card.freezes')),
+    renderFreezes(c.freezes),
+    el('h3', {}, t('card.history')),
+    renderCardHistory(c.history));
+}
 function renderOtherTickets(tk) {
   const others = tk.order ? tk.order.tickets.filter((x) => x.id !== tk.id) : [];
   return el('div', { class: 'panel', testid: 'other-tickets' },
@@ -599,7 +685,7 @@ function renderTicket() {
   v.replaceChildren(back,
     el('h2', { class: 'ticket-title' }, tx('detail.heading', { id: tk.id }), ' ', badge('kind', tk.kind), ' ', badge('tstatus', tk.status)),
     el('div', { class: 'detail-grid', testid: 'ticket', data: { ticketId: tk.id, kind: tk.kind, status: tk.status } },
-      renderActions(tk), renderFound(tk), renderOrder(tk.order), renderOtherTickets(tk), renderChain(tk.order)));
+      renderActions(tk), renderFound(tk), renderOrder(tk.order), renderOtherTickets(tk), renderChain(tk.order), renderCard(tk.order)));
 }
 
 // ---- actions: a confirmation that says what happens, the server's answer, no double submit ----

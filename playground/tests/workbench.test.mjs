@@ -678,3 +678,87 @@ test('a cooling-off refund past its deadline is a REFUND_OVERDUE, in Chinese and
     await close(page);
   }
 });
+
+test("a membership card's history on its order's ticket: started, frozen from today, unfrozen, in Chinese and English", { timeout: 120000 }, async () => {
+  // Member 2 buys store 1's Monthly card (plan 1) from the wallet while the door and AI-device
+  // services are down: the card starts at once, its two grants go DEAD, each a ticket.
+  const key = `wb-card-${process.pid}-${++keyNo}`;
+  await server.gql(admin(), 'mutation($r: String!) { topUpWallet(memberId: "2", amountCents: 100000, reference: $r) { id } }', { r: `topup-${key}` });
+  downstream.failing = true;
+  let o, ticket;
+  try {
+    o = (await server.gql(server.token('member', 2), `mutation($k: String!) { placeOrder(input: {idempotencyKey: $k, storeId: "1",
+      item: {membershipPlanId: "1"}, paymentMethod: WALLET}) { order { orderNo status } } }`, { k: key })).placeOrder.order;
+    ticket = await ticketOf(o.orderNo, 'COMPENSATION_DEAD');
+  } finally {
+    downstream.failing = false;
+  }
+  const cardOf = async () => (await server.gql(admin(), `query($n: String!) { order(orderNo: $n) { membership { id status frozenDays validTo
+    freezes { from until endedAt } history { kind traceId } } } }`, { n: o.orderNo })).order.membership;
+  const started = await cardOf();
+  assert.ok(started, 'the order has its card');
+  assert.deepEqual([started.status, started.frozenDays, started.history.map((e) => e.kind)], ['ACTIVE', 0, ['STARTED']]);
+
+  // The desk freezes it from today for five days, then ends the freeze the same day: today
+  // counts, the other four days go back (the contract's early end).
+  const today = shanghaiNow().date;
+  const reason = '膝伤休养 knee injury';
+  const frozen = (await server.gql(admin(), 'mutation($id: ID!, $from: Date!, $r: String!) { freezeMembership(id: $id, from: $from, days: 5, reason: $r) { status frozenDays } }',
+    { id: started.id, from: today, r: reason })).freezeMembership;
+  assert.deepEqual(frozen, { status: 'FROZEN', frozenDays: 5 });
+  const unfrozen = (await server.gql(admin(), 'mutation($id: ID!) { unfreezeMembership(id: $id) { status frozenDays } }', { id: started.id })).unfreezeMembership;
+  assert.deepEqual(unfrozen, { status: 'ACTIVE', frozenDays: 1 });
+  const card = await eventually(async () => {
+    const c = await cardOf();
+    return c.history.length === 3 && c;
+  }, 'the card with three events');
+  assert.deepEqual(card.history.map((e) => e.kind), ['STARTED', 'FROZEN', 'UNFROZEN']);
+  assert.equal(card.freezes.length, 1);
+  const [freeze] = card.freezes;
+  const plus = (date, n) => new Date(Date.parse(date) + n * 86400e3).toISOString().slice(0, 10);
+  assert.deepEqual([freeze.from, freeze.until, Boolean(freeze.endedAt)], [today, plus(today, 1), true], 'one day kept, ended early');
+  assert.equal(Date.parse(card.validTo) - Date.parse(started.validTo), 86400e3, 'valid one day longer');
+
+  const panel = sel('card', { 'card-id': card.id, status: 'ACTIVE', 'frozen-days': '1' });
+  const kinds = (page) => page.locator(`${panel} ${sel('card-event')}`).evaluateAll((es) => es.map((e) => [e.dataset.kind,
+    e.querySelector('[data-testid=card-event-kind]').textContent]));
+  const summaries = (page) => page.locator(`${panel} ${sel('card-event-summary')}`).allTextContents();
+  const traces = (page) => page.locator(`${panel} ${sel('card-event')} ${sel('copy-trace')}`).evaluateAll((bs) => bs.map((b) => b.dataset.trace));
+  const page = await open(ops(), `ticket=${ticket.id}`);
+  try {
+    // 简体中文 (the default).
+    await page.locator(sel('ticket', { 'ticket-id': ticket.id })).waitFor();
+    await page.locator(panel).waitFor({ timeout: 15000 });
+    assert.equal(await page.locator(`${panel} h2`).textContent(), '会员卡记录');
+    assert.deepEqual(await kinds(page), [['STARTED', '开卡'], ['FROZEN', '停卡'], ['UNFROZEN', '复卡']]);
+    assert.equal(await page.getByTestId('card-status').textContent(), '正常');
+    assert.equal(await page.getByTestId('card-frozen-days').textContent(), '1 天');
+    const zh = await summaries(page);
+    assert.equal(zh[0], '开卡：Monthly card，30 天');
+    assert.equal(zh[1], `${today} 起停卡 5 天，${plus(today, 5)} 恢复`);
+    assert.equal(zh[2], `提前复卡：${today} 起停卡 1 天，${freeze.until} 恢复，未停的 4 天不计`);
+    assert.deepEqual(await traces(page), card.history.map((e) => e.traceId), 'each event with its trace id to copy');
+    const text = await page.getByTestId('card').textContent();
+    assert.ok(text.includes(reason) && text.includes('admin-1'), 'who and why');
+    const f = page.locator(sel('card-freeze', { state: 'ENDED_EARLY', from: today, until: freeze.until }));
+    assert.match(await f.textContent(), /^提前结束.*结束于 /);
+    assert.deepEqual(await untranslated(page), [], 'zh card: untranslated text');
+
+    // English.
+    await page.getByTestId('lang-switch').click();
+    await page.waitForFunction(() => document.documentElement.lang === 'en');
+    await page.locator(panel).waitFor();
+    assert.equal(await page.locator(`${panel} h2`).textContent(), 'Card history');
+    assert.deepEqual(await kinds(page), [['STARTED', 'Started'], ['FROZEN', 'Frozen'], ['UNFROZEN', 'Unfrozen']]);
+    assert.equal(await page.getByTestId('card-status').textContent(), 'Active');
+    assert.equal(await page.getByTestId('card-frozen-days').textContent(), '1 day(s)');
+    const en = await summaries(page);
+    assert.equal(en[0], 'Started: 30 days of Monthly card');
+    assert.equal(en[1], `Frozen from ${today} for 5 day(s), active again from ${plus(today, 5)}`);
+    assert.equal(en[2], `Unfrozen early: frozen from ${today} for 1 day(s), active again from ${freeze.until}; 4 day(s) not served`);
+    assert.match(await f.textContent(), /^Ended early.*ended at /);
+    assert.deepEqual(await untranslated(page), [], 'en card: untranslated text');
+  } finally {
+    await close(page);
+  }
+});

@@ -254,8 +254,9 @@ pub fn frozen_days_between(spans: &[FreezeSpan], from: NaiveDate, to: NaiveDate)
         .sum()
 }
 
-/// The words of a history row (`MembershipEvent.summary`), English; the workbench translates
-/// by kind and shows this as the detail.
+/// The words of a history row (`MembershipEvent.summary`), English. The workbench shows them in
+/// its language by their forms (`CARD_SUMMARIES` in playground/ops/workbench.js, checked by its
+/// browser test): a summary changed here is changed there too, or shown as it is.
 pub fn freeze_summary(span: FreezeSpan, started: bool) -> String {
     let days = span.days();
     format!(

@@ -186,18 +186,34 @@ pub fn unused_days(m: &Membership, plan_days: i32, freezes: &[MembershipFreeze],
 }
 
 /// Locks a card for a change and checks the caller may make it: a member their own card
-/// (another's is answered as missing), staff a card of their stores.
+/// (another's is answered as missing), staff a card of their stores. Its order is locked first,
+/// as a check-in and a refund lock it before the card: the change's outbox rows (whose foreign
+/// key shares the order's row) then never wait for a check-in that waits for the card.
 async fn lock_card(conn: &mut AsyncPgConnection, viewer: &Viewer, id: i64) -> AppResult<Membership> {
-    let m: Option<Membership> = memberships::table
+    let missing = || AppError::NotFound(format!("membership {id}"));
+    let order_id: i64 = memberships::table
+        .find(id)
+        .select(memberships::order_id)
+        .get_result(conn)
+        .await
+        .optional()?
+        .ok_or_else(missing)?;
+    orders::table
+        .find(order_id)
+        .select(orders::id)
+        .for_update()
+        .get_result::<i64>(conn)
+        .await?;
+    let m: Membership = memberships::table
         .find(id)
         .select(Membership::as_select())
         .for_update()
         .get_result(conn)
-        .await
-        .optional()?;
-    match m {
-        Some(m) if viewer.sees_owned(m.member_id, m.store_id) => Ok(m),
-        _ => Err(AppError::NotFound(format!("membership {id}"))),
+        .await?;
+    if viewer.sees_owned(m.member_id, m.store_id) {
+        Ok(m)
+    } else {
+        Err(missing())
     }
 }
 

@@ -38,7 +38,7 @@ pub async fn run(state: AppState) -> AppResult<i64> {
                 .transaction(async |conn| batch(conn, step, &actor, &trace, max_attempts).await)
                 .await?;
             total += n.changed;
-            if n.seen < BATCH {
+            if n.seen < BATCH || n.locked == 0 {
                 break;
             }
         }
@@ -54,8 +54,10 @@ pub enum Step {
 }
 
 pub struct Batch {
-    /// Cards locked (fewer than [`BATCH`]: nothing more due that is not held elsewhere).
+    /// Cards found due (fewer than [`BATCH`]: the last batch).
     pub seen: i64,
+    /// Of those, the cards this run locked (none: another process or a request holds them).
+    pub locked: i64,
     pub changed: i64,
 }
 
@@ -68,7 +70,10 @@ pub async fn batch(
     max_attempts: i32,
 ) -> AppResult<Batch> {
     let now = Utc::now();
-    let cards: Vec<Membership> = match step {
+    // The cards due, read without a lock; then their orders and the cards locked, in that
+    // order (as a check-in, a refund and every request lock them), skipping what another
+    // process or a request holds: never waiting, never deadlocking.
+    let due: Vec<(i64, i64)> = match step {
         Step::Start => {
             let due = membership_freezes::table
                 .filter(membership_freezes::state.eq(FreezeState::Scheduled))
@@ -78,9 +83,7 @@ pub async fn batch(
                 .filter(memberships::id.eq_any(due))
                 .order(memberships::id)
                 .limit(BATCH)
-                .select(Membership::as_select())
-                .for_update()
-                .skip_locked()
+                .select((memberships::id, memberships::order_id))
                 .load(conn)
                 .await?
         }
@@ -93,9 +96,7 @@ pub async fn batch(
                 .filter(memberships::id.eq_any(due))
                 .order(memberships::id)
                 .limit(BATCH)
-                .select(Membership::as_select())
-                .for_update()
-                .skip_locked()
+                .select((memberships::id, memberships::order_id))
                 .load(conn)
                 .await?
         }
@@ -105,16 +106,48 @@ pub async fn batch(
                 .filter(memberships::valid_to.le(now))
                 .order(memberships::valid_to)
                 .limit(BATCH)
-                .select(Membership::as_select())
-                .for_update()
-                .skip_locked()
+                .select((memberships::id, memberships::order_id))
                 .load(conn)
                 .await?
         }
     };
-    let seen = cards.len() as i64;
+    let seen = due.len() as i64;
+    if due.is_empty() {
+        return Ok(Batch {
+            seen,
+            locked: 0,
+            changed: 0,
+        });
+    }
+    let order_ids: Vec<i64> = due.iter().map(|(_, o)| *o).collect();
+    let held: Vec<i64> = orders::table
+        .filter(orders::id.eq_any(&order_ids))
+        .order(orders::id)
+        .select(orders::id)
+        .for_no_key_update()
+        .skip_locked()
+        .load(conn)
+        .await?;
+    let card_ids: Vec<i64> = due
+        .iter()
+        .filter(|(_, o)| held.binary_search(o).is_ok())
+        .map(|(m, _)| *m)
+        .collect();
+    let cards: Vec<Membership> = memberships::table
+        .filter(memberships::id.eq_any(&card_ids))
+        .order(memberships::id)
+        .select(Membership::as_select())
+        .for_update()
+        .skip_locked()
+        .load(conn)
+        .await?;
+    let locked = cards.len() as i64;
     if cards.is_empty() {
-        return Ok(Batch { seen, changed: 0 });
+        return Ok(Batch {
+            seen,
+            locked,
+            changed: 0,
+        });
     }
     let ids: Vec<i64> = cards.iter().map(|m| m.id).collect();
     // The cards' freezes of this step, the earliest first (one per card per batch).
@@ -188,6 +221,7 @@ pub async fn batch(
                     summary: format!("freeze ended: frozen {} until {}", f.from_date, f.until_date),
                 });
             }
+            Step::Expire if m.status != MembershipStatus::Active || m.valid_to > now => {}
             Step::Expire => changes.push(Change {
                 id: m.id,
                 from: MembershipStatus::Active,
@@ -204,7 +238,11 @@ pub async fn batch(
     call_off(conn, &dead_freezes).await?;
     let changed = change(conn, &changes, actor, trace).await?;
     if changed.is_empty() {
-        return Ok(Batch { seen, changed: 0 });
+        return Ok(Batch {
+            seen,
+            locked,
+            changed: 0,
+        });
     }
     // The freezes of the cards that changed move with them.
     let moved: Vec<i64> = changed.iter().filter_map(|id| first.get(id).map(|f| f.id)).collect();
@@ -257,6 +295,7 @@ pub async fn batch(
     outbox::enqueue_of(conn, &of, &effects, trace, max_attempts).await?;
     Ok(Batch {
         seen,
+        locked,
         changed: changed.len() as i64,
     })
 }

@@ -30,12 +30,27 @@ impl Database {
             .await
             .unwrap()
             .expect("private cluster");
+        // Commit timestamps: the checker tells whether a check-in committed while its card was
+        // frozen by the instants the check-in and the card's changes committed (see
+        // `invariants::FROZEN_CHECK_INS`). A server setting: on after a restart.
+        run_sql(&pg.url("postgres"), "ALTER SYSTEM SET track_commit_timestamp = on").await;
+        let mut db = Database {
+            dir,
+            pg: Some(pg),
+            url: String::new(),
+        };
+        db.restart().await;
+        let pg = db.pg.as_ref().unwrap();
         fitorder::server::ensure_database(&pg.url("postgres"), "chaos")
             .await
             .unwrap();
-        let url = pg.url("chaos");
-        fitorder::db::migrate(&url).await.unwrap();
-        Database { dir, pg: Some(pg), url }
+        db.url = pg.url("chaos");
+        fitorder::db::migrate(&db.url).await.unwrap();
+        assert!(
+            super::invariants::commit_timestamps(&mut connect(&db.url).await).await,
+            "track_commit_timestamp did not take effect"
+        );
+        db
     }
 
     /// Stops the server and starts it again on the same data.
@@ -53,6 +68,35 @@ impl Database {
         );
     }
 
+    /// The deadlocks PostgreSQL broke so far, each as the two statements it named (shortened):
+    /// not a violation of the books (one transaction is rolled back, its caller answered
+    /// INTERNAL), but worth a look.
+    pub fn deadlocks(&self) -> Vec<String> {
+        let log = std::fs::read_to_string(self.dir.join("postgres.log")).unwrap_or_default();
+        let lines: Vec<&str> = log.lines().collect();
+        let mut out = vec![];
+        for (i, l) in lines.iter().enumerate() {
+            if l.contains("ERROR:  deadlock detected") {
+                let named: Vec<String> = lines[i + 1..(i + 12).min(lines.len())]
+                    .iter()
+                    .filter_map(|x| x.trim().strip_prefix("Process ").and_then(|x| x.split_once(": ")))
+                    .map(|(_, stmt)| {
+                        // A long statement by its end (its lock clause), a commented one by its
+                        // first line (which names it).
+                        let chars: Vec<char> = stmt.chars().collect();
+                        if stmt.starts_with("--") || chars.len() <= 90 {
+                            chars.iter().take(90).collect()
+                        } else {
+                            format!("…{}", chars[chars.len() - 90..].iter().collect::<String>())
+                        }
+                    })
+                    .collect();
+                out.push(named.join("  ⟷  "));
+            }
+        }
+        out
+    }
+
     /// Stops the server and removes its data.
     pub async fn remove(mut self) {
         let p = self.pg.take().unwrap();
@@ -64,6 +108,29 @@ impl Database {
         .await
         .unwrap();
     }
+}
+
+/// A connection to `url`, waiting while the server is (re)starting.
+pub async fn connect(url: &str) -> diesel_async::AsyncPgConnection {
+    use diesel_async::AsyncConnection;
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        match diesel_async::AsyncPgConnection::establish(url).await {
+            Ok(c) => return c,
+            Err(e) => {
+                assert!(std::time::Instant::now() < deadline, "{url}: {e}");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    }
+}
+
+async fn run_sql(url: &str, sql: &str) {
+    use diesel_async::RunQueryDsl;
+    diesel::sql_query(sql)
+        .execute(&mut connect(url).await)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"));
 }
 
 /// One `fitorder` process.
@@ -98,7 +165,9 @@ impl Cluster {
             ("FITORDER_OFFLINE_ORDER_TIMEOUT".into(), "3s".into()),
             ("FITORDER_MAX_OPEN_ORDERS".into(), "100000".into()),
             ("FITORDER_PLACE_RATE".into(), "100000".into()),
-            ("FITORDER_SCAN_INTERVAL".into(), "2s".into()),
+            // The scheduler's scans (order expiry, and `membership:tick`: freezes whose start or
+            // end the script moved into the past start or end within a second).
+            ("FITORDER_SCAN_INTERVAL".into(), "1s".into()),
             ("FITORDER_RETRY_BASE".into(), "200ms".into()),
             ("FITORDER_MAX_ATTEMPTS".into(), "4".into()),
             ("FITORDER_DOWNSTREAM_TIMEOUT".into(), "1s".into()),
@@ -167,6 +236,22 @@ impl Cluster {
     pub fn kill(&mut self, i: usize) {
         // Dropped: SIGKILL.
         drop(self.procs[i].child.take());
+    }
+
+    /// Starts again any process that ended by itself (one started while PostgreSQL was
+    /// restarting gives up); returns what each said last.
+    pub fn revive(&mut self) -> Vec<String> {
+        let mut said = vec![];
+        for i in 0..self.procs.len() {
+            let ended = self.procs[i].child.as_mut().is_some_and(|c| !c.alive());
+            if ended {
+                let log = self.procs[i].child.take().unwrap().log();
+                let tail: Vec<&str> = log.lines().rev().take(3).collect();
+                said.push(format!("{:?}: {}", self.procs[i].args, tail.join(" | ")));
+                self.start_proc(i);
+            }
+        }
+        said
     }
 
     /// Starts whichever process is not running.

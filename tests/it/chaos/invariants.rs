@@ -163,9 +163,11 @@ pub async fn check_invariants(
         "SELECT 'pack ' || p.id || ': stock ' || p.stock AS what FROM class_packs p
           WHERE p.stock IS NOT NULL AND p.stock <> 40 - (SELECT count(*) FROM orders o WHERE o.class_pack_id = p.id
                                              AND o.status IN ('WAIT_PAY','PAID','CONSUMING','CONSUMED'))",
-        // A paid order whose grants were neither delivered nor DEAD with a ticket.
+        // A paid order whose grants were neither delivered nor DEAD with a ticket (the payment's
+        // two, `<orderNo>:<KIND>`; a card's freezes and transfer have grants of their own keys).
         "SELECT 'grants of ' || o.order_no || ' not settled' AS what FROM orders o JOIN payments p ON p.order_id = o.id
           WHERE (SELECT count(*) FROM compensation_events e WHERE e.order_id = o.id AND e.kind IN ('DOOR_ACCESS_GRANT','AI_ACCESS_GRANT')
+                   AND e.idempotency_key = o.order_no || ':' || e.kind
                    AND (e.status = 'SUCCEEDED' OR (e.status = 'DEAD' AND EXISTS (SELECT 1 FROM exception_tickets t
                         WHERE t.kind = 'COMPENSATION_DEAD' AND t.detail->>'eventId' = e.id::text)))) <> 2",
         // A late payment without its ticket and its refund.
@@ -185,6 +187,7 @@ pub async fn check_invariants(
     }
     out.extend(check_provider_money(conn, trades).await);
     out.extend(check_prepaid(conn).await);
+    out.extend(check_cards(conn).await);
     // No callback lost: every payment the provider took was processed (its key claimed).
     for ((order_no, txn), _) in provider.paid.iter() {
         let key = format!("{order_no}:{txn}");
@@ -196,6 +199,289 @@ pub async fn check_invariants(
             .unwrap_or(0);
         if n != 1 {
             out.push(format!("payment {key} taken by the provider but never processed"));
+        }
+    }
+    out
+}
+
+/// Whether the server records when each transaction committed (`track_commit_timestamp`: the
+/// chaos cluster turns it on).
+pub async fn commit_timestamps(conn: &mut diesel_async::AsyncPgConnection) -> bool {
+    scalar(
+        conn,
+        "SELECT (current_setting('track_commit_timestamp') = 'on')::int::bigint AS v",
+    )
+    .await
+        == 1
+}
+
+/// (a) No check-in succeeded on a frozen card. The intervals a card was frozen are read from
+/// its history, not from its freezes' dates: from the change that made it FROZEN (from
+/// ACTIVE: a freeze from today, or a scheduled one the scheduler started — whose `from_date`
+/// may still be ahead when its start was moved by hand) to the next change that took it out of
+/// FROZEN (UNFROZEN: ended early or on time; REVOKED: refunded), or open while it still is.
+/// The start of `from_date` is not the bound: a freeze from today is asked for in the course
+/// of the day, and check-ins before it are the card's.
+///
+/// Each instant is the one its transaction committed at (`{ts_e}`, `{ts_c}` below: the commit
+/// timestamp of the row's transaction, or for a row of a transaction not committed or on a
+/// server without commit timestamps, the row's own `at`). That is exact: a check-in reads its card FOR SHARE and holds the lock until
+/// it commits, and every change of a card takes the card's row lock, so a check-in that saw
+/// the card ACTIVE commits before the freeze that follows commits, or after the change that
+/// ended it committed. A check-in committed strictly between is one that let a frozen card in.
+/// (The `at` columns alone are not: a check-in's `at` is its transaction's start, which may
+/// precede an unfreeze it waited for.)
+pub const FROZEN_CHECK_INS: &str = "
+    WITH ev AS (
+        SELECT e.id, e.membership_id, e.from_status, e.to_status, {ts_e} AS t FROM membership_events e
+    ), frozen AS (
+        SELECT s.membership_id, s.t AS since,
+               (SELECT x.t FROM ev x
+                 WHERE x.membership_id = s.membership_id AND x.id > s.id
+                   AND x.from_status = 'FROZEN' AND x.to_status <> 'FROZEN'
+                 ORDER BY x.id LIMIT 1) AS until
+          FROM ev s
+         WHERE s.to_status = 'FROZEN' AND s.from_status IS DISTINCT FROM 'FROZEN'
+    )
+    SELECT 'check-in ' || c.consume_txn_no || ' of ' || o.order_no || ' committed at ' || {ts_c}
+           || ' while its card ' || m.id || ' was frozen (from ' || f.since || ' until '
+           || coalesce(f.until::text, 'now') || ')' AS what
+      FROM check_ins c
+      JOIN orders o ON o.id = c.order_id
+      JOIN memberships m ON m.order_id = c.order_id
+      JOIN frozen f ON f.membership_id = m.id
+     WHERE {ts_c} > f.since AND (f.until IS NULL OR {ts_c} < f.until)";
+
+/// The cards' books (issue 36): (a) [`FROZEN_CHECK_INS`], (b) door and AI access, (c) validity
+/// and days frozen, and the card's status against its freezes and its order.
+pub async fn check_cards(conn: &mut diesel_async::AsyncPgConnection) -> Vec<String> {
+    use diesel_async::RunQueryDsl;
+    let (ts_e, ts_c) = if commit_timestamps(conn).await {
+        (
+            "coalesce(pg_xact_commit_timestamp(e.xmin), e.at)",
+            "coalesce(pg_xact_commit_timestamp(c.xmin), c.at)",
+        )
+    } else {
+        ("e.at", "c.at")
+    };
+    let frozen_check_ins = FROZEN_CHECK_INS.replace("{ts_e}", ts_e).replace("{ts_c}", ts_c);
+    let checks = [
+        frozen_check_ins.as_str(),
+        // (b) The last door and AI-device action for each member matches the cards they hold.
+        // For each card's order, each member named in its access events (payload memberId: the
+        // payment's grants and a refund's revokes name the holder of the day, a freeze's and its
+        // end's the holder, a transfer's revokes the old holder and its grants the new one) and
+        // each device (DOOR, AI), and the card's holder and each device even without an event
+        // (a holder never granted is caught): the last of those events delivered (SUCCEEDED;
+        // one order's events of a device are delivered in the order they were decided, so the
+        // last by id is the last the device took) is a GRANT exactly when the card is that
+        // member's and ACTIVE
+        // — a FROZEN card, a REVOKED (refunded) one, or one transferred away: a REVOKE, or
+        // nothing delivered at all. Not judged: a member and device whose events include a DEAD
+        // one decided after the last delivered (the device was left as it was, and the DEAD
+        // event is a ticket, which the next check requires), and one with events still on their
+        // way (none once the outbox drained, which the run waits for; a freeze starting at a
+        // midnight during the check would make some). An order never paid has no card and no
+        // access events: nothing to judge. Orders without a card (packs, sessions) are not
+        // judged here.
+        "WITH acc AS (
+             SELECT e.id, e.order_id, e.payload->>'memberId' AS member, split_part(e.kind, '_', 1) AS device,
+                    split_part(e.kind, '_', 3) AS action, e.status
+               FROM compensation_events e
+              WHERE e.kind IN ('DOOR_ACCESS_GRANT', 'DOOR_ACCESS_REVOKE', 'AI_ACCESS_GRANT', 'AI_ACCESS_REVOKE')
+         ), pairs AS (
+             SELECT order_id, member, device FROM acc
+             UNION
+             SELECT m.order_id, m.member_id::text, d.device FROM memberships m CROSS JOIN (VALUES ('DOOR'), ('AI')) d (device)
+         ), last AS (
+             SELECT p.order_id, p.member, p.device,
+                    (SELECT max(a.id) FROM acc a WHERE a.order_id = p.order_id AND a.member = p.member
+                        AND a.device = p.device AND a.status = 'SUCCEEDED') AS last_id,
+                    EXISTS (SELECT 1 FROM acc a WHERE a.order_id = p.order_id AND a.member = p.member
+                               AND a.device = p.device AND a.status IN ('PENDING', 'RETRYING')) AS moving
+               FROM pairs p
+         ), judged AS (
+             SELECT l.*, (SELECT a.action FROM acc a WHERE a.id = l.last_id) AS last_action,
+                    EXISTS (SELECT 1 FROM acc a WHERE a.order_id = l.order_id AND a.member = l.member
+                               AND a.device = l.device AND a.status = 'DEAD' AND a.id > coalesce(l.last_id, 0)) AS dead
+               FROM last l
+         )
+         SELECT 'access of member ' || j.member || ' (' || j.device || ') for ' || o.order_no || ': last delivered '
+                || coalesce(j.last_action, 'nothing') || ', but card ' || m.id || ' is ' || m.status
+                || ' held by member ' || m.member_id AS what
+           FROM judged j JOIN orders o ON o.id = j.order_id JOIN memberships m ON m.order_id = j.order_id
+          WHERE NOT j.dead AND NOT j.moving
+            AND (m.member_id::text = j.member AND m.status = 'ACTIVE') <> (j.last_action IS NOT DISTINCT FROM 'GRANT')",
+        // A door or AI-device event given up on is a ticket.
+        "SELECT 'access event ' || e.idempotency_key || ' is DEAD without its ticket' AS what
+           FROM compensation_events e
+          WHERE e.kind IN ('DOOR_ACCESS_GRANT', 'DOOR_ACCESS_REVOKE', 'AI_ACCESS_GRANT', 'AI_ACCESS_REVOKE')
+            AND e.status = 'DEAD'
+            AND NOT EXISTS (SELECT 1 FROM exception_tickets t
+                             WHERE t.kind = 'COMPENSATION_DEAD' AND t.detail->>'eventId' = e.id::text)",
+        // (c) validTo = start + plan days + days frozen, and the days frozen are those of its
+        // freezes that started (RUNNING: its whole days; DONE: the days it kept, an early end
+        // having given the rest back; SCHEDULED and CALLED_OFF count none). `valid_from` is the
+        // card's start: a renewal queued behind a current card starts when that one ends.
+        "SELECT 'card ' || m.id || ' of ' || o.order_no || ': valid from ' || m.valid_from || ' to ' || m.valid_to
+                || ' with a plan of ' || p.duration_days || ' days and ' || m.frozen_days || ' days frozen; its freezes ran '
+                || coalesce(f.days, 0) || ' days' AS what
+           FROM memberships m
+           JOIN orders o ON o.id = m.order_id
+           JOIN membership_plans p ON p.id = m.plan_id
+           LEFT JOIN (SELECT membership_id, sum(until_date - from_date) AS days FROM membership_freezes
+                       WHERE state IN ('RUNNING', 'DONE') GROUP BY membership_id) f ON f.membership_id = m.id
+          WHERE m.valid_to - m.valid_from <> make_interval(days => p.duration_days + m.frozen_days)
+             OR m.frozen_days <> coalesce(f.days, 0)",
+        // A card is FROZEN exactly while one of its freezes runs; a refunded card has nothing
+        // scheduled; the order is its holder's (it passes with the card).
+        "SELECT 'card ' || m.id || ' of ' || o.order_no || ' is ' || m.status || ' with '
+                || count(f.id) FILTER (WHERE f.state = 'RUNNING') || ' running and '
+                || count(f.id) FILTER (WHERE f.state = 'SCHEDULED') || ' scheduled freezes, held by member '
+                || m.member_id || ', its order by member ' || o.member_id AS what
+           FROM memberships m
+           JOIN orders o ON o.id = m.order_id
+           LEFT JOIN membership_freezes f ON f.membership_id = m.id
+          GROUP BY m.id, o.order_no, o.member_id
+         HAVING (m.status = 'FROZEN') <> (count(f.id) FILTER (WHERE f.state = 'RUNNING') = 1)
+             OR count(f.id) FILTER (WHERE f.state = 'RUNNING') > 1
+             OR (m.status = 'REVOKED' AND count(f.id) FILTER (WHERE f.state = 'SCHEDULED') > 0)
+             OR m.member_id <> o.member_id",
+    ];
+    let mut out = vec![];
+    for sql in checks {
+        match diesel::sql_query(sql).load::<Bad>(conn).await {
+            Ok(rows) => out.extend(rows.into_iter().map(|r| r.what)),
+            Err(e) => out.push(format!("check failed to run: {e}: {sql}")),
+        }
+    }
+    out
+}
+
+/// (b) as the door and the AI devices saw it: every call the downstream answered 2xx, in the
+/// order it took them, each idempotency key applied once (a downstream that keeps keys ignores a
+/// redelivery); the last action it applied for each card order, member and device is a GRANT
+/// exactly when the card is that member's and ACTIVE (not judged: a member and device with a DEAD
+/// event decided after the last one applied). And an event recorded delivered reached it.
+pub async fn check_downstream(conn: &mut diesel_async::AsyncPgConnection, calls: &[crate::fakes::Call]) -> Vec<String> {
+    use diesel_async::RunQueryDsl;
+    use std::collections::{BTreeMap, HashMap, HashSet};
+    #[derive(diesel::QueryableByName)]
+    struct Held {
+        #[diesel(sql_type = diesel::sql_types::Text)]
+        order_no: String,
+        #[diesel(sql_type = diesel::sql_types::Text)]
+        holder: String,
+        #[diesel(sql_type = diesel::sql_types::Text)]
+        status: String,
+    }
+    #[derive(diesel::QueryableByName)]
+    struct Ev {
+        #[diesel(sql_type = diesel::sql_types::BigInt)]
+        id: i64,
+        #[diesel(sql_type = diesel::sql_types::Text)]
+        order_no: String,
+        #[diesel(sql_type = diesel::sql_types::Text)]
+        member: String,
+        #[diesel(sql_type = diesel::sql_types::Text)]
+        device: String,
+        #[diesel(sql_type = diesel::sql_types::Text)]
+        status: String,
+        #[diesel(sql_type = diesel::sql_types::Text)]
+        key: String,
+    }
+    let mut out = vec![];
+    let cards: Vec<Held> = match diesel::sql_query(
+        "SELECT o.order_no, m.member_id::text AS holder, m.status FROM memberships m JOIN orders o ON o.id = m.order_id",
+    )
+    .load(conn)
+    .await
+    {
+        Ok(c) => c,
+        Err(e) => return vec![format!("check failed to run: cards: {e}")],
+    };
+    let events: Vec<Ev> = match diesel::sql_query(
+        "SELECT e.id, o.order_no, e.payload->>'memberId' AS member, split_part(e.kind, '_', 1) AS device, e.status,
+                e.idempotency_key AS key
+           FROM compensation_events e JOIN orders o ON o.id = e.order_id
+          WHERE e.kind IN ('DOOR_ACCESS_GRANT', 'DOOR_ACCESS_REVOKE', 'AI_ACCESS_GRANT', 'AI_ACCESS_REVOKE')",
+    )
+    .load(conn)
+    .await
+    {
+        Ok(e) => e,
+        Err(e) => return vec![format!("check failed to run: access events: {e}")],
+    };
+    let held: HashMap<&str, (&str, &str)> = cards
+        .iter()
+        .map(|c| (c.order_no.as_str(), (c.holder.as_str(), c.status.as_str())))
+        .collect();
+    // (order, member, device) -> (action, event id) of the last call applied.
+    let mut applied: BTreeMap<(String, String, String), (String, i64)> = BTreeMap::new();
+    let mut keys: HashSet<String> = HashSet::new();
+    for c in calls.iter().filter(|c| c.body["__ok"] == true) {
+        let b = &c.body;
+        let key = b["idempotencyKey"].as_str().unwrap_or_default().to_string();
+        if !keys.insert(key.clone()) {
+            continue;
+        }
+        let device = key
+            .split(':')
+            .nth(1)
+            .unwrap_or_default()
+            .split('_')
+            .next()
+            .unwrap_or_default();
+        let id: i64 = b["eventId"].as_str().and_then(|s| s.parse().ok()).unwrap_or(0);
+        applied.insert(
+            (
+                b["orderNo"].as_str().unwrap_or_default().to_string(),
+                b["memberId"].as_str().unwrap_or_default().to_string(),
+                device.to_string(),
+            ),
+            (b["action"].as_str().unwrap_or_default().to_string(), id),
+        );
+    }
+    for e in events.iter().filter(|e| e.status == "SUCCEEDED") {
+        if !keys.contains(&e.key) {
+            out.push(format!(
+                "access event {} recorded delivered, but the downstream never took it",
+                e.key
+            ));
+        }
+    }
+    let mut pairs: HashSet<(String, String, String)> = applied.keys().cloned().collect();
+    pairs.extend(
+        events
+            .iter()
+            .map(|e| (e.order_no.clone(), e.member.clone(), e.device.clone())),
+    );
+    for c in &cards {
+        for device in ["DOOR", "AI"] {
+            pairs.insert((c.order_no.clone(), c.holder.clone(), device.to_string()));
+        }
+    }
+    let mut pairs: Vec<_> = pairs.into_iter().collect();
+    pairs.sort();
+    for (order_no, member, device) in pairs {
+        let Some((holder, status)) = held.get(order_no.as_str()) else {
+            continue;
+        };
+        let last = applied.get(&(order_no.clone(), member.clone(), device.clone()));
+        let last_id = last.map(|(_, id)| *id).unwrap_or(0);
+        let dead_after = events.iter().any(|e| {
+            e.order_no == order_no && e.member == member && e.device == device && e.status == "DEAD" && e.id > last_id
+        });
+        if dead_after {
+            continue;
+        }
+        let should = *holder == member && *status == "ACTIVE";
+        let granted = last.is_some_and(|(a, _)| a == "GRANT");
+        if should != granted {
+            out.push(format!(
+                "the downstream's {device} access of member {member} for {order_no} is {}, but the card is {status} held by member {holder}",
+                last.map(|(a, _)| a.as_str()).unwrap_or("nothing")
+            ));
         }
     }
     out
@@ -261,10 +547,16 @@ pub async fn check_prepaid(conn: &mut diesel_async::AsyncPgConnection) -> Vec<St
                    + (SELECT coalesce(sum(o.amount_cents - CASE
                          WHEN o.kind = 'CLASS_PACK' THEN CASE WHEN o.sessions_used >= o.sessions_total THEN o.amount_cents
                                                              ELSE o.amount_cents / o.sessions_total * o.sessions_used END
-                         ELSE CASE WHEN $2 - (m.valid_from AT TIME ZONE 'Asia/Shanghai')::date + 1 >= o.plan_days THEN o.amount_cents
-                                   ELSE o.amount_cents / o.plan_days * greatest(0, $2 - (m.valid_from AT TIME ZONE 'Asia/Shanghai')::date + 1) END
+                         ELSE CASE WHEN u.days >= o.plan_days THEN o.amount_cents
+                                   ELSE o.amount_cents / o.plan_days * greatest(0, u.days) END
                          END), 0)
                         FROM orders o LEFT JOIN memberships m ON m.order_id = o.id
+                        -- a card's days used through today: its dates from its first, without
+                        -- those frozen (freezes that started; a date frozen earns nothing)
+                        CROSS JOIN LATERAL (SELECT $2 - (m.valid_from AT TIME ZONE 'Asia/Shanghai')::date + 1
+                               - coalesce((SELECT sum(greatest(0, least(f.until_date, $2 + 1) - f.from_date))
+                                             FROM membership_freezes f
+                                            WHERE f.membership_id = m.id AND f.state IN ('RUNNING', 'DONE')), 0) AS days) u
                        WHERE o.store_id = $1 AND o.status IN ('PAID', 'CONSUMING', 'CONSUMED')
                          AND (o.kind = 'MEMBERSHIP' OR (o.kind = 'CLASS_PACK' AND o.sessions_total > 1))))::bigint AS v",
         )
@@ -298,6 +590,42 @@ async fn the_invariant_checker_catches_broken_books() {
         )
         .await;
     let no = placed["order"]["orderNo"].as_str().unwrap().to_string();
+    // A card, frozen from today for a moment and unfrozen (its day frozen counts), and a second
+    // one transferred to another member for a fee.
+    let card_no = app
+        .buy(&s.member, &s.store, json!({"membershipPlanId": s.plan}), "WALLET")
+        .await;
+    let card = app.order(&card_no).await["membership"]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let today = chrono::Utc::now()
+        .with_timezone(&app.state.config.timezone)
+        .date_naive();
+    app.admin(
+        "mutation($id: ID!, $from: Date!) { freezeMembership(id: $id, from: $from, days: 3, reason: \"trip\") { id } }",
+        json!({"id": card, "from": today.to_string()}),
+    )
+    .await;
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    app.admin(
+        "mutation($id: ID!) { unfreezeMembership(id: $id) { id } }",
+        json!({"id": card}),
+    )
+    .await;
+    let friend = app.new_member(&s.store, 0).await;
+    let gift_no = app
+        .buy(&s.member, &s.store, json!({"membershipPlanId": s.plan}), "WALLET")
+        .await;
+    let gift = app.order(&gift_no).await["membership"]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    app.admin(
+        "mutation($id: ID!, $to: ID!) { transferMembership(id: $id, toMemberId: $to, feeCents: 500, reason: \"gift\") { id } }",
+        json!({"id": gift, "to": friend}),
+    )
+    .await;
     let mut conn = <diesel_async::AsyncPgConnection as diesel_async::AsyncConnection>::establish(&app.db_url)
         .await
         .unwrap();
@@ -307,14 +635,16 @@ async fn the_invariant_checker_catches_broken_books() {
         .await
         .unwrap();
     let mut provider = Provider::default();
+    let found = check_invariants(&mut conn, &provider, &[]).await;
     assert!(
-        check_invariants(&mut conn, &provider, &[]).await.is_empty(),
-        "a clean book has no violations"
+        found.is_empty(),
+        "a clean book has no violations:\n{}",
+        found.join("\n")
     );
     // Now break it, one invariant at a time (each in a transaction rolled back afterwards), and
     // each check must see its own breakage: all nine checks of the books, the two of prepaid
-    // money, and the lost callback.
-    let breakages: [(&str, &[&str]); 11] = [
+    // money, the five of the cards (two ways each for access and validity), and the lost callback.
+    let breakages: [(&str, &[&str]); 18] = [
         (
             "illegal step in",
             &[
@@ -325,7 +655,7 @@ async fn the_invariant_checker_catches_broken_books() {
         ("payments of", &["ALTER TABLE payments DISABLE TRIGGER ALL", "DELETE FROM payments"]),
         (
             "sessions of",
-            &["ALTER TABLE orders DISABLE TRIGGER USER", "UPDATE orders SET sessions_used = 1"],
+            &["ALTER TABLE orders DISABLE TRIGGER USER", "UPDATE orders SET sessions_used = 1 WHERE kind <> 'MEMBERSHIP'"],
         ),
         (
             "differs from its ledger",
@@ -360,6 +690,50 @@ async fn the_invariant_checker_catches_broken_books() {
             "over the total",
             &["INSERT INTO prepaid_rules (store_id, preset, total_max_cents, cooling_off_days, refund_within_working_days, set_by, trace_id)
                SELECT id, 'CUSTOM', 1, 0, 5, 'broken', 'broken' FROM stores"],
+        ),
+        // The cards' books (issue 36).
+        (
+            "while its card",
+            // A check-in in the moment the card was frozen.
+            &["INSERT INTO check_ins (order_id, consume_txn_no, sessions, remaining_after, actor, trace_id, at)
+               SELECT m.order_id, 'broken', 0, 0, 'broken', 'broken', e.at + interval '150 milliseconds'
+                 FROM memberships m JOIN membership_events e ON e.membership_id = m.id
+                WHERE e.from_status = 'ACTIVE' AND e.to_status = 'FROZEN'"],
+        ),
+        (
+            "access of member",
+            // The grants after the freeze never made: the door still refuses an active card.
+            &[
+                "ALTER TABLE compensation_events DISABLE TRIGGER ALL",
+                "DELETE FROM compensation_events WHERE idempotency_key LIKE '%:DOOR_ACCESS_GRANT:FREEZE-%'",
+            ],
+        ),
+        (
+            "access of member",
+            // The old holder of a transferred card keeps the door.
+            &[
+                "ALTER TABLE compensation_events DISABLE TRIGGER ALL",
+                "DELETE FROM compensation_events WHERE idempotency_key LIKE '%:AI_ACCESS_REVOKE:TRANSFER'",
+            ],
+        ),
+        (
+            "DEAD without its ticket",
+            &[
+                "ALTER TABLE compensation_events DISABLE TRIGGER ALL",
+                "UPDATE compensation_events SET status = 'DEAD' WHERE idempotency_key LIKE '%:AI_ACCESS_GRANT:FREEZE-%'",
+            ],
+        ),
+        (
+            "days frozen; its freezes ran",
+            &["UPDATE memberships SET valid_to = valid_to + interval '1 day'"],
+        ),
+        (
+            "days frozen; its freezes ran",
+            &["UPDATE membership_freezes SET until_date = until_date + 1, ends_at = ends_at + interval '1 day'"],
+        ),
+        (
+            "running and",
+            &["UPDATE memberships SET status = 'FROZEN' WHERE transferred_at IS NULL AND frozen_days > 0"],
         ),
         (
             "ends today at",
@@ -431,6 +805,48 @@ async fn the_invariant_checker_catches_broken_books() {
     let found = check_invariants(&mut conn, &clean, &[finished]).await.join("\n");
     assert!(!found.contains("has not finished it"), "{found}");
     diesel::sql_query("ROLLBACK").execute(&mut conn).await.unwrap();
+    // The door and the AI devices as the downstream saw them: every access event delivered once,
+    // in order, is clean; the last grant after the freeze lost, or a delivery recorded that the
+    // downstream never took, is not.
+    #[derive(diesel::QueryableByName)]
+    struct Delivered {
+        #[diesel(sql_type = diesel::sql_types::Jsonb)]
+        body: serde_json::Value,
+    }
+    let delivered: Vec<Delivered> = diesel::sql_query(
+        "SELECT jsonb_build_object('eventId', id::text, 'orderNo', payload->>'orderNo', 'memberId', payload->>'memberId',
+                                   'action', split_part(kind, '_', 3), 'idempotencyKey', idempotency_key, '__ok', true) AS body
+           FROM compensation_events WHERE kind LIKE '%ACCESS%' ORDER BY id",
+    )
+    .load(&mut conn)
+    .await
+    .unwrap();
+    let calls: Vec<crate::fakes::Call> = delivered
+        .into_iter()
+        .map(|d| crate::fakes::Call {
+            body: d.body,
+            trace_id: None,
+        })
+        .collect();
+    let found = check_downstream(&mut conn, &calls).await;
+    assert!(found.is_empty(), "{}", found.join("\n"));
+    // Delivered twice, the second time long after: the first delivery of a key is what counts.
+    let mut twice = calls.clone();
+    twice.push(calls[0].clone());
+    assert!(check_downstream(&mut conn, &twice).await.is_empty());
+    let lost: Vec<_> = calls
+        .iter()
+        .filter(|c| {
+            !c.body["idempotencyKey"]
+                .as_str()
+                .unwrap()
+                .contains(":DOOR_ACCESS_GRANT:FREEZE-")
+        })
+        .cloned()
+        .collect();
+    let found = check_downstream(&mut conn, &lost).await.join("\n");
+    assert!(found.contains("the downstream's DOOR access of member"), "{found}");
+    assert!(found.contains("the downstream never took it"), "{found}");
     // A payment the provider took that never reached fitorder.
     provider.paid.insert((no.clone(), "T-never-sent".into()), 100);
     let found = check_invariants(&mut conn, &provider, &[]).await.join("\n");
@@ -438,4 +854,11 @@ async fn the_invariant_checker_catches_broken_books() {
         found.contains("never processed"),
         "the checker missed a lost callback:\n{found}"
     );
+}
+
+/// One text column, for the chaos run's report of what never settled.
+#[derive(diesel::QueryableByName)]
+pub struct Text {
+    #[diesel(sql_type = diesel::sql_types::Text)]
+    pub v: String,
 }

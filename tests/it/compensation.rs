@@ -497,16 +497,23 @@ async fn a_running_worker_works_through_a_backlog_batch_after_batch_and_stops_ho
     let app = app_with(&fake, 5, 5000).await;
     let (_, no) = paid_order(&app).await;
     let mut c = app.conn().await;
-    // The bulk rows name the order in their payload but belong to no order row: one order's
-    // access events are claimed one after another (README "Membership operations"), and this
-    // test is about the race of two claimers over many independent events.
+    // One event per order, on 398 more orders copied from the paid one (born WAIT_PAY): one
+    // order's access events are claimed one after another (README "Membership operations"),
+    // and this test is about a worker working through independent events.
     diesel_async::RunQueryDsl::execute(
         diesel::sql_query(format!(
-            "INSERT INTO compensation_events (order_id, kind, max_attempts, payload, idempotency_key, trace_id)
-             SELECT NULL, 'DOOR_ACCESS_GRANT', 5,
-                    jsonb_build_object('orderNo', o.order_no, 'memberId', o.member_id::text, 'storeId', o.store_id::text, 'action', 'GRANT'),
-                    'backlog-' || g, 'backlog'
-               FROM orders o, generate_series(1, 398) g WHERE o.order_no = '{no}'"
+            "WITH copies AS (
+                 INSERT INTO orders (member_id, store_id, kind, item_name, class_pack_id, amount_cents,
+                                     payment_method, sessions_total, trace_id, idempotency_key, request_hash)
+                 SELECT o.member_id, o.store_id, o.kind, o.item_name, o.class_pack_id, o.amount_cents,
+                        o.payment_method, o.sessions_total, 'backlog', 'backlog-' || g, 'backlog'
+                   FROM orders o, generate_series(1, 398) g WHERE o.order_no = '{no}'
+                 RETURNING id, order_no, member_id, store_id, idempotency_key)
+             INSERT INTO compensation_events (order_id, kind, max_attempts, payload, idempotency_key, trace_id)
+             SELECT id, 'DOOR_ACCESS_GRANT', 5,
+                    jsonb_build_object('orderNo', order_no, 'memberId', member_id::text, 'storeId', store_id::text, 'action', 'GRANT'),
+                    idempotency_key, 'backlog'
+               FROM copies"
         )),
         &mut c,
     )

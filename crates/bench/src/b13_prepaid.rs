@@ -644,11 +644,13 @@ fn ledger_seed_sql(n: i64, m: i64) -> String {
          UPDATE orders o SET status = 'PAID', paid_at = b.paid_at, updated_at = b.paid_at,
                 provider_txn_id = CASE WHEN b.method IN ('WECHAT_PAY', 'ALIPAY') THEN '42' || lpad(b.g::text, 26, '0') END
            FROM b13_orders b WHERE b.order_id = o.id;
-         INSERT INTO memberships (member_id, store_id, plan_id, order_id, status, valid_from, valid_to, created_at, ended_at)
-         SELECT b.member_id, s.id, b.plan_id, b.order_id, CASE WHEN b.refunded THEN 'REVOKED' ELSE 'ACTIVE' END,
-                b.paid_at, b.paid_at + b.days * interval '1 day', b.paid_at,
-                CASE WHEN b.refunded THEN b.paid_at + interval '2 days' END
+         INSERT INTO memberships (member_id, store_id, plan_id, order_id, status, valid_from, valid_to, created_at)
+         SELECT b.member_id, s.id, b.plan_id, b.order_id, 'ACTIVE',
+                b.paid_at, b.paid_at + b.days * interval '1 day', b.paid_at
            FROM b13_orders b, stores s WHERE s.code = 'BENCH-B13L' AND b.kind = 'MEMBERSHIP' ORDER BY b.g;
+         -- Cards are born ACTIVE (the status trigger); the refunded ones' are revoked after.
+         UPDATE memberships m SET status = 'REVOKED', ended_at = b.paid_at + interval '2 days'
+           FROM b13_orders b WHERE b.order_id = m.order_id AND b.kind = 'MEMBERSHIP' AND b.refunded;
          INSERT INTO wallet_ledger (member_id, kind, balance_delta, frozen_delta, reference, actor, trace_id, created_at)
          SELECT mm.id, 'TOP_UP', 300000, 0, 'b13l-top-up-1', 'member:' || mm.id, 'bench-seed',
                 {t0} + mm.m * interval '90 days' / {n} - interval '1 hour'

@@ -11,7 +11,7 @@ let browser;
 
 before(async () => {
   // GraphiQL loads the schema before a token is pasted: outside development mode that is
-  // FITORDER_PUBLIC_INTROSPECTION=1 (README, Security).
+  // FITORDER_PUBLIC_INTROSPECTION=1 (docs/security.md).
   server = await startServer({ FITORDER_PUBLIC_INTROSPECTION: '1' });
   browser = await launchChromium([
     // Anything that is not loopback resolves to nothing, even if a route were missed.

@@ -34,7 +34,7 @@ before(async () => {
   mkdirSync(keys, { recursive: true });
   sandbox = await startSandbox(keys);
   // One demo member places every order of these flows: the open-order cap and the placing rate
-  // (README, limits of the business) are lifted for it. The scan interval of 1 s runs the
+  // (docs/security.md, "Limits of the business") are lifted for it. The scan interval of 1 s runs the
   // scheduler's `refund:overdue` sweep every 10 s (ten scans) instead of every 10 minutes.
   server = await startServer({ ...sandbox.env, ...downstreamEnv, FITORDER_MAX_OPEN_ORDERS: '1000', FITORDER_PLACE_RATE: '10000',
     FITORDER_SCAN_INTERVAL: '1s' });

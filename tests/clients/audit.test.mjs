@@ -1,13 +1,13 @@
 // The GraphQL-over-HTTP specification's own audit (npm graphql-http, `serverAudits`) against a
 // real fitorder server with an admin token: no MUST and no SHOULD may fail. The MAY audits
-// that fail ("notices") are listed here and in README.md ("GraphQL over HTTP"), each with why.
+// that fail ("notices") are listed here and in docs/http.md ("GraphQL over HTTP"), each with why.
 
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { serverAudits } from 'graphql-http';
 import { startServer } from '../../playground/tests/support.mjs';
 
-/** MAY audits fitorder does not follow, by id (README.md says why for each). */
+/** MAY audits fitorder does not follow, by id (docs/http.md says why for each). */
 export const NOTICES = {};
 
 let server;
@@ -38,7 +38,7 @@ test('graphql-http serverAudits: 0 MUST and 0 SHOULD failures', { timeout: 12000
   assert.deepEqual(
     notices.map((r) => r.id).sort(),
     Object.keys(NOTICES).sort(),
-    `the MAY audits that fail are the ones README.md names:\n${notices.map(report).join('\n')}`,
+    `the MAY audits that fail are the ones docs/http.md names:\n${notices.map(report).join('\n')}`,
   );
   assert.ok(results.length >= 60, `${results.length} audits ran`);
   console.log(`graphql-http ${results.length} audits: ${results.filter((r) => r.status === 'ok').length} ok, ${notices.length} notices`);

@@ -6,43 +6,151 @@ use std::process::ExitCode;
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-use anyhow::{bail, Context, Result};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{bail, Result};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use fitorder::auth::{issue_token, Role};
-use fitorder::config::{Config, ENV_HELP};
+use fitorder::config::Config;
 use fitorder::domain::Provider;
 use fitorder::server::{self, ServeOptions};
+use secrecy::ExposeSecret;
 
-const USAGE: &str = "\
-fitorder: the order backend of a chain of AI fitness studios
+/// fitorder: the order backend of a chain of AI fitness studios.
+///
+/// Every setting is an environment variable and a flag before the command (`fitorder
+/// --order-timeout 5m serve`); the variables are listed below with their defaults
+/// (docs/configuration.md has the same table).
+#[derive(Parser)]
+#[command(name = "fitorder", version, max_term_width = 110)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    #[command(flatten)]
+    config: Config,
+}
 
-Usage:
-  fitorder [serve] [--no-workers] [--dev]
-                                    API, workers and scheduler (default); --dev: development
-                                    mode (demo data, dev tokens, the provider sandbox) on
-                                    DATABASE_URL — implied when DATABASE_URL is unset
-  fitorder worker [--dev]           workers and scheduler only
-  fitorder migrate                  apply database migrations
-  fitorder token --role R --sub S [--stores a,b] [--ttl 1h]
-                                    print a JWT (role: member, admin, ops)
-  fitorder seed                     demo stores, members, catalog
-  fitorder reconcile --provider wechatpay|alipay --date YYYY-MM-DD [--file F]
-  fitorder alerts [--replay-dead]   recent alerts and their deliveries; send DEAD ones again
-  fitorder schema                   print the GraphQL schema (SDL)
-  fitorder simulate-payment --order NO [--provider wechatpay|alipay] [--amount CENTS] [--txn ID] [--url URL]
-                                    sign a payment notification with the dev keys and send it
-  fitorder sandbox-provider [--addr 127.0.0.1:8090] [--keys .fitorder/dev-keys]
-                                    play WeChat Pay and Alipay on loopback with the dev keys; prints
-                                    the settings (KEY=VALUE) that point a fitorder at it
-";
+#[derive(Subcommand)]
+enum Command {
+    /// API, workers and scheduler (the default).
+    Serve {
+        /// An API-only instance: no outbox workers, no scheduler.
+        #[arg(long)]
+        no_workers: bool,
+        /// Development mode (demo data, dev tokens, the provider sandbox) on `DATABASE_URL`;
+        /// implied when `DATABASE_URL` is unset.
+        #[arg(long)]
+        dev: bool,
+    },
+    /// Workers and scheduler only.
+    Worker {
+        /// Development mode, as for `serve`.
+        #[arg(long)]
+        dev: bool,
+    },
+    /// Apply the database migrations.
+    Migrate,
+    /// Print a JWT signed with `FITORDER_JWT_SECRET`.
+    Token {
+        /// member, admin or ops.
+        #[arg(long, value_parser = role)]
+        role: Role,
+        #[arg(long)]
+        sub: String,
+        /// Store ids, comma-separated (a store-limited admin).
+        #[arg(long, value_delimiter = ',')]
+        stores: Option<Vec<String>>,
+        /// Lifetime (humantime), at most a year.
+        #[arg(long, value_parser = ttl, default_value = "1h")]
+        ttl: Duration,
+    },
+    /// Demo stores, members, catalog (idempotent).
+    Seed,
+    /// Reconcile one provider's bill of one day; exits non-zero when the run failed.
+    Reconcile {
+        #[arg(long, value_parser = provider)]
+        provider: Provider,
+        /// YYYY-MM-DD.
+        #[arg(long)]
+        date: chrono::NaiveDate,
+        /// The bill to read (default: `FITORDER_STATEMENT_DIR`, else fetched).
+        #[arg(long)]
+        file: Option<PathBuf>,
+    },
+    /// Recent alerts and their deliveries.
+    Alerts {
+        /// Send DEAD deliveries again (a running worker picks them up).
+        #[arg(long)]
+        replay_dead: bool,
+    },
+    /// Print the GraphQL schema (SDL).
+    Schema,
+    /// Sign a payment notification with the dev keys and send it to a running server.
+    SimulatePayment {
+        #[arg(long)]
+        order: String,
+        #[arg(long, value_parser = provider, default_value = "wechatpay")]
+        provider: Provider,
+        /// In cents (default: what the server says the order wants paid online).
+        #[arg(long)]
+        amount: Option<i64>,
+        /// The provider's transaction id (default: made up).
+        #[arg(long)]
+        txn: Option<String>,
+        /// The server (default: `http://` and `FITORDER_ADDR`).
+        #[arg(long)]
+        url: Option<String>,
+    },
+    /// Play WeChat Pay and Alipay on loopback with the dev keys; prints the settings
+    /// (KEY=VALUE) that point a fitorder at it.
+    SandboxProvider {
+        #[arg(long, default_value = "127.0.0.1:8090")]
+        addr: String,
+        #[arg(long, default_value = ".fitorder/dev-keys")]
+        keys: PathBuf,
+    },
+}
+
+fn role(raw: &str) -> Result<Role, String> {
+    Role::parse(raw).ok_or_else(|| format!("unknown role {raw:?} (member, admin, ops)"))
+}
+
+fn provider(raw: &str) -> Result<Provider, String> {
+    Provider::from_short_name(raw).ok_or_else(|| format!("unknown provider {raw:?} (wechatpay, alipay)"))
+}
+
+fn ttl(raw: &str) -> Result<Duration, String> {
+    let ttl = humantime::parse_duration(raw).map_err(|_| format!("{raw:?} is not a duration like 1h"))?;
+    if ttl.as_secs() > fitorder::auth::MAX_TOKEN_LIFETIME_SECS as u64 {
+        return Err(format!("{raw:?} is longer than a year: such a token would be refused"));
+    }
+    Ok(ttl)
+}
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    if args.iter().any(|a| a == "--help" || a == "-h" || a == "help") {
-        print!("{USAGE}\n{ENV_HELP}");
-        return ExitCode::SUCCESS;
-    }
-    fitorder::logging::init(fitorder::logging::LogFormat::from_env());
-    match run(args) {
+    // The settings' variables as the one definition names them, a blank one counting as unset.
+    let cmd = fitorder::config::reference::reading_env(Cli::command());
+    let matches = match cmd.try_get_matches() {
+        Ok(m) => m,
+        Err(e) if e.use_stderr() => {
+            let e = match e.kind() {
+                clap::error::ErrorKind::ValueValidation | clap::error::ErrorKind::InvalidValue => {
+                    fitorder::config::reference::explain(e)
+                }
+                _ => e.exit(),
+            };
+            eprintln!("fitorder: {e:#}");
+            return ExitCode::from(2);
+        }
+        Err(e) => e.exit(),
+    };
+    let cli = match Cli::from_arg_matches(&matches) {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
+    fitorder::logging::init(fitorder::logging::LogFormat::or_by_terminal(cli.config.log_format));
+    match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("fitorder: {e:#}");
@@ -51,75 +159,63 @@ fn main() -> ExitCode {
     }
 }
 
-fn flag(args: &[String], name: &str) -> Option<String> {
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1).cloned())
-        .or_else(|| {
-            let prefix = format!("{name}=");
-            args.iter().find_map(|a| a.strip_prefix(&prefix).map(str::to_string))
-        })
-}
-
-fn run(args: Vec<String>) -> Result<()> {
-    let command = args
-        .first()
-        .map(String::as_str)
-        .filter(|a| !a.starts_with('-'))
-        .unwrap_or("serve");
-    let rest = if args.first().is_some_and(|a| !a.starts_with('-')) {
-        &args[1..]
-    } else {
-        &args[..]
-    };
+fn run(cli: Cli) -> Result<()> {
+    let command = cli.command.unwrap_or(Command::Serve {
+        no_workers: false,
+        dev: false,
+    });
     match command {
-        "simulate-payment" => {
-            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-            rt.block_on(simulate_payment(Config::from_env()?, rest))
+        Command::Schema => {
+            print!("{}", fitorder::graphql::sdl());
+            Ok(())
         }
-        "sandbox-provider" => {
+        Command::SandboxProvider { addr, keys } => {
             let rt = tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(2)
                 .enable_all()
                 .build()?;
-            rt.block_on(sandbox_provider(rest))
+            rt.block_on(sandbox_provider(addr, keys))
         }
-        "schema" => {
-            print!("{}", fitorder::graphql::sdl());
+        Command::SimulatePayment {
+            order,
+            provider,
+            amount,
+            txn,
+            url,
+        } => {
+            let config = cli.config.resolve()?;
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+            rt.block_on(simulate_payment(config, order, provider, amount, txn, url))
+        }
+        Command::Token { role, sub, stores, ttl } => {
+            let config = cli.config.resolve()?;
+            println!(
+                "{}",
+                issue_token(config.jwt_secret.expose_secret(), role, &sub, stores, ttl)
+            );
             Ok(())
         }
-        "token" => {
-            let config = Config::from_env()?;
-            let role = flag(rest, "--role").context("--role is required (member, admin, ops)")?;
-            let role = Role::parse(&role).with_context(|| format!("unknown role {role:?}"))?;
-            let sub = flag(rest, "--sub").context("--sub is required")?;
-            let stores = flag(rest, "--stores").map(|s| s.split(',').map(|x| x.trim().to_string()).collect());
-            let ttl = match flag(rest, "--ttl") {
-                Some(t) => {
-                    let ttl = humantime::parse_duration(&t).with_context(|| format!("--ttl {t:?}"))?;
-                    anyhow::ensure!(
-                        ttl.as_secs() <= fitorder::auth::MAX_TOKEN_LIFETIME_SECS as u64,
-                        "--ttl {t:?} is longer than a year: such a token would be refused"
-                    );
-                    ttl
-                }
-                None => std::time::Duration::from_secs(3600),
-            };
-            println!("{}", issue_token(&config.jwt_secret, role, &sub, stores, ttl));
-            Ok(())
-        }
-        "serve" | "worker" | "migrate" | "seed" | "reconcile" | "alerts" => {
-            let mut config = Config::from_env()?;
+        command => {
+            let mut config = cli.config.resolve()?;
             // Development mode on a database of one's own (the private cluster implies it).
-            config.dev_mode = rest.iter().any(|a| a == "--dev");
+            config.dev_mode = matches!(
+                command,
+                Command::Serve { dev: true, .. } | Command::Worker { dev: true }
+            );
             let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
             rt.block_on(async move {
                 match command {
-                    "serve" => {
-                        let workers = !rest.iter().any(|a| a == "--no-workers");
-                        server::run(config, ServeOptions { http: true, workers }).await
+                    Command::Serve { no_workers, .. } => {
+                        server::run(
+                            config,
+                            ServeOptions {
+                                http: true,
+                                workers: !no_workers,
+                            },
+                        )
+                        .await
                     }
-                    "worker" => {
+                    Command::Worker { .. } => {
                         server::run(
                             config,
                             ServeOptions {
@@ -129,7 +225,7 @@ fn run(args: Vec<String>) -> Result<()> {
                         )
                         .await
                     }
-                    "migrate" => {
+                    Command::Migrate => {
                         let (url, dev) = server::resolve_database(&config).await?;
                         let r = fitorder::db::migrate(&url).await;
                         if let Some(dev) = dev {
@@ -137,7 +233,7 @@ fn run(args: Vec<String>) -> Result<()> {
                         }
                         r
                     }
-                    "seed" => {
+                    Command::Seed => {
                         let (url, dev) = server::resolve_database(&config).await?;
                         let r = async {
                             fitorder::db::migrate(&url).await?;
@@ -160,23 +256,23 @@ fn run(args: Vec<String>) -> Result<()> {
                         }
                         r
                     }
-                    "alerts" => alerts(config, rest).await,
-                    _ => reconcile(config, rest).await,
+                    Command::Alerts { replay_dead } => alerts(config, replay_dead).await,
+                    Command::Reconcile { provider, date, file } => reconcile(config, provider, date, file).await,
+                    _ => bail!("unreachable: handled above"),
                 }
             })
         }
-        other => bail!("unknown command {other:?}\n\n{USAGE}"),
     }
 }
 
 /// `fitorder alerts [--replay-dead]`: the last 30 alerts with their deliveries; DEAD deliveries
 /// sent again (a running worker picks them up).
-async fn alerts(config: Config, rest: &[String]) -> Result<()> {
+async fn alerts(config: Config, replay_dead: bool) -> Result<()> {
     let (url, dev) = server::resolve_database(&config).await?;
     let result = async {
         let pool = fitorder::db::pool(&url, 1)?;
         let mut conn = pool.get().await?;
-        if rest.iter().any(|a| a == "--replay-dead") {
+        if replay_dead {
             let ctx = fitorder::domain::Ctx {
                 actor: fitorder::domain::Actor::system("alerts --replay-dead"),
                 trace: fitorder::trace::TraceId::new(),
@@ -203,13 +299,8 @@ async fn alerts(config: Config, rest: &[String]) -> Result<()> {
 
 /// `fitorder reconcile --provider wechatpay|alipay --date YYYY-MM-DD [--file F]`: prints what it
 /// does as it goes, and exits non-zero when the run failed.
-async fn reconcile(config: Config, rest: &[String]) -> Result<()> {
+async fn reconcile(config: Config, provider: Provider, date: chrono::NaiveDate, file: Option<PathBuf>) -> Result<()> {
     use std::io::Write;
-    let provider = flag(rest, "--provider").context("--provider wechatpay|alipay is required")?;
-    let provider = Provider::from_short_name(&provider).with_context(|| format!("unknown provider {provider:?}"))?;
-    let date = flag(rest, "--date").context("--date YYYY-MM-DD is required")?;
-    let date = chrono::NaiveDate::parse_from_str(&date, "%Y-%m-%d").with_context(|| format!("--date {date:?}"))?;
-    let file = flag(rest, "--file").map(std::path::PathBuf::from);
     let path = file
         .clone()
         .unwrap_or_else(|| fitorder::reconciliation::statement_path(&config.statement_dir, provider, date));
@@ -261,12 +352,10 @@ async fn reconcile(config: Config, rest: &[String]) -> Result<()> {
 /// The development sandbox on its own: WeChat Pay and Alipay over HTTP with the dev keys of
 /// `--keys`, until SIGINT or SIGTERM. Standard output gets the settings for fitorder, one
 /// `KEY=VALUE` a line (`set -a; . file` reads them), then `# ready`.
-async fn sandbox_provider(rest: &[String]) -> Result<()> {
+async fn sandbox_provider(addr: String, dir: PathBuf) -> Result<()> {
     use fitorder::dev::devkeys::{dev_sandbox_keys, DevKeys};
     use fitorder::dev::sandbox_server::SandboxProvider;
     use std::io::Write;
-    let addr = flag(rest, "--addr").unwrap_or_else(|| "127.0.0.1:8090".into());
-    let dir = std::path::PathBuf::from(flag(rest, "--keys").unwrap_or_else(|| ".fitorder/dev-keys".into()));
     let keys = tokio::task::spawn_blocking(move || DevKeys::ensure(&dir)).await??;
     let sandbox = SandboxProvider::start(dev_sandbox_keys(&keys), &addr).await?;
     let mut out = std::io::stdout().lock();
@@ -291,21 +380,23 @@ async fn sandbox_provider(rest: &[String]) -> Result<()> {
 
 /// Pays an order the way the provider would: a notification signed (and for WeChat Pay,
 /// encrypted) with the dev keys of `./.fitorder/dev-keys`, sent to the running server.
-async fn simulate_payment(config: Config, rest: &[String]) -> Result<()> {
-    let order_no = flag(rest, "--order").context("--order <orderNo> is required")?;
-    let provider = match flag(rest, "--provider") {
-        Some(name) => Provider::from_short_name(&name).context("--provider wechatpay|alipay")?,
-        None => Provider::WechatPay,
-    };
-    let base = flag(rest, "--url").unwrap_or_else(|| format!("http://{}", config.addr));
+async fn simulate_payment(
+    config: Config,
+    order_no: String,
+    provider: Provider,
+    amount: Option<i64>,
+    txn: Option<String>,
+    url: Option<String>,
+) -> Result<()> {
+    let base = url.unwrap_or_else(|| format!("http://{}", config.addr));
     let keys = fitorder::dev::devkeys::DevKeys::ensure(std::path::Path::new(".fitorder/dev-keys"))?;
     let http = reqwest::Client::new();
-    let amount: i64 = match flag(rest, "--amount") {
-        Some(a) => a.parse().context("--amount is in cents")?,
+    let amount: i64 = match amount {
+        Some(a) => a,
         None => {
             // Ask the server what the order wants paid online.
             let token = issue_token(
-                &config.jwt_secret,
+                config.jwt_secret.expose_secret(),
                 Role::Admin,
                 "simulator",
                 None,
@@ -326,7 +417,7 @@ async fn simulate_payment(config: Config, rest: &[String]) -> Result<()> {
             o["amountCents"].as_i64().unwrap_or(0) - o["walletAmountCents"].as_i64().unwrap_or(0)
         }
     };
-    let txn = flag(rest, "--txn").unwrap_or_else(|| format!("42{}", chrono::Utc::now().format("%Y%m%d%H%M%S%6f")));
+    let txn = txn.unwrap_or_else(|| format!("42{}", chrono::Utc::now().format("%Y%m%d%H%M%S%6f")));
     let resp = if provider == Provider::WechatPay {
         let w = keys.wechat();
         let n = w.notification(

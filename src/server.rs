@@ -1,6 +1,7 @@
 //! Wiring: find or start the database, migrate, serve HTTP, run the background tasks, shut
 //! down cleanly on SIGTERM/SIGINT.
 
+use crate::config::ExposeSecret;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -16,7 +17,7 @@ use crate::dev::dev_pg::DevPostgres;
 /// (started here, stopped by the returned handle's `stop`).
 pub async fn resolve_database(config: &Config) -> Result<(String, Option<Arc<DevPostgres>>)> {
     if let Some(url) = &config.database_url {
-        return Ok((url.clone(), None));
+        return Ok((url.to_string(), None));
     }
     let dev = tokio::task::spawn_blocking(|| DevPostgres::ensure(Path::new("./.fitorder/pg")))
         .await?
@@ -70,9 +71,21 @@ pub async fn run(config: Config, opts: ServeOptions) -> Result<()> {
     result
 }
 
+/// A process's shared state, built in this one place for `serve`, `worker` and the tests'
+/// `TestApp`: the providers' keys, the pool, the LISTEN connection.
+pub fn app_state(config: Config, url: &str) -> Result<AppState> {
+    let keys = crate::payments::keys::ProviderKeys::load(&config)?;
+    let pool = db::pool_with(url, config.db_pool_size, config.statement_timeout)?;
+    // LISTEN needs a session of its own: behind PgBouncer in transaction pooling it goes to the
+    // database directly (FITORDER_LISTEN_DATABASE_URL).
+    let direct = config.listen_database_url.as_deref().unwrap_or(url).to_string();
+    let events = crate::events::EventHub::start(direct, pool.clone());
+    Ok(AppState::with_keys(pool, config, keys, events, url.to_string()))
+}
+
 async fn run_with_database(config: Config, opts: ServeOptions, url: &str, dev_mode: bool) -> Result<()> {
     // Migrations hold a session-level advisory lock: on the direct connection too.
-    let direct = config.listen_database_url.clone().unwrap_or_else(|| url.to_string());
+    let direct = config.listen_database_url.as_deref().unwrap_or(url).to_string();
     db::migrate(&direct).await?;
     let mut config = config;
     // Development mode: the private cluster of `cargo run`, or an explicit `--dev`. Anywhere
@@ -85,7 +98,7 @@ async fn run_with_database(config: Config, opts: ServeOptions, url: &str, dev_mo
          needs the same secret; set it (or run with --dev on a database of your own)"
     );
     if !dev_mode {
-        crate::config::check_jwt_secret(&config.jwt_secret)?;
+        crate::config::check_jwt_secret(config.jwt_secret.expose_secret())?;
     }
     config.keep_dev_secret();
     config.check_public_url()?;
@@ -122,12 +135,7 @@ async fn run_with_database(config: Config, opts: ServeOptions, url: &str, dev_mo
     }
     // The configuration in effect (its `Debug` shows no secret).
     tracing::info!(config = ?config, "configuration");
-    let keys = crate::payments::keys::ProviderKeys::load(&config)?;
-    let pool = db::pool_with(url, config.db_pool_size, config.statement_timeout)?;
-    // LISTEN needs a session of its own: behind PgBouncer in transaction pooling it goes to the
-    // database directly (FITORDER_LISTEN_DATABASE_URL).
-    let events = crate::events::EventHub::start(direct, pool.clone());
-    let state = AppState::with_keys(pool, config.clone(), keys, events, url.to_string());
+    let state = app_state(config.clone(), url)?;
     // Several processes may share a database with different keys: each says what it serves.
     let served: Vec<&str> = crate::compensation::worker::served_providers(&state)
         .iter()
@@ -228,12 +236,17 @@ fn print_dev_banner(
 ) {
     use crate::auth::{issue_token, Role};
     let ttl = std::time::Duration::from_secs(30 * 24 * 3600);
-    let admin = issue_token(&config.jwt_secret, Role::Admin, "staff-1", None, ttl);
-    let ops = issue_token(&config.jwt_secret, Role::Ops, "ops-1", None, ttl);
-    let member = seeded
-        .member_ids
-        .first()
-        .map(|m| issue_token(&config.jwt_secret, Role::Member, &m.to_string(), None, ttl));
+    let admin = issue_token(config.jwt_secret.expose_secret(), Role::Admin, "staff-1", None, ttl);
+    let ops = issue_token(config.jwt_secret.expose_secret(), Role::Ops, "ops-1", None, ttl);
+    let member = seeded.member_ids.first().map(|m| {
+        issue_token(
+            config.jwt_secret.expose_secret(),
+            Role::Member,
+            &m.to_string(),
+            None,
+            ttl,
+        )
+    });
     println!();
     println!(
         "fitorder is up (dev mode: demo data {}).",
@@ -241,7 +254,10 @@ fn print_dev_banner(
     );
     println!("  GraphiQL:  http://{}/graphql", config.addr);
     println!("  ops watch: http://{}/ops#token={}", config.addr, ops);
-    println!("  JWT secret (FITORDER_JWT_SECRET): {}", config.jwt_secret);
+    println!(
+        "  JWT secret (FITORDER_JWT_SECRET): {}",
+        config.jwt_secret.expose_secret()
+    );
     println!("  admin token:  {admin}");
     println!("  ops token:    {ops}");
     if let Some(member) = member {

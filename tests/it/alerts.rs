@@ -57,8 +57,8 @@ async fn dead_app(fake: &FakeDownstream, webhooks: String) -> TestApp {
     TestApp::with_config(move |c| {
         // No providers: their daily bills would add late-bill alerts to the count.
         crate::providers::unconfigure(c);
-        c.door_access_url = Some(url.clone());
-        c.ai_access_url = Some(url);
+        c.door_access_url = Some(url.clone().into());
+        c.ai_access_url = Some(url.into());
         c.max_attempts = 1;
         c.downstream_timeout = Duration::from_millis(1500);
         c.alert_channels = fitorder::alerts::channels::parse_list(&webhooks).unwrap();
@@ -122,6 +122,7 @@ async fn a_dead_event_reaches_every_robot_signed_with_its_order_and_trace_id() {
         ),
     )
     .await;
+    app.expect_dead(); // its DEAD events are the point
     let no = paid_order(&app).await;
     let trace = order_trace(&app, &no).await;
     let started = std::time::Instant::now();
@@ -184,6 +185,7 @@ async fn a_dead_alert_is_delivered_after_the_robot_failed_twice_and_a_lost_one_i
     let b = &robots.base;
     let fake = FakeDownstream::start(Mode::AlwaysFail).await;
     let app = dead_app(&fake, format!("wecom:{b}/wecom/flaky wecom:{b}/wecom/down")).await;
+    app.expect_dead(); // its DEAD grant and alert deliveries are the point
     let s = app.studio(100_000, None, 3).await;
     let no = app
         .buy(&s.member, &s.store, json!({"classPackId": s.pack}), "WALLET")
@@ -247,6 +249,7 @@ async fn one_alert_per_cause_under_three_instances() {
     let fake = FakeDownstream::start(Mode::AlwaysFail).await;
     let hooks = format!("wecom:{b}/wecom/ops, feishu:{b}/feishu/dev");
     let first = dead_app(&fake, hooks.clone()).await;
+    first.expect_dead(); // its DEAD grants are the point
     let mut apps = vec![];
     for _ in 0..2 {
         let h = hooks.clone();
@@ -254,8 +257,8 @@ async fn one_alert_per_cause_under_three_instances() {
         apps.push(
             TestApp::on_database(&first.db_url, move |c| {
                 crate::providers::unconfigure(c);
-                c.door_access_url = Some(url.clone());
-                c.ai_access_url = Some(url);
+                c.door_access_url = Some(url.clone().into());
+                c.ai_access_url = Some(url.into());
                 c.max_attempts = 1;
                 c.alert_channels = fitorder::alerts::channels::parse_list(&h).unwrap();
                 c.alert_retry_base = Duration::from_millis(100);

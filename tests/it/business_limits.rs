@@ -3,6 +3,7 @@
 //! bounds, what a store-limited admin may read, the sandbox cashier's cross-site POST, and
 //! refunds of a provider this process lacks.
 
+use fitorder::config::ExposeSecret;
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -496,7 +497,7 @@ async fn a_store_limited_admin_reads_no_chain_wide_runs_nor_storeless_tickets() 
     let app = TestApp::with_config(providers::configure).await;
     let s = app.studio(0, None, 3).await;
     let limited = issue_token(
-        &app.state.config.jwt_secret,
+        app.state.config.jwt_secret.expose_secret(),
         Role::Admin,
         "desk-1",
         Some(vec![s.store.clone()]),

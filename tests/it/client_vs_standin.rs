@@ -18,7 +18,7 @@ pub(crate) fn point_at(c: &mut Config, s: &StandIn) {
         mch_id: Some(s.mch_id()),
         app_id: Some(s.wechat_app_id()),
         mobile_app_id: None,
-        apiv3_key: Some(s.apiv3_key()),
+        apiv3_key: Some(s.apiv3_key().into()),
         merchant_private_key: Some(s.merchant_key_path()),
         merchant_serial: Some(s.merchant_serial()),
         // Public-key mode names the 微信支付公钥; certificate mode downloads the certificates.

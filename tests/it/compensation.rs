@@ -14,8 +14,8 @@ use crate::ws::WsClient;
 async fn app_with(fake: &FakeDownstream, max_attempts: i32, timeout_ms: u64) -> TestApp {
     let url = fake.url.clone();
     TestApp::with_config(move |c| {
-        c.door_access_url = Some(url.clone());
-        c.ai_access_url = Some(url);
+        c.door_access_url = Some(url.clone().into());
+        c.ai_access_url = Some(url.into());
         c.retry_base = Duration::from_millis(100);
         c.max_attempts = max_attempts;
         c.downstream_timeout = Duration::from_millis(timeout_ms);
@@ -293,7 +293,8 @@ async fn a_worker_killed_mid_call_leaves_the_event_to_another_after_its_lease() 
 async fn subscribers_on_another_instance_see_what_this_one_did() {
     let fake = FakeDownstream::start(Mode::AlwaysFail).await;
     let app = app_with(&fake, 2, 2000).await;
-    // Instance B: its own pool and LISTEN connection on the same database, no workers.
+    app.expect_dead(); // the downstream is down: its grants end DEAD
+                       // Instance B: its own pool and LISTEN connection on the same database, no workers.
     let b_state = {
         let pool = fitorder::db::pool(&app.db_url, 4).unwrap();
         let events = fitorder::events::EventHub::start(app.db_url.clone(), pool.clone());
@@ -498,7 +499,7 @@ async fn a_running_worker_works_through_a_backlog_batch_after_batch_and_stops_ho
     let (_, no) = paid_order(&app).await;
     let mut c = app.conn().await;
     // One event per order, on 398 more orders copied from the paid one (born WAIT_PAY): one
-    // order's access events are claimed one after another (README "Membership operations"),
+    // order's access events are claimed one after another (docs/prepaid-and-cards.md "Freezing and transferring cards"),
     // and this test is about a worker working through independent events.
     diesel_async::RunQueryDsl::execute(
         diesel::sql_query(format!(

@@ -119,6 +119,7 @@ async fn ticket_for(app: &TestApp, s: &Studio, action: &str, n: usize) -> String
 #[tokio::test]
 async fn every_ticket_action_by_every_role_follows_the_one_table() {
     let app = TestApp::with_config(crate::providers::configure).await;
+    app.expect_dead(); // it makes DEAD events to act on
     let s = app.studio(1_000_000, None, 3).await;
     let roles = [
         ("member", app.member_token(&s.member)),

@@ -1,6 +1,7 @@
 //! `TestApp`: a real database (fresh per test, from a migrated template), the real router,
 //! helpers that speak GraphQL the way the clients do.
 
+use fitorder::config::ExposeSecret;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use axum::body::Body;
@@ -165,6 +166,10 @@ pub struct TestApp {
     pub db_url: String,
     db_name: String,
     admin_url: String,
+    /// Whether the test means to leave DEAD outbox events or alert deliveries behind
+    /// ([`TestApp::expect_dead`]); otherwise one left behind fails the test when the app is
+    /// dropped (as crates.io's `TestApp` fails a test that leaves background jobs behind).
+    dead_expected: std::sync::atomic::AtomicBool,
 }
 
 /// A sandbox of this test's own (order numbers repeat across test databases).
@@ -183,6 +188,57 @@ fn point_at(config: &mut Config, sandbox: &fitorder::dev::sandbox_server::Sandbo
 
 impl Drop for TestApp {
     fn drop(&mut self) {
+        let dead_expected = std::sync::atomic::AtomicBool::load(&self.dead_expected, Ordering::SeqCst);
+        // Only on a database of its own (`on_database` apps may talk through a proxy running on the
+        // test's runtime, which this blocking check would stall; their database's own app checks).
+        if !dead_expected && !std::thread::panicking() && !self.db_name.is_empty() {
+            let url = self.db_url.clone();
+            let dead = std::thread::spawn(move || {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .unwrap();
+                rt.block_on(async move {
+                    let mut c = AsyncPgConnection::establish(&url).await.ok()?;
+                    diesel::sql_query(
+                        "SELECT coalesce(string_agg(v, '; '), '') AS v FROM (
+                           SELECT 'event ' || kind || ' ' || idempotency_key || ': ' || coalesce(last_error, '') AS v
+                             FROM compensation_events WHERE status = 'DEAD'
+                           UNION ALL
+                           SELECT 'alert delivery ' || id || ' to ' || channel FROM alert_deliveries WHERE status = 'DEAD') d",
+                    )
+                    .get_result::<DeadText>(&mut c)
+                    .await
+                    .ok()
+                    .map(|t| t.v)
+                })
+            })
+            .join()
+            .ok()
+            .flatten()
+            .unwrap_or_default();
+            if !dead.is_empty() {
+                self.drop_database();
+                panic!("the test left DEAD work behind (call app.expect_dead() if it means to): {dead}");
+            }
+        }
+        self.drop_database();
+    }
+}
+
+#[derive(diesel::QueryableByName)]
+struct DeadText {
+    #[diesel(sql_type = diesel::sql_types::Text)]
+    v: String,
+}
+
+impl TestApp {
+    /// This test leaves DEAD outbox events or alert deliveries behind on purpose.
+    pub fn expect_dead(&self) {
+        std::sync::atomic::AtomicBool::store(&self.dead_expected, true, Ordering::SeqCst);
+    }
+
+    fn drop_database(&self) {
         if self.db_name.is_empty() {
             return;
         }
@@ -246,15 +302,13 @@ impl TestApp {
         }
         // Tests share two cores: keep each app's pool modest.
         tweak(&mut config);
-        let pool = fitorder::db::pool_with(&db_url, config.db_pool_size, config.statement_timeout).unwrap();
-        let keys = fitorder::payments::keys::ProviderKeys::load(&config).unwrap();
-        let events = fitorder::events::EventHub::start(db_url.clone(), pool.clone());
-        let db_url = db_url.clone();
-        let state = AppState::with_keys(pool, config, keys, events, db_url.clone());
+        // The production wiring: the state as `serve` builds it, served by its server loop.
+        let state = fitorder::server::app_state(config, &db_url).unwrap();
         let router = fitorder::http::router(state.clone());
         if let Some(l) = listener {
             let r = router.clone();
-            tokio::spawn(async move { axum::serve(l, r).await.unwrap() });
+            let limits = fitorder::http::ServeLimits::from_config(&state.config);
+            tokio::spawn(async move { fitorder::http::serve_with(l, r, limits, std::future::pending::<()>()).await });
         }
         TestApp {
             sandbox,
@@ -263,6 +317,7 @@ impl TestApp {
             db_url,
             db_name: name,
             admin_url: server.admin_url.clone(),
+            dead_expected: Default::default(),
         }
     }
 
@@ -272,10 +327,7 @@ impl TestApp {
         let sandbox = sandbox().await;
         point_at(&mut config, &sandbox);
         tweak(&mut config);
-        let pool = fitorder::db::pool(url, config.db_pool_size).unwrap();
-        let keys = fitorder::payments::keys::ProviderKeys::load(&config).unwrap();
-        let events = fitorder::events::EventHub::start(url.to_string(), pool.clone());
-        let state = AppState::with_keys(pool, config, keys, events, url.to_string());
+        let state = fitorder::server::app_state(config, url).unwrap();
         let router = fitorder::http::router(state.clone());
         TestApp {
             sandbox,
@@ -284,6 +336,7 @@ impl TestApp {
             db_url: url.to_string(),
             db_name: String::new(),
             admin_url: String::new(),
+            dead_expected: Default::default(),
         }
     }
 
@@ -293,7 +346,7 @@ impl TestApp {
 
     pub fn token(&self, role: Role, sub: &str) -> String {
         issue_token(
-            &self.state.config.jwt_secret,
+            self.state.config.jwt_secret.expose_secret(),
             role,
             sub,
             None,

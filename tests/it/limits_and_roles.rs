@@ -1,6 +1,7 @@
 //! Who may do what, and the query limits.
 
 use fitorder::auth::{issue_token, Role};
+use fitorder::config::ExposeSecret;
 use serde_json::json;
 
 use crate::harness::*;
@@ -34,7 +35,7 @@ async fn tokens_are_checked() {
     let expired = jsonwebtoken::encode(
         &jsonwebtoken::Header::default(),
         &claims,
-        &jsonwebtoken::EncodingKey::from_secret(app.state.config.jwt_secret.as_bytes()),
+        &jsonwebtoken::EncodingKey::from_secret(app.state.config.jwt_secret.expose_secret().as_bytes()),
     )
     .unwrap();
     assert_eq!(app.err_code(Some(&expired), me, json!({})).await, "UNAUTHENTICATED");
@@ -47,7 +48,7 @@ async fn tokens_are_checked() {
         let t = jsonwebtoken::encode(
             &jsonwebtoken::Header::default(),
             &claims,
-            &jsonwebtoken::EncodingKey::from_secret(app.state.config.jwt_secret.as_bytes()),
+            &jsonwebtoken::EncodingKey::from_secret(app.state.config.jwt_secret.expose_secret().as_bytes()),
         )
         .unwrap();
         assert_eq!(
@@ -173,7 +174,7 @@ async fn roles_are_refused_what_is_not_theirs() {
     // A store-limited admin sees and changes only their stores.
     let other_store = app.studio(0, None, 1).await;
     let limited = issue_token(
-        &app.state.config.jwt_secret,
+        app.state.config.jwt_secret.expose_secret(),
         Role::Admin,
         "staff-9",
         Some(vec![s.store.clone()]),

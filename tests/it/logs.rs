@@ -2,6 +2,7 @@
 //! id of a request finds its log lines — the request's and the outbox worker's that delivered
 //! (here: killed) its effects — as well as its rows.
 
+use fitorder::config::ExposeSecret;
 use std::time::Duration;
 
 use serde_json::{json, Value};
@@ -11,11 +12,12 @@ use crate::harness::*;
 #[tokio::test]
 async fn json_log_lines_carry_the_trace_id_of_the_rows_of_the_same_request() {
     let app = TestApp::new().await;
+    app.expect_dead(); // no downstream runs: its grants end DEAD
     let s = app.studio(100_000, None, 3).await;
     // Nothing listens on port 9 (discard): every grant fails and, at one attempt, goes DEAD.
     let server = Fitorder::serve()
         .env("DATABASE_URL", &app.db_url)
-        .env("FITORDER_JWT_SECRET", &app.state.config.jwt_secret)
+        .env("FITORDER_JWT_SECRET", app.state.config.jwt_secret.expose_secret())
         .env("FITORDER_DOOR_ACCESS_URL", "http://127.0.0.1:9/door")
         .env("FITORDER_AI_ACCESS_URL", "http://127.0.0.1:9/ai")
         .env("FITORDER_MAX_ATTEMPTS", "1")
@@ -57,7 +59,11 @@ async fn json_log_lines_carry_the_trace_id_of_the_rows_of_the_same_request() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     let text = server.stop();
     assert!(!text.contains('\u{1b}'), "no ANSI colours");
-    for secret in ["SECsupersecret", "TOKEN123", app.state.config.jwt_secret.as_str()] {
+    for secret in [
+        "SECsupersecret",
+        "TOKEN123",
+        app.state.config.jwt_secret.expose_secret(),
+    ] {
         assert!(!text.contains(secret), "{secret} leaked into the log");
     }
     let lines: Vec<Value> = text

@@ -46,6 +46,7 @@ mod sdk_crosscheck;
 mod security;
 mod security_round2;
 mod security_round3;
+mod settings;
 mod signin;
 mod standin;
 // The bench's counting proxy of the PostgreSQL protocol, shared rather than copied.

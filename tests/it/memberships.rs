@@ -1,10 +1,11 @@
-//! Membership operations (issue 36, README "Membership operations (停卡, 转卡)"): the card's
+//! Membership operations (issue 36, docs/prepaid-and-cards.md "Freezing and transferring cards (停卡, 转卡)"): the card's
 //! state machine in the database and in the code, freezing from today and scheduled (started
 //! and ended by racing scheduler runs exactly once), the early end and the call-off, every
 //! refusal with nothing changed, the transfer with its fee, caps and refusals, the outbox's
 //! access events with keys of their own, the history, and refunds of frozen and transferred
 //! cards. Calls go through the contract's own operations (`playground/operations/next/`).
 
+use fitorder::config::ExposeSecret;
 use std::path::{Path, PathBuf};
 
 use chrono::{Duration, Utc};
@@ -622,7 +623,7 @@ async fn freezes_due_at_once_start_once_across_a_killed_worker_and_racing_runs()
 
     let mut worker = Fitorder::new(&["worker"])
         .env("DATABASE_URL", &app.db_url)
-        .env("FITORDER_JWT_SECRET", &app.state.config.jwt_secret)
+        .env("FITORDER_JWT_SECRET", app.state.config.jwt_secret.expose_secret())
         .env("FITORDER_SCAN_INTERVAL", "1s")
         .env("FITORDER_DOOR_ACCESS_URL", "http://127.0.0.1:9/door")
         .env("FITORDER_AI_ACCESS_URL", "http://127.0.0.1:9/ai")

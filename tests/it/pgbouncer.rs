@@ -3,6 +3,7 @@
 //! migrations) go straight to PostgreSQL places, pays, expires, delivers and tells subscribers.
 //! Skipped with a message only when pgbouncer is missing outside CI; in CI it must run.
 
+use fitorder::config::ExposeSecret;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -145,7 +146,7 @@ async fn place_pay_expire_deliver_and_subscribe_through_pgbouncer() {
     let server = Fitorder::serve()
         .env("DATABASE_URL", &bouncer_url)
         .env("FITORDER_LISTEN_DATABASE_URL", &app.db_url)
-        .env("FITORDER_JWT_SECRET", &app.state.config.jwt_secret)
+        .env("FITORDER_JWT_SECRET", app.state.config.jwt_secret.expose_secret())
         .env("FITORDER_ORDER_TIMEOUT", "3s")
         .env("FITORDER_SCAN_INTERVAL", "2s")
         .env("FITORDER_DOOR_ACCESS_URL", &fake.url)

@@ -1,9 +1,10 @@
-//! Prepaid money (issue 35, README "Prepaid money"): the rules per store and who sets them, the
+//! Prepaid money (issue 35, docs/prepaid-and-cards.md "Prepaid money"): the rules per store and who sets them, the
 //! caps with their refusals and their race, the written notice, the business calendar, the
 //! cooling-off refund (wallet at once; a provider refund against the independent stand-in, and
 //! its overdue ticket), the ledger's identity on random histories and its CSV. Every call goes
 //! through the contract's own operations (`playground/operations/next/`).
 
+use fitorder::config::ExposeSecret;
 use std::time::Duration;
 
 use chrono::{Datelike, NaiveDate, Utc};
@@ -218,7 +219,7 @@ async fn rules_are_set_by_chain_wide_admins_and_refused_whole_when_wrong() {
     }
     // Who may: chain-wide admins only.
     let limited = fitorder::auth::issue_token(
-        &app.state.config.jwt_secret,
+        app.state.config.jwt_secret.expose_secret(),
         fitorder::auth::Role::Admin,
         "store-admin",
         Some(vec![s.store.clone()]),

@@ -1,4 +1,4 @@
-//! A production deployment as the README's production section describes it: a `fitorder serve`
+//! A production deployment as docs/operations.md ("Running it in production") describes it: a `fitorder serve`
 //! outside development mode, with its secret, both providers' keys, a password in its database
 //! URL and a signed alert channel. It refuses to start without a secret, and its logs never show
 //! a secret, a key or a password, even while it takes a payment.

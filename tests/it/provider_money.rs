@@ -140,6 +140,7 @@ async fn an_alipay_refund_answered_fund_change_n_is_done_only_on_refund_success(
         c.max_attempts = 3;
     })
     .await;
+    app.expect_dead(); // a refund the provider never confirms ends DEAD
     let s = app.studio(0, None, 3).await;
     let worker = fitorder::compensation::worker::Worker::new(app.state.clone());
 
@@ -236,6 +237,7 @@ async fn paid_order_quietly(app: &TestApp, s: &Studio, method: &str) -> String {
 #[tokio::test]
 async fn a_wechat_refund_processing_is_done_only_on_success() {
     let app = TestApp::served_with(|c| c.retry_base = Duration::from_millis(10)).await;
+    app.expect_dead(); // an ABNORMAL refund ends DEAD, for a person
     let s = app.studio(0, None, 3).await;
     let worker = fitorder::compensation::worker::Worker::new(app.state.clone());
     app.sandbox.set_refund_flow(RefundFlow::Hold);

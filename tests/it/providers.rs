@@ -1,6 +1,7 @@
 //! Test providers: RSA keys made here (once per run), written where the configuration expects
 //! them, and sandboxes that sign and encrypt notifications exactly as the providers do.
 
+use fitorder::config::ExposeSecret;
 use std::sync::OnceLock;
 
 use fitorder::config::Config;
@@ -83,7 +84,10 @@ pub fn env_of(c: &Config) -> Vec<(String, String)> {
         ("WECHATPAY_MCH_ID", w.mch_id.clone()),
         ("WECHATPAY_APP_ID", w.app_id.clone()),
         ("WECHATPAY_MOBILE_APP_ID", w.mobile_app_id.clone()),
-        ("WECHATPAY_APIV3_KEY", w.apiv3_key.clone()),
+        (
+            "WECHATPAY_APIV3_KEY",
+            w.apiv3_key.as_ref().map(|k| k.expose_secret().to_string()),
+        ),
         ("WECHATPAY_MCH_PRIVATE_KEY", path(&w.merchant_private_key)),
         ("WECHATPAY_MCH_SERIAL", w.merchant_serial.clone()),
         ("WECHATPAY_PLATFORM_PUBLIC_KEY", path(&w.platform_public_key)),

@@ -276,12 +276,12 @@ async fn staff_lists_read_the_replica_read_your_writes_and_fall_back_to_the_prim
     // Two `serve` instances on the same primary and replica: A tolerates any lag (so that what
     // sends its reads to the primary below is read-your-writes alone), B at most 2 s.
     let app_a = TestApp::on_database(&primary_url, |c| {
-        c.read_database_url = Some(read_url.clone());
+        c.read_database_url = Some(read_url.clone().into());
         c.read_max_lag = Duration::from_secs(3600);
     })
     .await;
     let app_b = TestApp::on_database(&primary_url, |c| {
-        c.read_database_url = Some(read_url.clone());
+        c.read_database_url = Some(read_url.clone().into());
         c.read_max_lag = Duration::from_secs(2);
     })
     .await;

@@ -3,6 +3,7 @@
 
 use axum::http::StatusCode;
 use chrono::Utc;
+use fitorder::config::ExposeSecret;
 use fitorder::reconciliation::bills::{self, BillKind, BillRow};
 use serde_json::json;
 
@@ -875,7 +876,7 @@ async fn ticket_actions_are_what_resolve_takes_and_changes_are_streamed() {
         .iter()
         .any(|s| s["id"] == b.s.store.as_str()));
     let elsewhere = fitorder::auth::issue_token(
-        &b.app.state.config.jwt_secret,
+        b.app.state.config.jwt_secret.expose_secret(),
         fitorder::auth::Role::Admin,
         "staff-elsewhere",
         Some(vec!["999999".to_string()]),

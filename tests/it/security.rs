@@ -2,6 +2,7 @@
 //! variables, on seeded data. A refusal is FORBIDDEN (or UNAUTHENTICATED without a token); an
 //! allowed operation may fail for other reasons (NOT_FOUND, ...), never for the role.
 
+use fitorder::config::ExposeSecret;
 use serde_json::Value;
 
 use crate::harness::*;
@@ -251,7 +252,7 @@ async fn a_store_limited_admin_cannot_charge_or_read_another_stores_member() {
     let one = app.studio(100_000, None, 3).await;
     let two = app.studio(100_000, None, 3).await;
     let limited = issue_token(
-        &app.state.config.jwt_secret,
+        app.state.config.jwt_secret.expose_secret(),
         Role::Admin,
         "desk-1",
         Some(vec![one.store.clone()]),
@@ -300,7 +301,7 @@ fn sign(app: &TestApp, claims: serde_json::Value) -> String {
     jsonwebtoken::encode(
         &jsonwebtoken::Header::default(),
         &claims,
-        &jsonwebtoken::EncodingKey::from_secret(app.state.config.jwt_secret.as_bytes()),
+        &jsonwebtoken::EncodingKey::from_secret(app.state.config.jwt_secret.expose_secret().as_bytes()),
     )
     .unwrap()
 }
@@ -365,7 +366,7 @@ async fn a_websocket_session_ends_when_its_token_expires() {
     let addr = listen(&app).await;
     // An admin token that lasts 3 seconds (the verifier allows 5 s of clock skew at connect).
     let short = issue_token(
-        &app.state.config.jwt_secret,
+        app.state.config.jwt_secret.expose_secret(),
         Role::Admin,
         "staff-1",
         None,
@@ -573,11 +574,12 @@ async fn members_see_their_order_without_other_systems_internals() {
     let url = fake.url.clone();
     let app = TestApp::with_config(move |c| {
         crate::providers::configure(c);
-        c.door_access_url = Some(url.clone());
-        c.ai_access_url = Some(url);
+        c.door_access_url = Some(url.clone().into());
+        c.ai_access_url = Some(url.into());
         c.max_attempts = 1;
     })
     .await;
+    app.expect_dead(); // the downstream is down: its grants end DEAD
     let s = app.studio(100_000, None, 3).await;
     let placed = app
         .place(
@@ -892,7 +894,7 @@ async fn smaller_findings_notes_chain_wide_runs_and_paths() {
     let app = TestApp::new().await;
     let s = app.studio(100_000, None, 3).await;
     let limited = issue_token(
-        &app.state.config.jwt_secret,
+        app.state.config.jwt_secret.expose_secret(),
         Role::Admin,
         "desk-1",
         Some(vec![s.store.clone()]),

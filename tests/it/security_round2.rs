@@ -2,6 +2,7 @@
 //! replays the probe's reproduction against the real router (and the real server loop, where
 //! connections matter).
 
+use fitorder::config::ExposeSecret;
 use std::time::{Duration, Instant};
 
 use fitorder::auth::{issue_token, Role};
@@ -341,7 +342,7 @@ async fn subscriptions_are_capped_per_token_across_websockets() {
     );
     // Another token has its own places.
     let other = issue_token(
-        &app.state.config.jwt_secret,
+        app.state.config.jwt_secret.expose_secret(),
         Role::Ops,
         "ops-2",
         None,
@@ -374,7 +375,7 @@ fn sign(app: &TestApp, claims: Value) -> String {
     jsonwebtoken::encode(
         &jsonwebtoken::Header::default(),
         &claims,
-        &jsonwebtoken::EncodingKey::from_secret(app.state.config.jwt_secret.as_bytes()),
+        &jsonwebtoken::EncodingKey::from_secret(app.state.config.jwt_secret.expose_secret().as_bytes()),
     )
     .unwrap()
 }
@@ -463,7 +464,7 @@ async fn absurd_exp_future_iat_bare_tokens_and_null_stores_are_refused() {
     }
     // `fitorder token` refuses to make a token that would be refused.
     let out = Fitorder::new(&["token", "--role", "admin", "--sub", "staff-1", "--ttl", "2years"])
-        .env("FITORDER_JWT_SECRET", &app.state.config.jwt_secret)
+        .env("FITORDER_JWT_SECRET", app.state.config.jwt_secret.expose_secret())
         .output(Duration::from_secs(60))
         .await
         .expect("fitorder token ran on");

@@ -3,6 +3,7 @@
 //! (`tests/standin/wechat_miniprogram.py`, written from WeChat's documentation), through the
 //! contract's own documents.
 
+use fitorder::config::ExposeSecret;
 use std::process::{Command, Stdio};
 
 use axum::body::Body;
@@ -204,7 +205,7 @@ async fn a_first_sign_in_binds_the_member_with_that_phone_and_later_ones_need_on
     let access = sess["accessToken"].as_str().unwrap();
     assert_eq!(me(&app, access).await.unwrap(), s.member);
     // The token is a fitorder member token naming its session.
-    let v = fitorder::auth::verify(&app.state.config.jwt_secret, &format!("Bearer {access}")).unwrap();
+    let v = fitorder::auth::verify(app.state.config.jwt_secret.expose_secret(), &format!("Bearer {access}")).unwrap();
     assert_eq!(v.member_id, Some(s.member.parse().unwrap()));
     assert!(v.session.is_some());
     let exp: chrono::DateTime<chrono::Utc> = sess["accessTokenExpiresAt"].as_str().unwrap().parse().unwrap();

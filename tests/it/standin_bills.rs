@@ -32,7 +32,7 @@ async fn bills_fetched_from_the_standin_are_reconciled() {
         c.timezone = chrono_tz::Asia::Shanghai;
         c.wechatpay.mch_id = Some(mch);
         c.wechatpay.app_id = Some(appid);
-        c.wechatpay.apiv3_key = Some(v3);
+        c.wechatpay.apiv3_key = Some(v3.into());
         c.wechatpay.merchant_private_key = Some(mkey);
         c.wechatpay.merchant_serial = Some(serial);
         c.wechatpay.platform_public_key = Some(sd.join("wechat_public_key.pem"));

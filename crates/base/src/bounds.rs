@@ -32,10 +32,19 @@ pub struct Shape {
 /// The most tokens a document may have, by who sends it: a caller without a token runs only
 /// the sign-in mutations (a few dozen tokens) and, where allowed, introspection (GraphiQL's
 /// query has about 160); the member app's documents have a few hundred; staff tools more.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::Args)]
 pub struct TokenBudget {
+    /// Tokens of a GraphQL document sent without a token, counted before it is parsed.
+    #[arg(id = "max-document-tokens-anonymous", long = "max-document-tokens-anonymous", env = "FITORDER_MAX_DOCUMENT_TOKENS_ANONYMOUS", value_name = "N",
+        default_value_t = TokenBudget::DEFAULT.anonymous)]
     pub anonymous: usize,
+    /// The same for a member's document.
+    #[arg(id = "max-document-tokens-member", long = "max-document-tokens-member", env = "FITORDER_MAX_DOCUMENT_TOKENS_MEMBER", value_name = "N",
+        default_value_t = TokenBudget::DEFAULT.member)]
     pub member: usize,
+    /// The same for staff.
+    #[arg(id = "max-document-tokens", long = "max-document-tokens", env = "FITORDER_MAX_DOCUMENT_TOKENS", value_name = "N",
+        default_value_t = TokenBudget::DEFAULT.staff)]
     pub staff: usize,
 }
 

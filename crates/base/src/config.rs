@@ -1,735 +1,706 @@
-//! Configuration from the environment, as the contract's table lists it. Every variable has
-//! a default that works on a developer's machine; production sets the secrets.
+//! The settings, each defined once: its variable, its flag, its default and what it means are
+//! the attributes of its field below (clap's derive). `fitorder --help`, the parsing, the
+//! defaults of the tests and `docs/configuration.md`'s table all come from them
+//! ([`reference`]; a test fails when the table differs). A setting is added here and nowhere
+//! else; a secret is a [`SecretString`] (or a [`SecretUrl`]) and never shown by `Debug`.
+//!
+//! Every variable has a default that works on a developer's machine; production sets the
+//! secrets. A variable that is set but blank counts as unset.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 
 pub mod alert_channels;
 pub mod oidc;
+pub mod reference;
+mod secrets;
+mod trusted_documents;
 
-/// `Debug` is written out below: it never shows a secret (the JWT secret, the APIv3 key, a
-/// database password, an alert channel's URL or signing secret).
-#[derive(Clone)]
+pub use secrets::{check_jwt_secret, redact_url, SecretUrl, MIN_JWT_SECRET_BYTES, MIN_JWT_SECRET_DISTINCT};
+pub use trusted_documents::{TrustedDocuments, TrustedDocumentsFor};
+// Every crate reads a secret through these (`secret.expose_secret()`).
+pub use secrecy::{ExposeSecret, SecretString};
+
+/// fitorder's configuration. Fields with `#[arg]` are settings; the few without are worked
+/// out from them at start ([`Config::resolve`]).
+#[derive(Clone, Debug, clap::Args)]
 pub struct Config {
-    /// `None`: a private PostgreSQL cluster under `./.fitorder/pg`.
-    pub database_url: Option<String>,
+    /// PostgreSQL to use. Unset: a private cluster under `./.fitorder/pg`, made with the local
+    /// `initdb` (development mode).
+    #[arg(id = "database-url", long = "database-url", env = "DATABASE_URL", value_name = "URL", hide_env_values = true, value_parser = secret_url)]
+    pub database_url: Option<SecretUrl>,
+    /// Listen address.
+    #[arg(
+        id = "addr",
+        long = "addr",
+        env = "FITORDER_ADDR",
+        value_name = "HOST:PORT",
+        default_value = "127.0.0.1:8080"
+    )]
     pub addr: String,
-    /// The base URL providers reach this service at (their `notify_url`), without a trailing `/`.
-    pub public_url: String,
-    /// Local time (in `timezone`) of the daily reconciliation run.
-    pub reconcile_at: chrono::NaiveTime,
-    /// The `cargo run` development mode: private cluster, demo data, the provider sandbox.
-    pub dev_mode: bool,
-    /// Development mode: where the provider sandbox listens.
-    pub sandbox_addr: String,
-    pub jwt_secret: String,
-    /// True when the secret was made up at start (dev mode): tokens are printed then.
-    pub jwt_secret_generated: bool,
+    /// HS256 secret of staff and member tokens. Unset: in development mode a random one, kept
+    /// in `./.fitorder/jwt-secret` and printed with dev tokens; elsewhere the start is refused.
+    #[arg(id = "jwt-secret", long = "jwt-secret", env = "FITORDER_JWT_SECRET", value_name = "SECRET", hide_env_values = true,
+        default_value = "", hide_default_value = true, value_parser = secret)]
+    pub jwt_secret: SecretString,
+    /// Expiry of an online order (humantime: `2s`, `15m`).
+    #[arg(id = "order-timeout", long = "order-timeout", env = "FITORDER_ORDER_TIMEOUT", value_name = "DURATION", default_value = "15m",
+        value_parser = duration)]
     pub order_timeout: Duration,
+    /// Expiry of an OFFLINE order a member placed (staff's have none).
+    #[arg(id = "offline-order-timeout", long = "offline-order-timeout", env = "FITORDER_OFFLINE_ORDER_TIMEOUT", value_name = "DURATION",
+        default_value = "24h", value_parser = duration)]
+    pub offline_order_timeout: Duration,
+    /// Period of the fallback expiry scan (and of the scheduler's other ticks).
+    #[arg(id = "scan-interval", long = "scan-interval", env = "FITORDER_SCAN_INTERVAL", value_name = "DURATION", default_value = "60s",
+        value_parser = duration)]
     pub scan_interval: Duration,
+    /// First compensation retry delay (doubling).
+    #[arg(id = "retry-base", long = "retry-base", env = "FITORDER_RETRY_BASE", value_name = "DURATION", default_value = "30s",
+        value_parser = duration)]
     pub retry_base: Duration,
+    /// Attempts of an outbox effect before it is DEAD (at least 1).
+    #[arg(
+        id = "max-attempts",
+        long = "max-attempts",
+        env = "FITORDER_MAX_ATTEMPTS",
+        value_name = "N",
+        default_value = "5"
+    )]
     pub max_attempts: i32,
+    /// Longest wait for one downstream call (door access, AI devices).
+    #[arg(id = "downstream-timeout", long = "downstream-timeout", env = "FITORDER_DOWNSTREAM_TIMEOUT", value_name = "DURATION",
+        default_value = "3s", value_parser = duration)]
     pub downstream_timeout: Duration,
-    /// Outbox workers per process, and how many due events each claims (and delivers
-    /// concurrently) at a time.
+    /// Outbox workers per `serve`/`worker` process (1–64).
+    #[arg(
+        id = "outbox-workers",
+        long = "outbox-workers",
+        env = "FITORDER_OUTBOX_WORKERS",
+        value_name = "N",
+        default_value = "2"
+    )]
     pub outbox_workers: usize,
+    /// Due events each outbox worker claims and delivers at once (1–1000); 2 × 64 was the fastest
+    /// in the bench's B6 on 2 cores.
+    #[arg(
+        id = "outbox-batch",
+        long = "outbox-batch",
+        env = "FITORDER_OUTBOX_BATCH",
+        value_name = "N",
+        default_value = "64"
+    )]
     pub outbox_batch: i64,
-    pub door_access_url: Option<String>,
-    pub ai_access_url: Option<String>,
+    /// The door-access endpoint. Unset: a simulator.
+    #[arg(id = "door-access-url", long = "door-access-url", env = "FITORDER_DOOR_ACCESS_URL", value_name = "URL", hide_env_values = true, value_parser = secret_url)]
+    pub door_access_url: Option<SecretUrl>,
+    /// The AI-device endpoint. Unset: a simulator.
+    #[arg(id = "ai-access-url", long = "ai-access-url", env = "FITORDER_AI_ACCESS_URL", value_name = "URL", hide_env_values = true, value_parser = secret_url)]
+    pub ai_access_url: Option<SecretUrl>,
+    /// Where bills are read (`wechatpay-YYYY-MM-DD.csv`, `alipay-YYYY-MM-DD.csv`); a bill not
+    /// there is fetched from the provider (WeChat `GET /v3/bill/tradebill`, gzip checked against
+    /// its signed SHA1; Alipay `alipay.data.dataservice.bill.downloadurl.query`, the zip's
+    /// `…_业务明细.csv`) and kept there under the same name.
+    #[arg(
+        id = "statement-dir",
+        long = "statement-dir",
+        env = "FITORDER_STATEMENT_DIR",
+        value_name = "PATH",
+        default_value = "./statements"
+    )]
     pub statement_dir: PathBuf,
+    /// The business day's time zone (reconciliation, the ledger, deadlines), IANA.
+    #[arg(id = "timezone", long = "timezone", env = "FITORDER_TIMEZONE", value_name = "ZONE", default_value = "Asia/Shanghai",
+        value_parser = timezone)]
     pub timezone: chrono_tz::Tz,
+    /// Local time (in `FITORDER_TIMEZONE`) of the daily reconciliation run.
+    #[arg(id = "reconcile-at", long = "reconcile-at", env = "FITORDER_RECONCILE_AT", value_name = "HH:MM", default_value = "10:30",
+        value_parser = clock_time)]
+    pub reconcile_at: chrono::NaiveTime,
+    /// The base URL the providers reach this service at (their `notify_url`), and of the
+    /// ops-page link in alerts. Unset: `http://` and `FITORDER_ADDR`. Outside development mode
+    /// it must be `https://` (or a loopback address), else the start is refused naming it.
+    #[arg(
+        id = "public-url",
+        long = "public-url",
+        env = "FITORDER_PUBLIC_URL",
+        value_name = "URL",
+        default_value = "",
+        hide_default_value = true
+    )]
+    pub public_url: String,
+    /// Development mode only: where the provider sandbox listens.
+    #[arg(
+        id = "sandbox-addr",
+        long = "sandbox-addr",
+        env = "FITORDER_SANDBOX_ADDR",
+        value_name = "HOST:PORT",
+        default_value = "127.0.0.1:8081"
+    )]
+    pub sandbox_addr: String,
+    #[command(flatten)]
     pub wechatpay: WechatPayConfig,
+    #[command(flatten)]
     pub alipay: AlipayConfig,
-    /// GraphQL: queries costlier than this are refused before they run.
+    /// GraphQL: queries costlier than this are refused before they run (depth is limited to 12).
+    #[arg(
+        id = "max-complexity",
+        long = "max-complexity",
+        env = "FITORDER_MAX_COMPLEXITY",
+        value_name = "N",
+        default_value = "20000"
+    )]
     pub max_complexity: usize,
+    /// GraphQL depth limit (not a setting).
+    #[arg(skip = 12usize)]
     pub max_depth: usize,
-    /// Largest request body accepted on any route.
+    /// Largest request body accepted on any route (413 above).
+    #[arg(
+        id = "max-body-bytes",
+        long = "max-body-bytes",
+        env = "FITORDER_MAX_BODY_BYTES",
+        value_name = "BYTES",
+        default_value = "1048576"
+    )]
     pub max_body_bytes: usize,
+    /// Database connections per process (a checkout waits at most 5 s); callback evidence has
+    /// half as many again (at least 4) of its own.
+    #[arg(
+        id = "db-pool-size",
+        long = "db-pool-size",
+        env = "FITORDER_DB_POOL_SIZE",
+        value_name = "N",
+        default_value = "16"
+    )]
     pub db_pool_size: usize,
     /// Longest a single SQL statement may run.
+    #[arg(id = "statement-timeout", long = "statement-timeout", env = "FITORDER_STATEMENT_TIMEOUT", value_name = "DURATION",
+        default_value = "60s", value_parser = duration)]
     pub statement_timeout: Duration,
-    /// A direct (session) connection for LISTEN when `database_url` goes through PgBouncer in
-    /// transaction pooling; `None`: `database_url`.
-    pub listen_database_url: Option<String>,
-    /// A streaming replica for the admin console's lists and statistics
-    /// (`FITORDER_READ_DATABASE_URL`); `None`: every read goes to `database_url`.
-    pub read_database_url: Option<String>,
-    /// A replica further behind than this is not read (`FITORDER_READ_MAX_LAG`): the primary is.
+    /// A direct PostgreSQL connection for LISTEN and migrations when `DATABASE_URL` goes through
+    /// PgBouncer in transaction pooling. Unset: `DATABASE_URL`.
+    #[arg(id = "listen-database-url", long = "listen-database-url", env = "FITORDER_LISTEN_DATABASE_URL", value_name = "URL",
+        hide_env_values = true, value_parser = secret_url)]
+    pub listen_database_url: Option<SecretUrl>,
+    /// A streaming replica for the admin console's reads (lists, statistics); a member's own
+    /// order and anything after a write read the primary. Unset: every read goes to the primary.
+    #[arg(id = "read-database-url", long = "read-database-url", env = "FITORDER_READ_DATABASE_URL", value_name = "URL",
+        hide_env_values = true, value_parser = secret_url)]
+    pub read_database_url: Option<SecretUrl>,
+    /// A replica further behind than this (or whose WAL receiver is not running) is not read:
+    /// the primary is, counted in `fitorder_read_replica_fallback_total{reason="lag"}`.
+    #[arg(id = "read-max-lag", long = "read-max-lag", env = "FITORDER_READ_MAX_LAG", value_name = "DURATION", default_value = "5s",
+        value_parser = duration)]
     pub read_max_lag: Duration,
-    /// Chat groups and webhooks that alerts are sent to (`FITORDER_ALERT_WEBHOOKS`).
-    pub alert_channels: Vec<alert_channels::Channel>,
+    /// Alert channels, comma-separated: `[wecom:|dingtalk:|feishu:|webhook:]URL[#SECRET]`, e.g.
+    /// `https://oapi.dingtalk.com/robot/send?access_token=T#SECxxx` (the kind follows from the
+    /// host when there is no prefix; `#SECRET` is DingTalk's 加签 or Feishu's 签名校验 secret).
+    /// Unset: alerts are only logged.
+    #[arg(id = "alert-webhooks", long = "alert-webhooks", env = "FITORDER_ALERT_WEBHOOKS", value_name = "CHANNELS", hide_env_values = true,
+        default_value = "", hide_default_value = true, value_parser = alert_channels::parse_list)]
+    pub alert_channels: ::std::vec::Vec<alert_channels::Channel>,
     /// First retry delay of an alert delivery (doubling, ±20 %).
+    #[arg(id = "alert-retry-base", long = "alert-retry-base", env = "FITORDER_ALERT_RETRY_BASE", value_name = "DURATION",
+        default_value = "5s", value_parser = duration)]
     pub alert_retry_base: Duration,
     /// Attempts of one alert delivery before it is DEAD.
+    #[arg(
+        id = "alert-max-attempts",
+        long = "alert-max-attempts",
+        env = "FITORDER_ALERT_MAX_ATTEMPTS",
+        value_name = "N",
+        default_value = "8"
+    )]
     pub alert_max_attempts: i32,
-    /// Requests per minute to one channel (the robots allow about 20).
+    /// Requests per minute to one alert channel, cluster-wide (the robots allow about 20).
+    #[arg(
+        id = "alert-rate",
+        long = "alert-rate",
+        env = "FITORDER_ALERT_RATE",
+        value_name = "N",
+        default_value = "20"
+    )]
     pub alert_rate_per_minute: i64,
-    /// `fitorder worker` serves `/metrics`, `/healthz` and `/readyz` here when set.
+    /// `fitorder worker` and `fitorder serve` serve `/metrics`, `/healthz` and `/readyz` here (a
+    /// listener of its own, no token). Unset: no such listener.
+    #[arg(
+        id = "metrics-addr",
+        long = "metrics-addr",
+        env = "FITORDER_METRICS_ADDR",
+        value_name = "HOST:PORT"
+    )]
     pub metrics_addr: Option<String>,
-    /// GraphQL document bounds (before parsing ends): text size, selections and fragment spreads
-    /// with fragments expanded.
+    /// Outside development mode, `/metrics` on the API port answers only
+    /// `Authorization: Bearer <this>`. Unset: 404 there (use `FITORDER_METRICS_ADDR`).
+    #[arg(id = "metrics-token", long = "metrics-token", env = "FITORDER_METRICS_TOKEN", value_name = "TOKEN", hide_env_values = true,
+        value_parser = secret)]
+    pub metrics_token: Option<SecretString>,
+    /// Log lines: `json` (one object per line: `time`, `level`, `target`, `message`, `fields`,
+    /// `span`, `trace_id`; no colours) or `text`. Unset: `json` when standard output is not a
+    /// terminal, else `text`.
+    #[arg(
+        id = "log-format",
+        long = "log-format",
+        env = "FITORDER_LOG_FORMAT",
+        value_name = "FORMAT",
+        value_enum
+    )]
+    pub log_format: Option<crate::logging::LogFormat>,
+    /// Longest GraphQL document (query text).
+    #[arg(
+        id = "max-document-bytes",
+        long = "max-document-bytes",
+        env = "FITORDER_MAX_DOCUMENT_BYTES",
+        value_name = "BYTES",
+        default_value = "65536"
+    )]
     pub max_document_bytes: usize,
-    pub max_selections: u64,
-    pub max_fragment_spreads: u64,
-    /// Lexical tokens a document may have, by who sends it, and how deep its brackets may
-    /// nest: measured before it is parsed (`bounds`).
+    #[command(flatten)]
     pub max_document_tokens: crate::bounds::TokenBudget,
+    /// Deepest nesting of `{`, `[` and `(` in a GraphQL document, before it is parsed (1–128).
+    #[arg(id = "max-document-nesting", long = "max-document-nesting", env = "FITORDER_MAX_DOCUMENT_NESTING", value_name = "N",
+        default_value_t = crate::bounds::DEFAULT_NESTING)]
     pub max_document_nesting: usize,
-    /// WebSocket: how long a connection may wait before `connection_init`, and how many
-    /// subscriptions one connection may hold.
+    /// GraphQL fields + fragment spreads + inline fragments, every fragment expanded.
+    #[arg(
+        id = "max-selections",
+        long = "max-selections",
+        env = "FITORDER_MAX_SELECTIONS",
+        value_name = "N",
+        default_value = "3000"
+    )]
+    pub max_selections: u64,
+    /// GraphQL fragment spreads, every fragment expanded (and 200 fragment definitions).
+    #[arg(
+        id = "max-fragment-spreads",
+        long = "max-fragment-spreads",
+        env = "FITORDER_MAX_FRAGMENT_SPREADS",
+        value_name = "N",
+        default_value = "500"
+    )]
+    pub max_fragment_spreads: u64,
+    /// A WebSocket without `connection_init` by then is closed (4408).
+    #[arg(id = "ws-init-timeout", long = "ws-init-timeout", env = "FITORDER_WS_INIT_TIMEOUT", value_name = "DURATION", default_value = "10s",
+        value_parser = duration)]
     pub ws_init_timeout: Duration,
+    /// Running operations per WebSocket; one more is answered with an `error`.
+    #[arg(
+        id = "ws-max-subscriptions",
+        long = "ws-max-subscriptions",
+        env = "FITORDER_WS_MAX_SUBSCRIPTIONS",
+        value_name = "N",
+        default_value = "100"
+    )]
     pub ws_max_subscriptions: usize,
-    /// HTTP: longest wait for a request's headers (also an idle keep-alive connection's
-    /// limit) and for its body.
+    /// Wait for a request's headers, and longest idle keep-alive.
+    #[arg(id = "http-header-timeout", long = "http-header-timeout", env = "FITORDER_HTTP_HEADER_TIMEOUT", value_name = "DURATION",
+        default_value = "10s", value_parser = duration)]
     pub http_header_timeout: Duration,
+    /// The whole request body must arrive within this (total, not idle: 408 and the connection
+    /// closed).
+    #[arg(id = "http-body-timeout", long = "http-body-timeout", env = "FITORDER_HTTP_BODY_TIMEOUT", value_name = "DURATION",
+        default_value = "30s", value_parser = duration)]
     pub http_body_timeout: Duration,
-    /// How much of an unverified callback's body is kept as evidence.
+    /// Body kept of a callback whose signature does not verify.
+    #[arg(
+        id = "unverified-callback-bytes",
+        long = "unverified-callback-bytes",
+        env = "FITORDER_UNVERIFIED_CALLBACK_BYTES",
+        value_name = "BYTES",
+        default_value = "4096"
+    )]
     pub unverified_callback_bytes: usize,
-    /// `FITORDER_PUBLIC_INTROSPECTION=1`: introspection without a token outside development mode.
+    /// `1`: answer introspection without a token outside development mode.
+    #[arg(id = "public-introspection", long = "public-introspection", env = "FITORDER_PUBLIC_INTROSPECTION", value_name = "1",
+        default_value = "", hide_default_value = true, value_parser = one_is_yes, action = clap::ArgAction::Set)]
     pub public_introspection: bool,
-    /// `FITORDER_METRICS_TOKEN`: outside development mode, `/metrics` on the API port answers
-    /// only `Authorization: Bearer <this>` (unset: not served there; see `metrics_addr`).
-    pub metrics_token: Option<String>,
-    /// Open HTTP connections of this process, in all and from one peer address.
+    /// Open HTTP connections per listener; one more is answered 503 and closed.
+    #[arg(id = "max-connections", long = "max-connections", env = "FITORDER_MAX_CONNECTIONS", value_name = "N", default_value_t = DEFAULT_MAX_CONNECTIONS)]
     pub max_connections: usize,
+    /// Open HTTP connections from one peer address (the TCP peer; a load balancer of
+    /// `FITORDER_TRUSTED_PROXIES` has no such cap).
+    #[arg(id = "max-connections-per-addr", long = "max-connections-per-addr", env = "FITORDER_MAX_CONNECTIONS_PER_ADDR", value_name = "N",
+        default_value_t = DEFAULT_MAX_CONNECTIONS_PER_ADDR)]
     pub max_connections_per_addr: usize,
-    /// Running GraphQL operations of one token over all its WebSockets.
+    /// Running WebSocket operations of one token over all its connections; one more gets an
+    /// `error`.
+    #[arg(
+        id = "max-subscriptions-per-token",
+        long = "max-subscriptions-per-token",
+        env = "FITORDER_MAX_SUBSCRIPTIONS_PER_TOKEN",
+        value_name = "N",
+        default_value = "200"
+    )]
     pub max_subscriptions_per_token: usize,
-    /// Business limits (README "Security", limits of the business): the expiry of an OFFLINE
-    /// order a member placed, the WAIT_PAY orders one member may hold, placements per member
-    /// and minute.
-    pub offline_order_timeout: Duration,
+    /// `WAIT_PAY` orders one member may hold at once, whoever places them (`TOO_MANY_OPEN_ORDERS`).
+    #[arg(
+        id = "max-open-orders",
+        long = "max-open-orders",
+        env = "FITORDER_MAX_OPEN_ORDERS",
+        value_name = "N",
+        default_value = "5"
+    )]
     pub max_open_orders: i64,
+    /// Orders one member may place per minute, per process (`RATE_LIMITED`).
+    #[arg(
+        id = "place-rate",
+        long = "place-rate",
+        env = "FITORDER_PLACE_RATE",
+        value_name = "N",
+        default_value = "20"
+    )]
     pub place_rate_per_minute: u32,
-    /// Unverified callbacks kept in full per source address and minute; beyond that one in
-    /// [`UNVERIFIED_SAMPLE_EVERY`] is kept, and at most `unverified_callbacks_per_minute_total`
-    /// rows a minute in all.
+    /// Unverified callbacks kept whole per source address and minute; beyond, one in 100.
+    #[arg(
+        id = "unverified-callbacks-per-minute",
+        long = "unverified-callbacks-per-minute",
+        env = "FITORDER_UNVERIFIED_CALLBACKS_PER_MINUTE",
+        value_name = "N",
+        default_value = "20"
+    )]
     pub unverified_callbacks_per_minute: u32,
+    /// Unverified callbacks kept per minute and process in all.
+    #[arg(
+        id = "unverified-callbacks-total-per-minute",
+        long = "unverified-callbacks-total-per-minute",
+        env = "FITORDER_UNVERIFIED_CALLBACKS_TOTAL_PER_MINUTE",
+        value_name = "N",
+        default_value = "600"
+    )]
     pub unverified_callbacks_per_minute_total: u32,
-    /// Provider API calls: connecting (`FITORDER_PROVIDER_CONNECT_TIMEOUT`), and the whole
-    /// call, answer included (`FITORDER_PROVIDER_TIMEOUT`, the Alipay SDK's read timeout).
+    /// Connecting to a provider API.
+    #[arg(id = "provider-connect-timeout", long = "provider-connect-timeout", env = "FITORDER_PROVIDER_CONNECT_TIMEOUT", value_name = "DURATION",
+        default_value = "3s", value_parser = duration)]
     pub provider_connect_timeout: Duration,
+    /// A whole provider call, the answer included (the Alipay SDK's read timeout). Bill
+    /// downloads have 10 minutes.
+    #[arg(id = "provider-timeout", long = "provider-timeout", env = "FITORDER_PROVIDER_TIMEOUT", value_name = "DURATION",
+        default_value = "15s", value_parser = duration)]
     pub provider_timeout: Duration,
-    /// The load balancers whose `X-Forwarded-For` is believed (`FITORDER_TRUSTED_PROXIES`).
-    pub trusted_proxies: Vec<ipnet::IpNet>,
-    /// Members signing in from the WeChat mini program, and their sessions.
+    /// Load balancers (IPs or CIDRs, comma-separated) whose `X-Forwarded-For` is believed: the
+    /// client address is the right-most entry that is not one of them; `WECHAT_H5` takes the
+    /// payer's address only from one of them. Unset: none.
+    #[arg(id = "trusted-proxies", long = "trusted-proxies", env = "FITORDER_TRUSTED_PROXIES", value_name = "CIDRS", default_value = "",
+        hide_default_value = true, value_parser = parse_trusted_proxies)]
+    pub trusted_proxies: ::std::vec::Vec<ipnet::IpNet>,
+    #[command(flatten)]
     pub sign_in: SignInConfig,
-    /// Staff tokens from an OpenID Connect issuer (`FITORDER_OIDC_*`); `None`: only HS256.
+    #[command(flatten)]
+    pub oidc_settings: oidc::OidcSettings,
+    /// Staff tokens from an OpenID Connect issuer: worked out from `oidc_settings`.
+    #[arg(skip)]
     pub oidc: Option<oidc::OidcConfig>,
-    /// The trusted documents manifest (`FITORDER_TRUSTED_DOCUMENTS`), read and checked at start,
-    /// and whom it binds (`FITORDER_TRUSTED_DOCUMENTS_FOR`).
-    pub trusted_documents: Option<std::sync::Arc<TrustedDocuments>>,
+    /// Path of a trusted documents manifest (a JSON object from SHA-256 to document, as GraphQL
+    /// Code Generator's client preset and Relay write it), read and checked at start (a
+    /// document that does not parse stops the start). Unset: none.
+    #[arg(id = "trusted-documents", long = "trusted-documents", env = "FITORDER_TRUSTED_DOCUMENTS", value_name = "PATH",
+        value_parser = TrustedDocuments::load)]
+    pub trusted_documents: Option<Arc<TrustedDocuments>>,
+    /// Whom the trusted documents manifest binds: `member` (member tokens, and callers without a
+    /// token) or `all` (every caller).
+    #[arg(
+        id = "trusted-documents-for",
+        long = "trusted-documents-for",
+        env = "FITORDER_TRUSTED_DOCUMENTS_FOR",
+        value_name = "WHOM",
+        value_enum,
+        default_value = "member"
+    )]
     pub trusted_documents_for: TrustedDocumentsFor,
-}
-
-/// Whom the trusted documents manifest binds.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum TrustedDocumentsFor {
-    /// Member tokens (and anonymous callers, the member app before sign-in); staff run anything.
-    Member,
-    /// Every caller.
-    All,
-}
-
-/// A persisted-documents manifest as GraphQL Code Generator's client preset and Relay write it:
-/// a JSON object from a document's id (its SHA-256, hex) to the document's text.
-#[derive(Clone, Debug)]
-pub struct TrustedDocuments {
-    /// (id as written, lower-case, without a `sha256:` prefix; document text)
-    pub entries: Vec<(String, String)>,
-}
-
-impl TrustedDocuments {
-    /// The bounds a manifest's document is held to before it is parsed: a staff document's.
-    pub const BOUND: crate::bounds::Shape = crate::bounds::Shape {
-        tokens: crate::bounds::TokenBudget::DEFAULT.staff,
-        nesting: crate::bounds::DEFAULT_NESTING,
-    };
-
-    pub fn from_json(text: &str) -> Result<TrustedDocuments> {
-        let map: std::collections::BTreeMap<String, String> =
-            serde_json::from_str(text).context("not a JSON object from document hash to document text")?;
-        let mut entries = Vec::with_capacity(map.len());
-        for (id, doc) in map {
-            let id = id.trim().to_ascii_lowercase();
-            let id = id.strip_prefix("sha256:").unwrap_or(&id).to_string();
-            anyhow::ensure!(!id.is_empty(), "a document without a hash");
-            if let Some(why) = crate::bounds::graphql_refusal(&doc, Self::BOUND) {
-                anyhow::bail!("the document {id}: {why}");
-            }
-            if let Err(e) = async_graphql::parser::parse_query(&doc) {
-                let at = e
-                    .positions()
-                    .next()
-                    .map(|p| format!(" at {}:{}", p.line, p.column))
-                    .unwrap_or_default();
-                anyhow::bail!("the document {id} does not parse{at}");
-            }
-            entries.push((id, doc));
-        }
-        Ok(TrustedDocuments { entries })
-    }
-
-    fn load(path: &str) -> Result<TrustedDocuments> {
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("FITORDER_TRUSTED_DOCUMENTS={path:?} cannot be read"))?;
-        TrustedDocuments::from_json(&text).with_context(|| format!("FITORDER_TRUSTED_DOCUMENTS={path:?}"))
-    }
-}
-
-fn trusted_documents_for(raw: Option<String>) -> Result<TrustedDocumentsFor> {
-    match raw.as_deref().map(str::trim) {
-        None | Some("member") => Ok(TrustedDocumentsFor::Member),
-        Some("all") => Ok(TrustedDocumentsFor::All),
-        Some(other) => anyhow::bail!("FITORDER_TRUSTED_DOCUMENTS_FOR={other:?} is neither member nor all"),
-    }
-}
-
-/// Members' sign-in (`signInWithWechat`, `refreshSession`, `signOut`).
-#[derive(Clone)]
-pub struct SignInConfig {
-    /// The mini program's appid and AppSecret (`WECHAT_MINIPROGRAM_APP_ID`, `…_SECRET`).
-    pub app_id: Option<String>,
-    pub secret: Option<String>,
-    /// WeChat's mini-program API (`WECHAT_API_BASE`).
-    pub api_base: String,
-    pub access_token_ttl: Duration,
-    pub refresh_token_ttl: Duration,
-    /// Sign-in mutations per client address, and sign-ins per openid, per minute.
-    pub rate_per_address: u32,
-    pub rate_per_openid: u32,
-}
-
-pub const WECHAT_API_BASE: &str = "https://api.weixin.qq.com";
-
-impl Default for SignInConfig {
-    fn default() -> Self {
-        SignInConfig {
-            app_id: None,
-            secret: None,
-            api_base: WECHAT_API_BASE.into(),
-            access_token_ttl: Duration::from_secs(2 * 3600),
-            refresh_token_ttl: Duration::from_secs(30 * 24 * 3600),
-            rate_per_address: 30,
-            rate_per_openid: 10,
-        }
-    }
-}
-
-impl std::fmt::Debug for SignInConfig {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let SignInConfig {
-            app_id,
-            secret,
-            api_base,
-            access_token_ttl,
-            refresh_token_ttl,
-            rate_per_address,
-            rate_per_openid,
-        } = self;
-        f.debug_struct("SignInConfig")
-            .field("app_id", app_id)
-            .field("secret", &secret.as_ref().map(|_| REDACTED))
-            .field("api_base", api_base)
-            .field("access_token_ttl", access_token_ttl)
-            .field("refresh_token_ttl", refresh_token_ttl)
-            .field("rate_per_address", rate_per_address)
-            .field("rate_per_openid", rate_per_openid)
-            .finish()
-    }
+    /// The `cargo run` development mode: private cluster, demo data, the provider sandbox
+    /// (`--dev` of `serve` and `worker`; not a setting).
+    #[arg(skip)]
+    pub dev_mode: bool,
+    /// True when `jwt_secret` was made up at start (development mode): tokens are printed then.
+    #[arg(skip)]
+    pub jwt_secret_generated: bool,
 }
 
 /// Beyond the per-address limit, one unverified callback in this many is kept as a sample.
 pub const UNVERIFIED_SAMPLE_EVERY: u64 = 100;
 
-#[derive(Clone)]
-pub struct WechatPayConfig {
-    pub mch_id: Option<String>,
-    /// The appid JSAPI, Native and H5 trades are made under (mini program or official account).
-    pub app_id: Option<String>,
-    /// The mobile app's appid, for `WECHAT_APP` trades (`WECHATPAY_MOBILE_APP_ID`); None: `app_id`.
-    pub mobile_app_id: Option<String>,
-    pub apiv3_key: Option<String>,
-    /// The merchant's API private key (PEM) and its certificate serial: sign every call.
-    pub merchant_private_key: Option<PathBuf>,
-    pub merchant_serial: Option<String>,
-    /// The 微信支付公钥 (PEM) and its `PUB_KEY_ID_…`; unset: platform certificates are downloaded.
-    pub platform_public_key: Option<PathBuf>,
-    pub public_key_id: Option<String>,
-    pub api_base: String,
-}
-
+pub const WECHAT_API_BASE: &str = "https://api.weixin.qq.com";
 pub const WECHATPAY_API_BASE: &str = "https://api.mch.weixin.qq.com";
 pub const ALIPAY_API_BASE: &str = "https://openapi.alipay.com/gateway.do";
 
-impl Default for WechatPayConfig {
-    fn default() -> Self {
-        WechatPayConfig {
-            mch_id: None,
-            app_id: None,
-            mobile_app_id: None,
-            apiv3_key: None,
-            merchant_private_key: None,
-            merchant_serial: None,
-            platform_public_key: None,
-            public_key_id: None,
-            api_base: WECHATPAY_API_BASE.into(),
-        }
-    }
+/// `FITORDER_MAX_CONNECTIONS` and `FITORDER_MAX_CONNECTIONS_PER_ADDR` when unset.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 4_096;
+pub const DEFAULT_MAX_CONNECTIONS_PER_ADDR: usize = 256;
+
+/// Members signing in from the WeChat mini program (`signInWithWechat`, `refreshSession`,
+/// `signOut`), and their sessions.
+#[derive(Clone, Debug, clap::Args)]
+pub struct SignInConfig {
+    /// The member mini program's appid, set together with `WECHAT_MINIPROGRAM_SECRET`: members
+    /// sign in with `signInWithWechat`. Unset: no sign-in (development mode: the sandbox's).
+    #[arg(
+        id = "wechat-miniprogram-app-id",
+        long = "wechat-miniprogram-app-id",
+        env = "WECHAT_MINIPROGRAM_APP_ID",
+        value_name = "APPID"
+    )]
+    pub app_id: Option<String>,
+    /// The mini program's AppSecret, set together with `WECHAT_MINIPROGRAM_APP_ID`.
+    #[arg(id = "wechat-miniprogram-secret", long = "wechat-miniprogram-secret", env = "WECHAT_MINIPROGRAM_SECRET", value_name = "SECRET",
+        hide_env_values = true, value_parser = secret)]
+    pub secret: Option<SecretString>,
+    /// WeChat's mini-program API (`/sns/jscode2session`, `/cgi-bin/stable_token`,
+    /// `/wxa/business/getuserphonenumber`).
+    #[arg(id = "wechat-api-base", long = "wechat-api-base", env = "WECHAT_API_BASE", value_name = "URL", default_value = WECHAT_API_BASE)]
+    pub api_base: String,
+    /// A member session's access token (a JWT with `sid`); at least 1m.
+    #[arg(id = "access-token-ttl", long = "access-token-ttl", env = "FITORDER_ACCESS_TOKEN_TTL", value_name = "DURATION",
+        default_value = "2h", value_parser = duration)]
+    pub access_token_ttl: Duration,
+    /// A member session's refresh token (one use; each refresh starts a new period); longer
+    /// than the access token's.
+    #[arg(id = "refresh-token-ttl", long = "refresh-token-ttl", env = "FITORDER_REFRESH_TOKEN_TTL", value_name = "DURATION",
+        default_value = "30d", value_parser = duration)]
+    pub refresh_token_ttl: Duration,
+    /// Sign-in mutations per minute per client address (an IPv6 one by its /64); over it:
+    /// `BAD_USER_INPUT`, reason `RATE_LIMITED`, `extensions.retryAfter` and `Retry-After`.
+    #[arg(
+        id = "signin-rate",
+        long = "signin-rate",
+        env = "FITORDER_SIGNIN_RATE",
+        value_name = "N",
+        default_value = "30"
+    )]
+    pub rate_per_address: u32,
+    /// Sign-ins per minute per WeChat account.
+    #[arg(
+        id = "signin-rate-per-openid",
+        long = "signin-rate-per-openid",
+        env = "FITORDER_SIGNIN_RATE_PER_OPENID",
+        value_name = "N",
+        default_value = "10"
+    )]
+    pub rate_per_openid: u32,
 }
 
-#[derive(Clone, Debug)]
-pub struct AlipayConfig {
+/// WeChat Pay, configured whole or not at all (the start names what is missing).
+#[derive(Clone, Debug, clap::Args)]
+pub struct WechatPayConfig {
+    /// WeChat Pay merchant id.
+    #[arg(
+        id = "wechatpay-mch-id",
+        long = "wechatpay-mch-id",
+        env = "WECHATPAY_MCH_ID",
+        value_name = "MCHID"
+    )]
+    pub mch_id: Option<String>,
+    /// The appid JSAPI, Native and H5 trades are made under (the mini program or official
+    /// account).
+    #[arg(
+        id = "wechatpay-app-id",
+        long = "wechatpay-app-id",
+        env = "WECHATPAY_APP_ID",
+        value_name = "APPID"
+    )]
     pub app_id: Option<String>,
-    /// The app's private key (PEM): signs every gateway request and order string.
-    pub app_private_key: Option<PathBuf>,
-    /// Public-key mode: the Alipay public key (PEM or bare base64).
-    pub public_key: Option<PathBuf>,
-    /// Certificate mode: the app certificate, the Alipay public-key certificate, the root certificate.
-    pub app_cert: Option<PathBuf>,
-    pub public_cert: Option<PathBuf>,
-    pub root_cert: Option<PathBuf>,
+    /// The mobile app's appid, for `WECHAT_APP` trades. Unset: `WECHATPAY_APP_ID`.
+    #[arg(
+        id = "wechatpay-mobile-app-id",
+        long = "wechatpay-mobile-app-id",
+        env = "WECHATPAY_MOBILE_APP_ID",
+        value_name = "APPID"
+    )]
+    pub mobile_app_id: Option<String>,
+    /// The 32-byte APIv3 key (as text).
+    #[arg(id = "wechatpay-apiv3-key", long = "wechatpay-apiv3-key", env = "WECHATPAY_APIV3_KEY", value_name = "KEY", hide_env_values = true,
+        value_parser = secret)]
+    pub apiv3_key: Option<SecretString>,
+    /// Path of the merchant API private key (PEM): signs every API call and the client pay
+    /// parameters.
+    #[arg(
+        id = "wechatpay-mch-private-key",
+        long = "wechatpay-mch-private-key",
+        env = "WECHATPAY_MCH_PRIVATE_KEY",
+        value_name = "PATH"
+    )]
+    pub merchant_private_key: Option<PathBuf>,
+    /// The serial of the merchant API certificate.
+    #[arg(
+        id = "wechatpay-mch-serial",
+        long = "wechatpay-mch-serial",
+        env = "WECHATPAY_MCH_SERIAL",
+        value_name = "SERIAL"
+    )]
+    pub merchant_serial: Option<String>,
+    /// Path of the 微信支付公钥 (PEM), with `WECHATPAY_PUBLIC_KEY_ID`. Unset: platform
+    /// certificates are downloaded (`/v3/certificates`).
+    #[arg(
+        id = "wechatpay-platform-public-key",
+        long = "wechatpay-platform-public-key",
+        env = "WECHATPAY_PLATFORM_PUBLIC_KEY",
+        value_name = "PATH"
+    )]
+    pub platform_public_key: Option<PathBuf>,
+    /// The `PUB_KEY_ID_…` that `Wechatpay-Serial` names for that key.
+    #[arg(
+        id = "wechatpay-public-key-id",
+        long = "wechatpay-public-key-id",
+        env = "WECHATPAY_PUBLIC_KEY_ID",
+        value_name = "ID"
+    )]
+    pub public_key_id: Option<String>,
+    /// The WeChat Pay API.
+    #[arg(id = "wechatpay-api-base", long = "wechatpay-api-base", env = "WECHATPAY_API_BASE", value_name = "URL",
+        default_value = WECHATPAY_API_BASE)]
     pub api_base: String,
-    /// The merchant's own seller id (`2088…`, `ALIPAY_SELLER_ID`): a notification naming
-    /// another seller is refused. Unset: the seller is not checked (the app id still is).
+}
+
+/// Alipay, configured whole or not at all (the start names what is missing).
+#[derive(Clone, Debug, clap::Args)]
+pub struct AlipayConfig {
+    /// Alipay app id.
+    #[arg(
+        id = "alipay-app-id",
+        long = "alipay-app-id",
+        env = "ALIPAY_APP_ID",
+        value_name = "APPID"
+    )]
+    pub app_id: Option<String>,
+    /// Path of the app private key (PEM): signs every gateway request and order string.
+    #[arg(
+        id = "alipay-app-private-key",
+        long = "alipay-app-private-key",
+        env = "ALIPAY_APP_PRIVATE_KEY",
+        value_name = "PATH"
+    )]
+    pub app_private_key: Option<PathBuf>,
+    /// Path of the Alipay public key (PEM or bare base64): public-key mode.
+    #[arg(
+        id = "alipay-public-key",
+        long = "alipay-public-key",
+        env = "ALIPAY_PUBLIC_KEY",
+        value_name = "PATH"
+    )]
+    pub public_key: Option<PathBuf>,
+    /// Certificate mode: path of the app certificate.
+    #[arg(
+        id = "alipay-app-cert",
+        long = "alipay-app-cert",
+        env = "ALIPAY_APP_CERT",
+        value_name = "PATH"
+    )]
+    pub app_cert: Option<PathBuf>,
+    /// Certificate mode: path of the Alipay public-key certificate.
+    #[arg(
+        id = "alipay-public-cert",
+        long = "alipay-public-cert",
+        env = "ALIPAY_PUBLIC_CERT",
+        value_name = "PATH"
+    )]
+    pub public_cert: Option<PathBuf>,
+    /// Certificate mode: path of the Alipay root certificate.
+    #[arg(
+        id = "alipay-root-cert",
+        long = "alipay-root-cert",
+        env = "ALIPAY_ROOT_CERT",
+        value_name = "PATH"
+    )]
+    pub root_cert: Option<PathBuf>,
+    /// The Alipay gateway.
+    #[arg(id = "alipay-api-base", long = "alipay-api-base", env = "ALIPAY_API_BASE", value_name = "URL", default_value = ALIPAY_API_BASE)]
+    pub api_base: String,
+    /// Our Alipay seller id (`2088…`): a notification naming another `seller_id` is refused.
+    /// Unset: the seller is not checked (the app id still is).
+    #[arg(
+        id = "alipay-seller-id",
+        long = "alipay-seller-id",
+        env = "ALIPAY_SELLER_ID",
+        value_name = "ID"
+    )]
     pub seller_id: Option<String>,
 }
 
-impl Default for AlipayConfig {
-    fn default() -> Self {
-        AlipayConfig {
-            app_id: None,
-            app_private_key: None,
-            public_key: None,
-            app_cert: None,
-            public_cert: None,
-            root_cert: None,
-            api_base: ALIPAY_API_BASE.into(),
-            seller_id: None,
-        }
-    }
-}
-
-/// Lines printed by `fitorder --help`: every variable, its default and meaning.
-pub const ENV_HELP: &str = "\
-Environment:
-  DATABASE_URL                   PostgreSQL to use (default: private cluster under ./.fitorder/pg)
-  FITORDER_ADDR                  listen address (default 127.0.0.1:8080)
-  FITORDER_JWT_SECRET            HS256 secret (default: random, printed with dev tokens)
-  FITORDER_ORDER_TIMEOUT         online order expiry, humantime (default 15m)
-  FITORDER_SCAN_INTERVAL         fallback expiry scan period (default 60s)
-  FITORDER_RETRY_BASE            first compensation retry delay (default 30s)
-  FITORDER_MAX_ATTEMPTS          attempts before DEAD (default 5)
-  FITORDER_DOWNSTREAM_TIMEOUT    per downstream call (default 3s)
-  FITORDER_DOOR_ACCESS_URL       door access endpoint (unset: simulator)
-  FITORDER_AI_ACCESS_URL         AI device endpoint (unset: simulator)
-  FITORDER_STATEMENT_DIR         where bills are read (default ./statements)
-  FITORDER_TIMEZONE              business day timezone (default Asia/Shanghai)
-  FITORDER_MAX_COMPLEXITY        GraphQL complexity limit (default 20000)
-  FITORDER_MAX_BODY_BYTES        request body limit (default 1048576)
-  FITORDER_DB_POOL_SIZE          connections per process (default 16)
-  FITORDER_STATEMENT_TIMEOUT     longest SQL statement (default 60s)
-  FITORDER_LISTEN_DATABASE_URL   direct PostgreSQL for LISTEN behind PgBouncer (default DATABASE_URL)
-  FITORDER_READ_DATABASE_URL     a streaming replica for the admin console's lists and statistics (default: none)
-  FITORDER_READ_MAX_LAG          a replica further behind is not read, the primary is (default 5s)
-  FITORDER_ALERT_WEBHOOKS        alert channels: [wecom:|dingtalk:|feishu:|webhook:]URL[#SECRET], comma-separated
-  FITORDER_ALERT_RETRY_BASE      first alert retry delay (default 5s)
-  FITORDER_ALERT_MAX_ATTEMPTS    alert attempts before DEAD (default 8)
-  FITORDER_ALERT_RATE            requests per minute to one channel (default 20)
-  FITORDER_METRICS_ADDR          `fitorder worker`: serve /metrics, /healthz, /readyz here (default: none)
-  FITORDER_LOG_FORMAT            json or text (default: json when standard output is not a terminal)
-  FITORDER_PUBLIC_URL            base URL providers reach us at, and alerts link to (default http://$FITORDER_ADDR)
-  FITORDER_RECONCILE_AT          local time of the daily reconciliation (default 10:30)
-  FITORDER_SANDBOX_ADDR          development mode: the provider sandbox's address (default 127.0.0.1:8081)
-  WeChat Pay, configured whole or not at all:
-    WECHATPAY_MCH_ID, WECHATPAY_APP_ID, WECHATPAY_APIV3_KEY,
-    WECHATPAY_MCH_PRIVATE_KEY (path), WECHATPAY_MCH_SERIAL,
-    WECHATPAY_PLATFORM_PUBLIC_KEY (path) + WECHATPAY_PUBLIC_KEY_ID, or neither (certificates downloaded),
-    WECHATPAY_API_BASE (default https://api.mch.weixin.qq.com)
-  Alipay, configured whole or not at all:
-    ALIPAY_APP_ID, ALIPAY_APP_PRIVATE_KEY (path),
-    ALIPAY_PUBLIC_KEY (path) or ALIPAY_APP_CERT + ALIPAY_PUBLIC_CERT + ALIPAY_ROOT_CERT (paths),
-    ALIPAY_API_BASE (default https://openapi.alipay.com/gateway.do)
-  FITORDER_MAX_DOCUMENT_BYTES    longest GraphQL document (default 65536)
-  FITORDER_MAX_SELECTIONS        GraphQL selections, fragments expanded (default 3000)
-  FITORDER_MAX_FRAGMENT_SPREADS  GraphQL fragment spreads, expanded (default 500)
-  FITORDER_WS_INIT_TIMEOUT       WebSocket wait for connection_init (default 10s)
-  FITORDER_WS_MAX_SUBSCRIPTIONS  subscriptions per WebSocket (default 100)
-  FITORDER_HTTP_HEADER_TIMEOUT   wait for request headers / idle keep-alive (default 10s)
-  FITORDER_HTTP_BODY_TIMEOUT     wait for a request body (default 30s)
-  FITORDER_UNVERIFIED_CALLBACK_BYTES  body kept of an unverified callback (default 4096)
-  FITORDER_PUBLIC_INTROSPECTION  1: introspection without a token outside development mode (default unset)
-  FITORDER_METRICS_TOKEN         bearer token for /metrics on the API port outside development mode (default: not served there)
-  FITORDER_MAX_CONNECTIONS       open HTTP connections per process (default 4096)
-  FITORDER_MAX_CONNECTIONS_PER_ADDR  open HTTP connections from one peer address (default 256)
-  FITORDER_MAX_SUBSCRIPTIONS_PER_TOKEN  running WebSocket operations of one token, all connections (default 200)
-  FITORDER_OFFLINE_ORDER_TIMEOUT expiry of an OFFLINE order a member placed (default 24h)
-  FITORDER_MAX_OPEN_ORDERS       WAIT_PAY orders one member may hold at once (default 5)
-  FITORDER_PLACE_RATE            orders one member may place per minute (default 20)
-  FITORDER_UNVERIFIED_CALLBACKS_PER_MINUTE  unverified callbacks kept whole per address and minute (default 20)
-  FITORDER_UNVERIFIED_CALLBACKS_TOTAL_PER_MINUTE  unverified callbacks kept per minute in all (default 600)
-  ALIPAY_SELLER_ID               Alipay: our seller id (2088…); notifications naming another are refused
-  FITORDER_PROVIDER_CONNECT_TIMEOUT  connecting to a provider API (default 3s)
-  FITORDER_PROVIDER_TIMEOUT      a whole provider call (default 15s)
-  FITORDER_TRUSTED_PROXIES       load balancers (IPs or CIDRs, comma-separated) whose X-Forwarded-For is believed
-  WECHATPAY_MOBILE_APP_ID        the mobile app's appid for WECHAT_APP (default WECHATPAY_APP_ID)
-  Member sign-in from the WeChat mini program:
-    WECHAT_MINIPROGRAM_APP_ID, WECHAT_MINIPROGRAM_SECRET (both or neither),
-    WECHAT_API_BASE (default https://api.weixin.qq.com),
-    FITORDER_ACCESS_TOKEN_TTL (default 2h), FITORDER_REFRESH_TOKEN_TTL (default 30d),
-    FITORDER_SIGNIN_RATE (sign-in calls per minute per client address, default 30),
-    FITORDER_SIGNIN_RATE_PER_OPENID (sign-ins per minute per WeChat account, default 10)
-  FITORDER_OIDC_ISSUER, FITORDER_OIDC_AUDIENCE  staff tokens (RS256/ES256) from this OpenID Connect issuer, for this audience
-  FITORDER_OIDC_ROLE_CLAIM, FITORDER_OIDC_STORES_CLAIM  their claims naming role and stores (default role, stores)
-  FITORDER_TRUSTED_DOCUMENTS     persisted-documents manifest: JSON object from SHA-256 to document (default: none)
-  FITORDER_TRUSTED_DOCUMENTS_FOR whom the manifest binds: member or all (default member)
-";
-
-fn var(name: &str) -> Option<String> {
-    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
-}
-
-fn duration(name: &str, default: &str) -> Result<Duration> {
-    let raw = var(name).unwrap_or_else(|| default.to_string());
-    humantime::parse_duration(&raw).with_context(|| format!("{name}={raw:?} is not a duration like 15m or 2s"))
-}
-
-fn number<T: std::str::FromStr>(name: &str, default: T) -> Result<T> {
-    match var(name) {
-        None => Ok(default),
-        Some(raw) => raw
-            .parse()
-            .map_err(|_| anyhow::anyhow!("{name}={raw:?} is not a number")),
-    }
+/// The settings' parser: [`Config`] under a command of its own, for [`Config::from_env`] and
+/// the tests (the binary's commands flatten [`Config`] into theirs).
+#[derive(clap::Parser, Debug)]
+#[command(name = "fitorder", about = None, long_about = None)]
+struct Settings {
+    #[command(flatten)]
+    config: Config,
 }
 
 impl Config {
+    /// The settings from the environment, worked out ([`Config::resolve`]).
     pub fn from_env() -> Result<Config> {
-        let (jwt_secret, jwt_secret_generated) = match var("FITORDER_JWT_SECRET") {
-            Some(s) => (s, false),
-            None => (dev_secret(), true),
-        };
-        let tz_name = var("FITORDER_TIMEZONE").unwrap_or_else(|| "Asia/Shanghai".into());
-        let timezone = tz_name
-            .parse::<chrono_tz::Tz>()
-            .map_err(|_| anyhow::anyhow!("FITORDER_TIMEZONE={tz_name:?} is not an IANA time zone"))?;
-        let max_attempts: i32 = number("FITORDER_MAX_ATTEMPTS", 5)?;
-        let addr = var("FITORDER_ADDR").unwrap_or_else(|| "127.0.0.1:8080".into());
-        let reconcile_raw = var("FITORDER_RECONCILE_AT").unwrap_or_else(|| "10:30".into());
-        let reconcile_at = chrono::NaiveTime::parse_from_str(&reconcile_raw, "%H:%M")
-            .map_err(|_| anyhow::anyhow!("FITORDER_RECONCILE_AT={reconcile_raw:?} is not a time like 10:30"))?;
-        anyhow::ensure!(max_attempts >= 1, "FITORDER_MAX_ATTEMPTS must be at least 1");
-        Ok(Config {
-            database_url: var("DATABASE_URL"),
-            jwt_secret,
-            jwt_secret_generated,
-            order_timeout: duration("FITORDER_ORDER_TIMEOUT", "15m")?,
-            scan_interval: duration("FITORDER_SCAN_INTERVAL", "60s")?,
-            retry_base: duration("FITORDER_RETRY_BASE", "30s")?,
-            max_attempts,
-            downstream_timeout: duration("FITORDER_DOWNSTREAM_TIMEOUT", "3s")?,
-            outbox_workers: number::<usize>("FITORDER_OUTBOX_WORKERS", 2)?.clamp(1, 64),
-            outbox_batch: number::<i64>("FITORDER_OUTBOX_BATCH", 64)?.clamp(1, 1000),
-            door_access_url: var("FITORDER_DOOR_ACCESS_URL"),
-            ai_access_url: var("FITORDER_AI_ACCESS_URL"),
-            statement_dir: var("FITORDER_STATEMENT_DIR")
-                .unwrap_or_else(|| "./statements".into())
-                .into(),
-            timezone,
-            public_url: var("FITORDER_PUBLIC_URL")
-                .unwrap_or_else(|| format!("http://{addr}"))
-                .trim_end_matches('/')
-                .to_string(),
-            addr,
-            reconcile_at,
-            dev_mode: false,
-            sandbox_addr: var("FITORDER_SANDBOX_ADDR").unwrap_or_else(|| "127.0.0.1:8081".into()),
-            wechatpay: WechatPayConfig {
-                mch_id: var("WECHATPAY_MCH_ID"),
-                app_id: var("WECHATPAY_APP_ID"),
-                mobile_app_id: var("WECHATPAY_MOBILE_APP_ID"),
-                apiv3_key: var("WECHATPAY_APIV3_KEY"),
-                merchant_private_key: var("WECHATPAY_MCH_PRIVATE_KEY").map(PathBuf::from),
-                merchant_serial: var("WECHATPAY_MCH_SERIAL"),
-                platform_public_key: var("WECHATPAY_PLATFORM_PUBLIC_KEY").map(PathBuf::from),
-                public_key_id: var("WECHATPAY_PUBLIC_KEY_ID"),
-                api_base: var("WECHATPAY_API_BASE").unwrap_or_else(|| WECHATPAY_API_BASE.into()),
-            },
-            alipay: AlipayConfig {
-                app_id: var("ALIPAY_APP_ID"),
-                app_private_key: var("ALIPAY_APP_PRIVATE_KEY").map(PathBuf::from),
-                public_key: var("ALIPAY_PUBLIC_KEY").map(PathBuf::from),
-                app_cert: var("ALIPAY_APP_CERT").map(PathBuf::from),
-                public_cert: var("ALIPAY_PUBLIC_CERT").map(PathBuf::from),
-                root_cert: var("ALIPAY_ROOT_CERT").map(PathBuf::from),
-                api_base: var("ALIPAY_API_BASE").unwrap_or_else(|| ALIPAY_API_BASE.into()),
-                seller_id: var("ALIPAY_SELLER_ID"),
-            },
-            max_complexity: number("FITORDER_MAX_COMPLEXITY", 20_000)?,
-            max_depth: 12,
-            max_body_bytes: number("FITORDER_MAX_BODY_BYTES", 1 << 20)?,
-            db_pool_size: number("FITORDER_DB_POOL_SIZE", 16)?,
-            statement_timeout: duration("FITORDER_STATEMENT_TIMEOUT", "60s")?,
-            listen_database_url: var("FITORDER_LISTEN_DATABASE_URL"),
-            read_database_url: var("FITORDER_READ_DATABASE_URL"),
-            read_max_lag: duration("FITORDER_READ_MAX_LAG", "5s")?,
-            alert_channels: alert_channels::parse_list(&var("FITORDER_ALERT_WEBHOOKS").unwrap_or_default())
-                .map_err(|e| anyhow::anyhow!("FITORDER_ALERT_WEBHOOKS: {e}"))?,
-            alert_retry_base: duration("FITORDER_ALERT_RETRY_BASE", "5s")?,
-            alert_max_attempts: number("FITORDER_ALERT_MAX_ATTEMPTS", 8)?.max(1),
-            alert_rate_per_minute: number("FITORDER_ALERT_RATE", 20)?.max(1),
-            metrics_addr: var("FITORDER_METRICS_ADDR"),
-            max_document_bytes: number("FITORDER_MAX_DOCUMENT_BYTES", 65_536)?,
-            max_selections: number("FITORDER_MAX_SELECTIONS", 3_000)?,
-            max_fragment_spreads: number("FITORDER_MAX_FRAGMENT_SPREADS", 500)?,
-            max_document_tokens: crate::bounds::TokenBudget {
-                anonymous: number(
-                    "FITORDER_MAX_DOCUMENT_TOKENS_ANONYMOUS",
-                    crate::bounds::TokenBudget::DEFAULT.anonymous,
-                )?,
-                member: number(
-                    "FITORDER_MAX_DOCUMENT_TOKENS_MEMBER",
-                    crate::bounds::TokenBudget::DEFAULT.member,
-                )?,
-                staff: number(
-                    "FITORDER_MAX_DOCUMENT_TOKENS",
-                    crate::bounds::TokenBudget::DEFAULT.staff,
-                )?,
-            },
-            max_document_nesting: number("FITORDER_MAX_DOCUMENT_NESTING", crate::bounds::DEFAULT_NESTING)?
-                .clamp(1, 128),
-            ws_init_timeout: duration("FITORDER_WS_INIT_TIMEOUT", "10s")?,
-            ws_max_subscriptions: number("FITORDER_WS_MAX_SUBSCRIPTIONS", 100)?,
-            http_header_timeout: duration("FITORDER_HTTP_HEADER_TIMEOUT", "10s")?,
-            http_body_timeout: duration("FITORDER_HTTP_BODY_TIMEOUT", "30s")?,
-            unverified_callback_bytes: number("FITORDER_UNVERIFIED_CALLBACK_BYTES", 4_096)?,
-            public_introspection: var("FITORDER_PUBLIC_INTROSPECTION").is_some_and(|v| v.trim() == "1"),
-            metrics_token: var("FITORDER_METRICS_TOKEN"),
-            max_connections: number::<usize>("FITORDER_MAX_CONNECTIONS", DEFAULT_MAX_CONNECTIONS)?.max(1),
-            max_connections_per_addr: number::<usize>(
-                "FITORDER_MAX_CONNECTIONS_PER_ADDR",
-                DEFAULT_MAX_CONNECTIONS_PER_ADDR,
-            )?
-            .max(1),
-            max_subscriptions_per_token: number::<usize>("FITORDER_MAX_SUBSCRIPTIONS_PER_TOKEN", 200)?.max(1),
-            offline_order_timeout: duration("FITORDER_OFFLINE_ORDER_TIMEOUT", "24h")?,
-            max_open_orders: number::<i64>("FITORDER_MAX_OPEN_ORDERS", 5)?.max(1),
-            place_rate_per_minute: number::<u32>("FITORDER_PLACE_RATE", 20)?.max(1),
-            unverified_callbacks_per_minute: number::<u32>("FITORDER_UNVERIFIED_CALLBACKS_PER_MINUTE", 20)?,
-            unverified_callbacks_per_minute_total: number::<u32>(
-                "FITORDER_UNVERIFIED_CALLBACKS_TOTAL_PER_MINUTE",
-                600,
-            )?,
-            provider_connect_timeout: duration("FITORDER_PROVIDER_CONNECT_TIMEOUT", "3s")?,
-            provider_timeout: duration("FITORDER_PROVIDER_TIMEOUT", "15s")?,
-            trusted_proxies: parse_trusted_proxies(&var("FITORDER_TRUSTED_PROXIES").unwrap_or_default())
-                .map_err(|e| anyhow::anyhow!("FITORDER_TRUSTED_PROXIES: {e}"))?,
-            sign_in: sign_in_from_env()?,
-            oidc: oidc::OidcConfig::from_env(var)?,
-            trusted_documents: var("FITORDER_TRUSTED_DOCUMENTS")
-                .map(|p| TrustedDocuments::load(&p).map(std::sync::Arc::new))
-                .transpose()?,
-            trusted_documents_for: trusted_documents_for(var("FITORDER_TRUSTED_DOCUMENTS_FOR"))?,
-        })
+        let cmd = reference::reading_env(<Settings as clap::CommandFactory>::command());
+        Config::from_command(cmd, ["fitorder"])?.resolve()
     }
 
-    /// A configuration for tests: short, deterministic, no providers.
-    pub fn for_tests(database_url: String) -> Config {
-        Config {
-            database_url: Some(database_url),
-            addr: "127.0.0.1:0".into(),
-            public_url: "http://127.0.0.1:0".into(),
-            reconcile_at: chrono::NaiveTime::from_hms_opt(10, 30, 0).expect("a valid time"),
-            dev_mode: false,
-            sandbox_addr: "127.0.0.1:0".into(),
-            jwt_secret: "test-secret-not-for-production-0123456789".into(),
-            jwt_secret_generated: false,
-            order_timeout: Duration::from_secs(15 * 60),
-            scan_interval: Duration::from_secs(60),
-            retry_base: Duration::from_secs(30),
-            max_attempts: 5,
-            downstream_timeout: Duration::from_secs(3),
-            outbox_workers: 2,
-            outbox_batch: 64,
-            door_access_url: None,
-            ai_access_url: None,
-            statement_dir: "./statements".into(),
-            timezone: chrono_tz::Asia::Shanghai,
-            wechatpay: WechatPayConfig::default(),
-            alipay: AlipayConfig::default(),
-            max_complexity: 20_000,
-            max_depth: 12,
-            max_body_bytes: 1 << 20,
-            db_pool_size: 8,
-            statement_timeout: Duration::from_secs(60),
-            listen_database_url: None,
-            read_database_url: None,
-            read_max_lag: Duration::from_secs(5),
-            alert_channels: vec![],
-            alert_retry_base: Duration::from_secs(5),
-            alert_max_attempts: 8,
-            alert_rate_per_minute: 20,
-            metrics_addr: None,
-            max_document_bytes: 65_536,
-            max_selections: 3_000,
-            max_fragment_spreads: 500,
-            max_document_tokens: crate::bounds::TokenBudget::DEFAULT,
-            max_document_nesting: crate::bounds::DEFAULT_NESTING,
-            ws_init_timeout: Duration::from_secs(10),
-            ws_max_subscriptions: 100,
-            http_header_timeout: Duration::from_secs(10),
-            http_body_timeout: Duration::from_secs(30),
-            unverified_callback_bytes: 4_096,
-            public_introspection: false,
-            metrics_token: None,
-            max_connections: DEFAULT_MAX_CONNECTIONS,
-            max_connections_per_addr: DEFAULT_MAX_CONNECTIONS_PER_ADDR,
-            max_subscriptions_per_token: 200,
-            // Tests place hundreds of orders for one member: the tests of these limits set them.
-            offline_order_timeout: Duration::from_secs(24 * 3600),
-            max_open_orders: 100_000,
-            place_rate_per_minute: 100_000,
-            unverified_callbacks_per_minute: 20,
-            unverified_callbacks_per_minute_total: 600,
-            provider_connect_timeout: Duration::from_secs(3),
-            provider_timeout: Duration::from_secs(15),
-            trusted_proxies: vec![],
-            sign_in: SignInConfig::default(),
-            oidc: None,
-            trusted_documents: None,
-            trusted_documents_for: TrustedDocumentsFor::Member,
+    /// Parses `args` with `cmd` (a command holding [`Config`]'s arguments); a refusal names the
+    /// variable.
+    fn from_command<I: IntoIterator<Item = &'static str>>(cmd: clap::Command, args: I) -> Result<Config> {
+        let matches = cmd.try_get_matches_from(args).map_err(reference::explain)?;
+        <Config as clap::FromArgMatches>::from_arg_matches(&matches).map_err(reference::explain)
+    }
+
+    /// What the parsed settings imply: the secret made up in development, the public URL from
+    /// the address, the claims of an OIDC issuer, the bounds on counts; settings that contradict
+    /// each other stop the start, naming them.
+    pub fn resolve(mut self) -> Result<Config> {
+        if self.jwt_secret.expose_secret().is_empty() {
+            self.jwt_secret = secrets::dev_secret().into();
+            self.jwt_secret_generated = true;
         }
+        if self.public_url.trim().is_empty() {
+            self.public_url = format!("http://{}", self.addr);
+        }
+        self.public_url = self.public_url.trim().trim_end_matches('/').to_string();
+        anyhow::ensure!(self.max_attempts >= 1, "FITORDER_MAX_ATTEMPTS must be at least 1");
+        self.outbox_workers = self.outbox_workers.clamp(1, 64);
+        self.outbox_batch = self.outbox_batch.clamp(1, 1000);
+        self.alert_max_attempts = self.alert_max_attempts.max(1);
+        self.alert_rate_per_minute = self.alert_rate_per_minute.max(1);
+        self.max_document_nesting = self.max_document_nesting.clamp(1, 128);
+        self.max_connections = self.max_connections.max(1);
+        self.max_connections_per_addr = self.max_connections_per_addr.max(1);
+        self.max_subscriptions_per_token = self.max_subscriptions_per_token.max(1);
+        self.max_open_orders = self.max_open_orders.max(1);
+        self.place_rate_per_minute = self.place_rate_per_minute.max(1);
+        self.sign_in = self.sign_in.resolve()?;
+        self.oidc = oidc::OidcConfig::from_settings(&self.oidc_settings)?;
+        Ok(self)
+    }
+
+    /// A configuration for tests: the settings' defaults with no variable read, and what tests
+    /// need instead (a fixed secret, port 0, no caps on one member's orders).
+    pub fn for_tests(database_url: String) -> Config {
+        let mut c = Config::defaults();
+        c.database_url = Some(SecretUrl::from(database_url));
+        c.addr = "127.0.0.1:0".into();
+        c.public_url = "http://127.0.0.1:0".into();
+        c.sandbox_addr = "127.0.0.1:0".into();
+        c.jwt_secret = "test-secret-not-for-production-0123456789".into();
+        c.db_pool_size = 8;
+        // Tests place hundreds of orders for one member: the tests of these limits set them.
+        c.max_open_orders = 100_000;
+        c.place_rate_per_minute = 100_000;
+        c.resolve().expect("the test configuration is whole")
+    }
+
+    /// Every setting at its default, no variable read, nothing worked out yet.
+    fn defaults() -> Config {
+        let cmd = reference::ignoring_env(<Settings as clap::CommandFactory>::command());
+        Config::from_command(cmd, ["fitorder"]).expect("the defaults parse")
     }
 
     /// Where the ops page is, for links in alerts.
     pub fn ops_url(&self) -> String {
         format!("{}/ops", self.public_url.trim_end_matches('/'))
     }
-}
 
-fn sign_in_from_env() -> Result<SignInConfig> {
-    let app_id = var("WECHAT_MINIPROGRAM_APP_ID");
-    let secret = var("WECHAT_MINIPROGRAM_SECRET");
-    anyhow::ensure!(
-        app_id.is_some() == secret.is_some(),
-        "WECHAT_MINIPROGRAM_APP_ID and WECHAT_MINIPROGRAM_SECRET are set together or not at all (missing: {})",
-        if app_id.is_none() {
-            "WECHAT_MINIPROGRAM_APP_ID"
-        } else {
-            "WECHAT_MINIPROGRAM_SECRET"
-        }
-    );
-    let access_token_ttl = duration("FITORDER_ACCESS_TOKEN_TTL", "2h")?;
-    let refresh_token_ttl = duration("FITORDER_REFRESH_TOKEN_TTL", "30d")?;
-    anyhow::ensure!(
-        access_token_ttl >= Duration::from_secs(60) && refresh_token_ttl > access_token_ttl,
-        "FITORDER_ACCESS_TOKEN_TTL must be at least 1m and FITORDER_REFRESH_TOKEN_TTL longer than it"
-    );
-    Ok(SignInConfig {
-        app_id,
-        secret,
-        api_base: var("WECHAT_API_BASE").unwrap_or_else(|| WECHAT_API_BASE.into()),
-        access_token_ttl,
-        refresh_token_ttl,
-        rate_per_address: number::<u32>("FITORDER_SIGNIN_RATE", 30)?.max(1),
-        rate_per_openid: number::<u32>("FITORDER_SIGNIN_RATE_PER_OPENID", 10)?.max(1),
-    })
-}
-
-/// Without FITORDER_JWT_SECRET a random secret is made once and kept in
-/// `./.fitorder/jwt-secret`, so that `fitorder token` in another terminal signs tokens the
-/// running dev server accepts, and tokens survive a restart. Reading the configuration only
-/// reads the file: it is written by [`Config::keep_dev_secret`] once the start is known to be
-/// development mode (a production start without a secret stops and leaves nothing behind).
-fn dev_secret() -> String {
-    let path = std::path::Path::new(DEV_SECRET_PATH);
-    if let Ok(s) = std::fs::read_to_string(path) {
-        if s.trim().len() >= 32 {
-            return s.trim().to_string();
-        }
+    /// The database URL as text (`None`: the private cluster).
+    pub fn database_url(&self) -> Option<&str> {
+        self.database_url.as_deref()
     }
-    use rand::Rng;
-    let bytes: [u8; 32] = rand::rng().random();
-    hex::encode(bytes)
-}
 
-const DEV_SECRET_PATH: &str = ".fitorder/jwt-secret";
-
-impl Config {
-    /// Development mode: keeps the made-up secret in `./.fitorder/jwt-secret` (see `dev_secret`).
-    pub fn keep_dev_secret(&self) {
-        if !self.jwt_secret_generated {
-            return;
-        }
-        let path = std::path::Path::new(DEV_SECRET_PATH);
-        if std::fs::read_to_string(path).is_ok_and(|s| s.trim() == self.jwt_secret) {
-            return;
-        }
-        if std::fs::create_dir_all(".fitorder").is_ok() {
-            use std::io::Write;
-            use std::os::unix::fs::OpenOptionsExt;
-            if let Ok(mut f) = std::fs::OpenOptions::new()
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .mode(0o600)
-                .open(path)
-            {
-                let _ = f.write_all(self.jwt_secret.as_bytes());
-            }
-        }
-    }
-}
-
-/// `FITORDER_MAX_CONNECTIONS` and `FITORDER_MAX_CONNECTIONS_PER_ADDR` when unset.
-pub const DEFAULT_MAX_CONNECTIONS: usize = 4_096;
-pub const DEFAULT_MAX_CONNECTIONS_PER_ADDR: usize = 256;
-
-/// The shortest `FITORDER_JWT_SECRET` accepted outside development mode, in bytes.
-pub const MIN_JWT_SECRET_BYTES: usize = 32;
-/// The fewest different bytes it must contain (`aaaa…` or `0101…` is no secret).
-pub const MIN_JWT_SECRET_DISTINCT: usize = 8;
-
-/// Outside development mode a token signed with a guessable secret is as good as any: a secret
-/// shorter than [`MIN_JWT_SECRET_BYTES`] or with fewer than [`MIN_JWT_SECRET_DISTINCT`]
-/// different bytes stops the start, naming the setting (never showing the secret).
-pub fn check_jwt_secret(secret: &str) -> Result<()> {
-    let bytes = secret.as_bytes();
-    anyhow::ensure!(
-        bytes.len() >= MIN_JWT_SECRET_BYTES,
-        "FITORDER_JWT_SECRET is too short: {} bytes, at least {MIN_JWT_SECRET_BYTES} are needed outside \
-         development mode (e.g. `openssl rand -hex 32`)",
-        bytes.len()
-    );
-    anyhow::ensure!(
-        !secret.trim().to_ascii_lowercase().starts_with("change-me"),
-        "FITORDER_JWT_SECRET is still the example's placeholder: set a random one (e.g. `openssl rand -hex 32`)"
-    );
-    let distinct = bytes.iter().collect::<std::collections::HashSet<_>>().len();
-    anyhow::ensure!(
-        distinct >= MIN_JWT_SECRET_DISTINCT,
-        "FITORDER_JWT_SECRET is too simple: {distinct} different characters, at least \
-         {MIN_JWT_SECRET_DISTINCT} are needed outside development mode (e.g. `openssl rand -hex 32`)"
-    );
-    Ok(())
-}
-
-/// Reads `FITORDER_TRUSTED_PROXIES`: comma-separated IPs or CIDRs (`10.0.0.0/8, 192.168.1.7`).
-pub fn parse_trusted_proxies(text: &str) -> Result<Vec<ipnet::IpNet>, String> {
-    text.split(',')
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .map(|s| {
-            s.parse::<ipnet::IpNet>()
-                .or_else(|_| s.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
-                .map_err(|_| format!("{s:?} is neither an IP address nor a CIDR"))
-        })
-        .collect()
-}
-
-impl Config {
     /// Outside development mode the providers must reach `FITORDER_PUBLIC_URL` over `https://`
     /// (their `notify_url`); a loopback address is let through, for tests on one machine.
     pub fn check_public_url(&self) -> Result<()> {
@@ -762,215 +733,99 @@ impl Config {
         );
         Ok(())
     }
-}
 
-/// Shown instead of a secret in `Debug`.
-const REDACTED: &str = "<redacted>";
-
-/// A URL with its password (`scheme://user:PASSWORD@host…`) replaced, and a libpq key/value
-/// string's `password=…` too; anything else as it is.
-pub fn redact_url(url: &str) -> String {
-    if let Some((scheme, rest)) = url.split_once("://") {
-        let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-        let (authority, tail) = rest.split_at(authority_end);
-        if let Some((userinfo, host)) = authority.rsplit_once('@') {
-            if let Some((user, _password)) = userinfo.split_once(':') {
-                return format!("{scheme}://{user}:{REDACTED}@{host}{}", redact_query_password(tail));
-            }
+    /// Development mode: keeps the made-up secret in `./.fitorder/jwt-secret`.
+    pub fn keep_dev_secret(&self) {
+        if self.jwt_secret_generated {
+            secrets::keep_dev_secret(self.jwt_secret.expose_secret());
         }
-        return format!("{scheme}://{authority}{}", redact_query_password(tail));
     }
-    url.split_whitespace()
-        .map(|kv| match kv.split_once('=') {
-            Some((k, _)) if k.eq_ignore_ascii_case("password") => format!("{k}={REDACTED}"),
-            _ => kv.to_string(),
+}
+
+impl SignInConfig {
+    fn resolve(self) -> Result<SignInConfig> {
+        anyhow::ensure!(
+            self.app_id.is_some() == self.secret.is_some(),
+            "WECHAT_MINIPROGRAM_APP_ID and WECHAT_MINIPROGRAM_SECRET are set together or not at all (missing: {})",
+            if self.app_id.is_none() {
+                "WECHAT_MINIPROGRAM_APP_ID"
+            } else {
+                "WECHAT_MINIPROGRAM_SECRET"
+            }
+        );
+        anyhow::ensure!(
+            self.access_token_ttl >= Duration::from_secs(60) && self.refresh_token_ttl > self.access_token_ttl,
+            "FITORDER_ACCESS_TOKEN_TTL must be at least 1m and FITORDER_REFRESH_TOKEN_TTL longer than it"
+        );
+        Ok(SignInConfig {
+            rate_per_address: self.rate_per_address.max(1),
+            rate_per_openid: self.rate_per_openid.max(1),
+            ..self
         })
-        .collect::<Vec<_>>()
-        .join(" ")
+    }
 }
 
-/// `?password=…` (PostgreSQL URLs take it as a parameter too).
-fn redact_query_password(tail: &str) -> String {
-    let Some((path, query)) = tail.split_once('?') else {
-        return tail.to_string();
-    };
-    let query = query
-        .split('&')
-        .map(|kv| match kv.split_once('=') {
-            Some((k, _)) if k.eq_ignore_ascii_case("password") => format!("{k}={REDACTED}"),
-            _ => kv.to_string(),
+impl Default for SignInConfig {
+    /// The settings' defaults: no mini program.
+    fn default() -> Self {
+        Config::defaults().sign_in
+    }
+}
+
+impl Default for WechatPayConfig {
+    /// The settings' defaults: not configured.
+    fn default() -> Self {
+        Config::defaults().wechatpay
+    }
+}
+
+impl Default for AlipayConfig {
+    /// The settings' defaults: not configured.
+    fn default() -> Self {
+        Config::defaults().alipay
+    }
+}
+
+// The settings' value parsers: each error says what the value should look like (clap adds the
+// flag, [`reference::explain`] the variable).
+
+fn duration(raw: &str) -> Result<Duration, String> {
+    humantime::parse_duration(raw.trim()).map_err(|_| format!("{raw:?} is not a duration like 15m or 2s"))
+}
+
+fn secret(raw: &str) -> Result<SecretString, String> {
+    Ok(raw.trim().to_string().into())
+}
+
+fn secret_url(raw: &str) -> Result<SecretUrl, String> {
+    Ok(SecretUrl::from(raw.trim().to_string()))
+}
+
+fn timezone(raw: &str) -> Result<chrono_tz::Tz, String> {
+    raw.trim()
+        .parse::<chrono_tz::Tz>()
+        .map_err(|_| format!("{raw:?} is not an IANA time zone"))
+}
+
+fn clock_time(raw: &str) -> Result<chrono::NaiveTime, String> {
+    chrono::NaiveTime::parse_from_str(raw.trim(), "%H:%M").map_err(|_| format!("{raw:?} is not a time like 10:30"))
+}
+
+fn one_is_yes(raw: &str) -> Result<bool, String> {
+    Ok(raw.trim() == "1")
+}
+
+/// Reads `FITORDER_TRUSTED_PROXIES`: comma-separated IPs or CIDRs (`10.0.0.0/8, 192.168.1.7`).
+pub fn parse_trusted_proxies(text: &str) -> Result<Vec<ipnet::IpNet>, String> {
+    text.split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|s| {
+            s.parse::<ipnet::IpNet>()
+                .or_else(|_| s.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
+                .map_err(|_| format!("{s:?} is neither an IP address nor a CIDR"))
         })
-        .collect::<Vec<_>>()
-        .join("&");
-    format!("{path}?{query}")
-}
-
-impl std::fmt::Debug for Config {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        // Destructured whole: a field added to `Config` does not compile until it is listed here
-        // (and someone decided whether it is a secret).
-        let Config {
-            database_url,
-            addr,
-            public_url,
-            reconcile_at,
-            dev_mode,
-            sandbox_addr,
-            jwt_secret: _,
-            jwt_secret_generated,
-            order_timeout,
-            scan_interval,
-            retry_base,
-            max_attempts,
-            downstream_timeout,
-            outbox_workers,
-            outbox_batch,
-            door_access_url,
-            ai_access_url,
-            statement_dir,
-            timezone,
-            wechatpay,
-            alipay,
-            max_complexity,
-            max_depth,
-            max_body_bytes,
-            db_pool_size,
-            statement_timeout,
-            listen_database_url,
-            read_database_url,
-            read_max_lag,
-            alert_channels,
-            alert_retry_base,
-            alert_max_attempts,
-            alert_rate_per_minute,
-            metrics_addr,
-            max_document_bytes,
-            max_selections,
-            max_fragment_spreads,
-            max_document_tokens,
-            max_document_nesting,
-            ws_init_timeout,
-            ws_max_subscriptions,
-            http_header_timeout,
-            http_body_timeout,
-            unverified_callback_bytes,
-            public_introspection,
-            metrics_token,
-            max_connections,
-            max_connections_per_addr,
-            max_subscriptions_per_token,
-            offline_order_timeout,
-            max_open_orders,
-            place_rate_per_minute,
-            unverified_callbacks_per_minute,
-            unverified_callbacks_per_minute_total,
-            provider_connect_timeout,
-            provider_timeout,
-            trusted_proxies,
-            sign_in,
-            oidc,
-            trusted_documents,
-            trusted_documents_for,
-        } = self;
-        let url = |u: &Option<String>| u.as_deref().map(redact_url);
-        f.debug_struct("Config")
-            .field("database_url", &url(database_url))
-            .field("addr", addr)
-            .field("public_url", &redact_url(public_url))
-            .field("reconcile_at", reconcile_at)
-            .field("dev_mode", dev_mode)
-            .field("sandbox_addr", sandbox_addr)
-            .field("jwt_secret", &REDACTED)
-            .field("jwt_secret_generated", jwt_secret_generated)
-            .field("order_timeout", order_timeout)
-            .field("scan_interval", scan_interval)
-            .field("retry_base", retry_base)
-            .field("max_attempts", max_attempts)
-            .field("downstream_timeout", downstream_timeout)
-            .field("outbox_workers", outbox_workers)
-            .field("outbox_batch", outbox_batch)
-            .field("door_access_url", &url(door_access_url))
-            .field("ai_access_url", &url(ai_access_url))
-            .field("statement_dir", statement_dir)
-            .field("timezone", timezone)
-            .field("wechatpay", wechatpay)
-            .field("alipay", alipay)
-            .field("max_complexity", max_complexity)
-            .field("max_depth", max_depth)
-            .field("max_body_bytes", max_body_bytes)
-            .field("db_pool_size", db_pool_size)
-            .field("statement_timeout", statement_timeout)
-            .field("listen_database_url", &url(listen_database_url))
-            .field("read_database_url", &url(read_database_url))
-            .field("read_max_lag", read_max_lag)
-            .field("alert_channels", alert_channels)
-            .field("alert_retry_base", alert_retry_base)
-            .field("alert_max_attempts", alert_max_attempts)
-            .field("alert_rate_per_minute", alert_rate_per_minute)
-            .field("metrics_addr", metrics_addr)
-            .field("max_document_bytes", max_document_bytes)
-            .field("max_selections", max_selections)
-            .field("max_document_tokens", max_document_tokens)
-            .field("max_document_nesting", max_document_nesting)
-            .field("max_fragment_spreads", max_fragment_spreads)
-            .field("ws_init_timeout", ws_init_timeout)
-            .field("ws_max_subscriptions", ws_max_subscriptions)
-            .field("http_header_timeout", http_header_timeout)
-            .field("http_body_timeout", http_body_timeout)
-            .field("unverified_callback_bytes", unverified_callback_bytes)
-            .field("public_introspection", public_introspection)
-            .field("metrics_token", &metrics_token.as_ref().map(|_| REDACTED))
-            .field("max_connections", max_connections)
-            .field("max_connections_per_addr", max_connections_per_addr)
-            .field("max_subscriptions_per_token", max_subscriptions_per_token)
-            .field("offline_order_timeout", offline_order_timeout)
-            .field("max_open_orders", max_open_orders)
-            .field("place_rate_per_minute", place_rate_per_minute)
-            .field("unverified_callbacks_per_minute", unverified_callbacks_per_minute)
-            .field(
-                "unverified_callbacks_per_minute_total",
-                unverified_callbacks_per_minute_total,
-            )
-            .field("provider_connect_timeout", provider_connect_timeout)
-            .field("provider_timeout", provider_timeout)
-            .field("trusted_proxies", trusted_proxies)
-            .field("sign_in", sign_in)
-            .field("oidc", oidc)
-            .field(
-                "trusted_documents",
-                &trusted_documents.as_ref().map(|t| t.entries.len()),
-            )
-            .field("trusted_documents_for", trusted_documents_for)
-            .finish()
-    }
-}
-
-impl std::fmt::Debug for WechatPayConfig {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let WechatPayConfig {
-            mch_id,
-            app_id,
-            mobile_app_id,
-            apiv3_key,
-            merchant_private_key,
-            merchant_serial,
-            platform_public_key,
-            public_key_id,
-            api_base,
-        } = self;
-        f.debug_struct("WechatPayConfig")
-            .field("mch_id", mch_id)
-            .field("app_id", app_id)
-            .field("mobile_app_id", mobile_app_id)
-            .field("apiv3_key", &apiv3_key.as_ref().map(|_| REDACTED))
-            // A path to the key, never its text.
-            .field("merchant_private_key", merchant_private_key)
-            .field("merchant_serial", merchant_serial)
-            .field("platform_public_key", platform_public_key)
-            .field("public_key_id", public_key_id)
-            .field("api_base", api_base)
-            .finish()
-    }
+        .collect()
 }
 
 #[cfg(test)]
@@ -986,6 +841,7 @@ mod redaction_tests {
         c.door_access_url = Some("https://svc:doorPASSWORD@door.internal/grant".into());
         c.wechatpay.apiv3_key = Some("APIV3keyVALUE0123456789abcdefghij".into());
         c.sign_in.secret = Some("MINIPROGRAMsecretVALUE".into());
+        c.metrics_token = Some("METRICStokenVALUE".into());
         c.alert_channels = alert_channels::parse_list(
             "dingtalk:https://oapi.dingtalk.com/robot/send?access_token=ROBOTtoken#SECsigning",
         )
@@ -999,6 +855,7 @@ mod redaction_tests {
             "doorPASSWORD",
             "APIV3keyVALUE",
             "MINIPROGRAMsecretVALUE",
+            "METRICStokenVALUE",
             "ROBOTtoken",
             "SECsigning",
         ] {
@@ -1009,51 +866,25 @@ mod redaction_tests {
         assert!(shown.contains("sslmode=require"), "{shown}");
         assert!(shown.contains("app:<redacted>@"), "{shown}");
     }
-
-    #[test]
-    fn key_value_connection_strings_lose_their_password() {
-        assert_eq!(
-            redact_url("host=db user=app password=hunter2 dbname=x"),
-            "host=db user=app password=<redacted> dbname=x"
-        );
-        assert_eq!(
-            redact_url("postgres://app@db/x?password=hunter2&sslmode=require"),
-            "postgres://app@db/x?password=<redacted>&sslmode=require"
-        );
-        assert_eq!(
-            redact_url("postgres://postgres@127.0.0.1:5432/postgres"),
-            "postgres://postgres@127.0.0.1:5432/postgres"
-        );
-    }
 }
 
 #[cfg(test)]
-mod jwt_secret_tests {
+mod parsing_tests {
     use super::*;
 
-    #[test]
-    fn weak_secrets_are_refused_by_name() {
-        for (weak, why) in [
-            ("a", "too short"),
-            ("change-me", "too short"),
-            (&"x".repeat(64) as &str, "too simple"),
-            ("0101010101010101010101010101010101", "too simple"),
-        ] {
-            let e = check_jwt_secret(weak).unwrap_err().to_string();
-            assert!(e.contains("FITORDER_JWT_SECRET") && e.contains(why), "{weak}: {e}");
-            assert!(!e.contains(weak) || weak.len() == 1, "the secret is not shown: {e}");
-        }
-        assert!(check_jwt_secret("change-me-to-64-random-hex-characters")
-            .unwrap_err()
-            .to_string()
-            .contains("placeholder"));
-        check_jwt_secret("3f9a1c7e5b2d4f6a8c0e1b3d5f7a9c2e").unwrap();
+    fn parse(vars: &[(&'static str, &'static str)]) -> Result<Config> {
+        // Each variable's value as its default: what clap would read from the environment.
+        let cmd = <Settings as clap::CommandFactory>::command().mut_args(|a| {
+            let env = a.get_env().and_then(|e| e.to_str()).map(str::to_string);
+            match env.and_then(|e| vars.iter().find(|(k, _)| *k == e)) {
+                Some((_, v)) => a.default_value(*v),
+                None => a,
+            }
+        });
+        let cmd = reference::ignoring_env(cmd);
+        // The refusal names the variable although none was read: the names are on the flags.
+        Config::from_command(cmd, ["fitorder"])?.resolve()
     }
-}
-
-#[cfg(test)]
-mod provider_edge_tests {
-    use super::*;
 
     #[test]
     fn trusted_proxies_parse_as_ips_or_cidrs_and_junk_is_named() {
@@ -1065,6 +896,55 @@ mod provider_edge_tests {
         let e = parse_trusted_proxies("10.0.0.0/8, lb.internal").unwrap_err();
         assert!(e.contains("lb.internal"), "{e}");
         assert!(parse_trusted_proxies("10.0.0.0/33").is_err());
+    }
+
+    #[test]
+    fn a_bad_value_is_refused_naming_its_variable() {
+        for (name, bad) in [
+            ("FITORDER_ORDER_TIMEOUT", "15 parsecs"),
+            ("FITORDER_MAX_OPEN_ORDERS", "five"),
+            ("FITORDER_TIMEZONE", "Mars/Olympus"),
+            ("FITORDER_RECONCILE_AT", "half past ten"),
+            ("FITORDER_TRUSTED_PROXIES", "lb.internal"),
+            ("FITORDER_TRUSTED_DOCUMENTS_FOR", "nobody"),
+            ("FITORDER_LOG_FORMAT", "xml"),
+        ] {
+            let e = format!("{:#}", parse(&[(name, bad)]).unwrap_err());
+            assert!(e.contains(name), "{name}: {e}");
+        }
+        let e = format!("{:#}", parse(&[("FITORDER_MAX_ATTEMPTS", "0")]).unwrap_err());
+        assert!(e.contains("FITORDER_MAX_ATTEMPTS"), "{e}");
+        let e = format!("{:#}", parse(&[("WECHAT_MINIPROGRAM_APP_ID", "wx1")]).unwrap_err());
+        assert!(e.contains("WECHAT_MINIPROGRAM_SECRET"), "{e}");
+    }
+
+    #[test]
+    fn values_are_read_and_bounded_as_documented() {
+        let c = parse(&[
+            ("FITORDER_ORDER_TIMEOUT", "2m"),
+            ("FITORDER_OUTBOX_WORKERS", "500"),
+            ("FITORDER_ADDR", "0.0.0.0:9000"),
+            ("FITORDER_TRUSTED_PROXIES", "10.0.0.0/8, 192.168.1.7"),
+            ("FITORDER_PUBLIC_INTROSPECTION", "1"),
+            ("FITORDER_TRUSTED_DOCUMENTS_FOR", "all"),
+            ("FITORDER_OIDC_ISSUER", "https://id.example.com"),
+            ("FITORDER_OIDC_AUDIENCE", "fitorder"),
+        ])
+        .unwrap();
+        assert_eq!(c.order_timeout, Duration::from_secs(120));
+        assert_eq!(c.outbox_workers, 64);
+        assert_eq!(c.public_url, "http://0.0.0.0:9000");
+        assert_eq!(c.trusted_proxies.len(), 2);
+        assert!(c.public_introspection);
+        assert_eq!(c.trusted_documents_for, TrustedDocumentsFor::All);
+        assert_eq!(c.oidc.as_ref().map(|o| o.role_claim.as_str()), Some("role"));
+        let c = parse(&[]).unwrap();
+        assert_eq!(c.provider_connect_timeout, Duration::from_secs(3));
+        assert_eq!(c.provider_timeout, Duration::from_secs(15));
+        assert_eq!(c.max_connections, DEFAULT_MAX_CONNECTIONS);
+        assert_eq!(c.max_connections_per_addr, DEFAULT_MAX_CONNECTIONS_PER_ADDR);
+        assert_eq!(c.max_document_tokens, crate::bounds::TokenBudget::DEFAULT);
+        assert!(c.jwt_secret_generated && c.alert_channels.is_empty() && c.oidc.is_none());
     }
 
     #[test]
@@ -1094,12 +974,5 @@ mod provider_edge_tests {
         c.dev_mode = true;
         c.public_url = "http://192.168.1.20:8080".into();
         assert!(c.check_public_url().is_ok());
-    }
-
-    #[test]
-    fn provider_timeouts_default_to_3s_to_connect_and_15s_a_call() {
-        let c = Config::for_tests("postgres://x".into());
-        assert_eq!(c.provider_connect_timeout, Duration::from_secs(3));
-        assert_eq!(c.provider_timeout, Duration::from_secs(15));
     }
 }

@@ -33,7 +33,7 @@ pub enum AppError {
         message: String,
         retry_after_secs: Option<u64>,
     },
-    /// Prepaid money over a rule of the store sold in (README "Prepaid money"): `BAD_USER_INPUT`,
+    /// Prepaid money over a rule of the store sold in (docs/prepaid-and-cards.md "Prepaid money"): `BAD_USER_INPUT`,
     /// `extensions.reason` `PREPAID_LIMIT` with the rule (`limit`), its `max` and what the
     /// member holds of that kind already (`current`), for a member app to show as they are.
     PrepaidLimit {

@@ -19,20 +19,20 @@ use tracing_subscriber::registry::LookupSpan;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::Layer;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// `FITORDER_LOG_FORMAT` (a setting, `config::Config::log_format`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum LogFormat {
     Text,
     Json,
 }
 
 impl LogFormat {
-    /// `FITORDER_LOG_FORMAT` (`json` or `text`); unset: JSON unless standard output is a terminal.
-    pub fn from_env() -> LogFormat {
-        match std::env::var("FITORDER_LOG_FORMAT").ok().as_deref().map(str::trim) {
-            Some("json") => LogFormat::Json,
-            Some("text") => LogFormat::Text,
-            _ if std::io::stdout().is_terminal() => LogFormat::Text,
-            _ => LogFormat::Json,
+    /// The format set, or when none is: JSON unless standard output is a terminal.
+    pub fn or_by_terminal(set: Option<LogFormat>) -> LogFormat {
+        match set {
+            Some(format) => format,
+            None if std::io::stdout().is_terminal() => LogFormat::Text,
+            None => LogFormat::Json,
         }
     }
 }

@@ -1,7 +1,8 @@
 //! One trace id through the whole chain: taken from `traceparent` or `X-Trace-Id` when the
 //! caller sends one, made up otherwise, and written on every row a request writes.
 
-use axum::http::HeaderMap;
+// `http`'s HeaderMap, as reqwest re-exports it (axum's is the same type): rank 1 needs no web framework.
+use reqwest::header::HeaderMap;
 
 /// The id itself is a plain newtype in `domain` (it travels in [`crate::domain::Ctx`]); reading
 /// it from headers is here.

@@ -65,7 +65,7 @@ impl SignInLimits {
 impl AppState {
     /// State without provider keys (their callbacks answer 503) and without live events.
     pub fn new(pool: DbPool, config: Config) -> AppState {
-        let url = config.database_url.clone().unwrap_or_default();
+        let url = config.database_url.as_deref().unwrap_or_default().to_string();
         AppState::with_keys(pool, config, ProviderKeys::default(), EventHub::detached(), url)
     }
 
@@ -108,7 +108,7 @@ impl AppState {
         let miniprogram = match (&config.sign_in.app_id, &config.sign_in.secret) {
             (Some(app_id), Some(secret)) => Some(Arc::new(crate::miniprogram::MiniProgram::new(
                 app_id.clone(),
-                secret.clone(),
+                crate::config::ExposeSecret::expose_secret(secret).to_string(),
                 config.sign_in.api_base.clone(),
                 pool.clone(),
             ))),

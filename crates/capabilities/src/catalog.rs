@@ -139,7 +139,7 @@ pub async fn create_member(conn: &mut AsyncPgConnection, store_id: i64, name: &s
         })
 }
 
-/// How a plan limits freezing its cards (README "Membership operations"); `None`: the
+/// How a plan limits freezing its cards (docs/prepaid-and-cards.md "Freezing and transferring cards"); `None`: the
 /// defaults, 30 days over a card's life and 3 freezes.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct FreezeLimits {

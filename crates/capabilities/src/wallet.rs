@@ -78,7 +78,7 @@ pub const MAX_BALANCE_CENTS: i64 = 100_000_000;
 /// Adds money to a wallet. The reference (the desk's receipt number, the payment serial) makes
 /// it idempotent: the same reference for the same member is applied once. At most
 /// [`MAX_TOP_UP_CENTS`] at a time, and only while the wallet stays within [`MAX_BALANCE_CENTS`].
-/// The store's prepaid rules apply (README "Prepaid money": `TOP_UP_AMOUNT`, `TOTAL`), checked
+/// The store's prepaid rules apply (docs/prepaid-and-cards.md "Prepaid money": `TOP_UP_AMOUNT`, `TOTAL`), checked
 /// under the member's row lock, which placements take too.
 pub async fn top_up(
     conn: &mut AsyncPgConnection,

@@ -150,7 +150,7 @@ impl DevKeys {
     /// Points `config`'s callbacks at the dev keys.
     pub fn configure(&self, config: &mut Config) {
         config.wechatpay.mch_id = Some(DEV_MCH_ID.into());
-        config.wechatpay.apiv3_key = Some(self.apiv3_key.clone());
+        config.wechatpay.apiv3_key = Some(self.apiv3_key.clone().into());
         config.wechatpay.platform_public_key = Some(self.dir.join("wechatpay-platform.pub.pem"));
         config.alipay.app_id = Some(DEV_APP_ID.into());
         config.alipay.public_key = Some(self.dir.join("alipay.pub.pem"));

@@ -115,7 +115,7 @@ impl MembershipStatus {
     }
 }
 
-/// A plan's freezing limits when it sets none (README "Membership operations").
+/// A plan's freezing limits when it sets none (docs/prepaid-and-cards.md "Freezing and transferring cards").
 pub const DEFAULT_MAX_FREEZE_DAYS: i32 = 30;
 pub const DEFAULT_MAX_FREEZES: i32 = 3;
 /// The most days one freeze may ask for (a year); the plan's total caps it further.

@@ -154,7 +154,7 @@ impl WechatKeys {
         ) else {
             unreachable!("checked whole above")
         };
-        let apiv3_key: [u8; 32] = apiv3
+        let apiv3_key: [u8; 32] = crate::config::ExposeSecret::expose_secret(apiv3)
             .as_bytes()
             .try_into()
             .map_err(|_| anyhow::anyhow!("WECHATPAY_APIV3_KEY must be 32 bytes of text"))?;

@@ -3,29 +3,37 @@
 //! that verified once verifies again, a key processed stays processed), and the oldest entry
 //! goes first once the set is full.
 
-use std::collections::{HashSet, VecDeque};
-use std::sync::Mutex;
-
-type Digests = HashSet<[u8; 32], std::hash::BuildHasherDefault<std::collections::hash_map::DefaultHasher>>;
+use std::num::NonZeroUsize;
+use std::sync::{Mutex, OnceLock};
 
 /// How many digests a set keeps: the payments of a busy day (a provider redelivers within
 /// minutes, at most a day), about 6 MB at the most.
 pub const KEEP: usize = 65_536;
 
+/// A bounded set on `lru`'s cache: looked at with `peek` (which leaves the order alone), so the
+/// oldest insertion goes first, as a FIFO; made on first use so that a `static` can hold one.
 pub struct Seen {
     keep: usize,
-    seen: Mutex<(Digests, VecDeque<[u8; 32]>)>,
+    seen: OnceLock<Mutex<lru::LruCache<[u8; 32], ()>>>,
 }
 
 impl Seen {
     pub const fn new(keep: usize) -> Seen {
         Seen {
             keep,
-            seen: Mutex::new((
-                Digests::with_hasher(std::hash::BuildHasherDefault::new()),
-                VecDeque::new(),
-            )),
+            seen: OnceLock::new(),
         }
+    }
+
+    fn set(&self) -> std::sync::MutexGuard<'_, lru::LruCache<[u8; 32], ()>> {
+        self.seen
+            .get_or_init(|| {
+                Mutex::new(lru::LruCache::new(
+                    NonZeroUsize::new(self.keep.max(1)).expect("non-zero"),
+                ))
+            })
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
     }
 
     /// The SHA-256 of `parts`, each prefixed with its length (so no two lists collide).
@@ -40,25 +48,20 @@ impl Seen {
     }
 
     pub fn contains(&self, d: &[u8; 32]) -> bool {
-        self.seen.lock().unwrap_or_else(|p| p.into_inner()).0.contains(d)
+        self.set().peek(d).is_some()
     }
 
     pub fn insert(&self, d: [u8; 32]) {
-        let mut guard = self.seen.lock().unwrap_or_else(|p| p.into_inner());
-        let (set, order) = &mut *guard;
-        if set.insert(d) {
-            order.push_back(d);
-            if order.len() > self.keep {
-                if let Some(old) = order.pop_front() {
-                    set.remove(&old);
-                }
-            }
+        let mut set = self.set();
+        // Seen again: it keeps its place (a FIFO, not a recency list).
+        if set.peek(&d).is_none() {
+            set.push(d, ());
         }
     }
 
     #[cfg(test)]
     pub fn count(&self) -> usize {
-        self.seen.lock().unwrap_or_else(|p| p.into_inner()).0.len()
+        self.set().len()
     }
 }
 

@@ -126,6 +126,19 @@ async fn chaos_keeps_the_books_right() {
         // An hour passes for refunds still PROCESSING at WeChat Pay whose notification was
         // lost (their recheck is an hour away): asked of the refund query now.
         use diesel_async::RunQueryDsl;
+        // The days the chaos let pass for a scheduled freeze pass for its card's earlier freeze
+        // too: one from today accepted after those days "passed" (its dates lie before the
+        // scheduled one's, so it was rightly accepted) ends before the scheduled one starts, as
+        // it would in real time.
+        let _ = diesel::sql_query(
+            "UPDATE membership_freezes f SET ends_at = greatest(f.starts_at, now() - interval '2 seconds')
+              WHERE f.state = 'RUNNING' AND f.ends_at > now()
+                AND EXISTS (SELECT 1 FROM membership_freezes s
+                             WHERE s.membership_id = f.membership_id AND s.state = 'SCHEDULED'
+                               AND s.starts_at <= now() AND s.from_date > f.from_date)",
+        )
+        .execute(&mut conn)
+        .await;
         let _ = diesel::sql_query(
             "UPDATE compensation_events SET next_attempt_at = now()
               WHERE kind = 'PROVIDER_REFUND' AND status = 'RETRYING' AND next_attempt_at > now() + interval '1 minute'",

@@ -1,5 +1,6 @@
 //! GraphQL over HTTP and WebSocket.
 
+use crate::config::ExposeSecret;
 use async_graphql::http::{WebSocket as GqlWebSocket, WebSocketProtocols, WsMessage};
 use async_graphql::parser::types::OperationType;
 use async_graphql::{Data, ServerError};
@@ -26,7 +27,7 @@ const CLOSE_FORBIDDEN: u16 = 4403;
 async fn viewer_from(s: &HttpState, header: Option<&str>) -> Result<Option<Viewer>, String> {
     match header {
         None => Ok(None),
-        Some(h) => auth::verify_bearer(&s.app.config.jwt_secret, s.app.oidc.as_deref(), h)
+        Some(h) => auth::verify_bearer(s.app.config.jwt_secret.expose_secret(), s.app.oidc.as_deref(), h)
             .await
             .map(|(v, _)| Some(v))
             .map_err(|e| e.public_message()),
@@ -631,7 +632,7 @@ async fn serve_ws(s: HttpState, socket: WebSocket, trace: TraceId) {
             .and_then(|v| v.as_str())
             .map(str::to_string);
         let checked = match header {
-            Some(h) => Some(auth::verify_bearer(&secret, issuer.as_deref(), &h).await),
+            Some(h) => Some(auth::verify_bearer(secret.expose_secret(), issuer.as_deref(), &h).await),
             None => None,
         };
         let verified = match checked {

@@ -81,10 +81,14 @@ pub fn router(app: AppState) -> Router {
         get(metrics::render)
     } else {
         match metrics_token {
-            Some(token) => get(metrics::render).route_layer(middleware::from_fn(move |req: Request, next: Next| {
-                let token = token.clone();
-                async move { metrics::require_token(&token, req, next).await }
-            })),
+            Some(token) => {
+                get(metrics::render).route_layer(middleware::from_fn(move |req: Request, next: Next| {
+                    let token = token.clone();
+                    async move {
+                        metrics::require_token(crate::config::ExposeSecret::expose_secret(&token), req, next).await
+                    }
+                }))
+            }
             None => get(metrics::not_here),
         }
     };

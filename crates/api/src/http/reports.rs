@@ -2,6 +2,7 @@
 //! (预收资金台账) of a store as a CSV that opens in Excel (UTF-8 with a BOM, Chinese headers),
 //! for a staff Bearer token (admin or ops, of that store).
 
+use crate::config::ExposeSecret;
 use axum::extract::{Query, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -41,10 +42,11 @@ pub async fn prepaid_csv(State(s): State<HttpState>, headers: HeaderMap, Query(q
             &AppError::Unauthenticated("a bearer token is required".into()),
         );
     };
-    let viewer = match crate::auth::verify_bearer(&s.app.config.jwt_secret, s.app.oidc.as_deref(), auth).await {
-        Ok((v, _)) => v,
-        Err(e) => return refused(StatusCode::UNAUTHORIZED, &e),
-    };
+    let viewer =
+        match crate::auth::verify_bearer(s.app.config.jwt_secret.expose_secret(), s.app.oidc.as_deref(), auth).await {
+            Ok((v, _)) => v,
+            Err(e) => return refused(StatusCode::UNAUTHORIZED, &e),
+        };
     if let Err(e) = viewer.require(&[Role::Admin, Role::Ops]) {
         return refused(StatusCode::FORBIDDEN, &e);
     }

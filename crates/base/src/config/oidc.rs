@@ -41,22 +41,58 @@ impl OidcConfig {
     }
 
     /// `None` without `FITORDER_OIDC_ISSUER`; an audience without an issuer is a mistake too.
-    pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Result<Option<OidcConfig>> {
-        let Some(issuer) = var("FITORDER_OIDC_ISSUER") else {
-            if var("FITORDER_OIDC_AUDIENCE").is_some() {
+    pub fn from_settings(s: &OidcSettings) -> Result<Option<OidcConfig>> {
+        let Some(issuer) = &s.issuer else {
+            if s.audience.is_some() {
                 bail!("FITORDER_OIDC_AUDIENCE is set but FITORDER_OIDC_ISSUER is not");
             }
             return Ok(None);
         };
-        let mut c = OidcConfig::new(issuer.trim(), var("FITORDER_OIDC_AUDIENCE").unwrap_or_default().trim())?;
-        if let Some(name) = var("FITORDER_OIDC_ROLE_CLAIM") {
-            c.role_claim = name.trim().to_string();
-        }
-        if let Some(name) = var("FITORDER_OIDC_STORES_CLAIM") {
-            c.stores_claim = name.trim().to_string();
-        }
+        let mut c = OidcConfig::new(issuer.trim(), s.audience.as_deref().unwrap_or_default().trim())?;
+        c.role_claim = s.role_claim.trim().to_string();
+        c.stores_claim = s.stores_claim.trim().to_string();
         Ok(Some(c))
     }
+}
+
+/// The settings of staff sign-in through an OpenID Connect issuer.
+#[derive(Clone, Debug, clap::Args)]
+pub struct OidcSettings {
+    /// Staff tokens (RS256/ES256) from this OpenID Connect issuer (HTTPS; plain HTTP on loopback
+    /// only); set together with `FITORDER_OIDC_AUDIENCE`. Unset: only HS256 tokens.
+    #[arg(
+        id = "oidc-issuer",
+        long = "oidc-issuer",
+        env = "FITORDER_OIDC_ISSUER",
+        value_name = "URL"
+    )]
+    pub issuer: Option<String>,
+    /// What those tokens' `aud` must contain.
+    #[arg(
+        id = "oidc-audience",
+        long = "oidc-audience",
+        env = "FITORDER_OIDC_AUDIENCE",
+        value_name = "AUDIENCE"
+    )]
+    pub audience: Option<String>,
+    /// The claim of those tokens that carries the role (`admin` or `ops`).
+    #[arg(
+        id = "oidc-role-claim",
+        long = "oidc-role-claim",
+        env = "FITORDER_OIDC_ROLE_CLAIM",
+        value_name = "CLAIM",
+        default_value = "role"
+    )]
+    pub role_claim: String,
+    /// The claim of those tokens that carries the store ids.
+    #[arg(
+        id = "oidc-stores-claim",
+        long = "oidc-stores-claim",
+        env = "FITORDER_OIDC_STORES_CLAIM",
+        value_name = "CLAIM",
+        default_value = "stores"
+    )]
+    pub stores_claim: String,
 }
 
 /// The issuer's URLs (the issuer itself, its `jwks_uri`): HTTPS, or plain HTTP on loopback only
@@ -122,17 +158,22 @@ mod tests {
 
     #[test]
     fn the_issuer_needs_its_audience() {
-        let env = |pairs: &'static [(&'static str, &'static str)]| {
-            move |k: &str| pairs.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string())
+        let settings = |issuer: Option<&str>, audience: Option<&str>, role: &str| OidcSettings {
+            issuer: issuer.map(str::to_string),
+            audience: audience.map(str::to_string),
+            role_claim: role.into(),
+            stores_claim: "stores".into(),
         };
-        assert!(OidcConfig::from_env(env(&[])).unwrap().is_none());
-        assert!(OidcConfig::from_env(env(&[("FITORDER_OIDC_ISSUER", "https://id.example.com")])).is_err());
-        assert!(OidcConfig::from_env(env(&[("FITORDER_OIDC_AUDIENCE", "fitorder")])).is_err());
-        let c = OidcConfig::from_env(env(&[
-            ("FITORDER_OIDC_ISSUER", "https://id.example.com"),
-            ("FITORDER_OIDC_AUDIENCE", "fitorder"),
-            ("FITORDER_OIDC_ROLE_CLAIM", "https://studio.example/role"),
-        ]))
+        assert!(OidcConfig::from_settings(&settings(None, None, "role"))
+            .unwrap()
+            .is_none());
+        assert!(OidcConfig::from_settings(&settings(Some("https://id.example.com"), None, "role")).is_err());
+        assert!(OidcConfig::from_settings(&settings(None, Some("fitorder"), "role")).is_err());
+        let c = OidcConfig::from_settings(&settings(
+            Some("https://id.example.com"),
+            Some("fitorder"),
+            "https://studio.example/role",
+        ))
         .unwrap()
         .unwrap();
         assert_eq!(c.role_claim, "https://studio.example/role");

@@ -4,8 +4,8 @@
 -- {WECHAT_PAY,ALIPAY}): a process without its keys leaves it for one that has them, rather
 -- than spending its attempts on "not configured". Likewise an alert delivery is claimed only by
 -- a process that has its chat channel configured ($5, channel ids). A door or AI-device event
--- waits while an earlier one of the same order and device is not delivered (README "Membership
--- operations": one order's access events reach the downstream in the order they were decided;
+-- waits while an earlier one of the same order and device is not delivered (docs/prepaid-and-cards.md "Freezing and
+-- transferring cards": one order's access events reach the downstream in the order they were decided;
 -- a DEAD one holds nothing up, it is a ticket).
 --
 -- The columns are listed (not *) so that a column added by a later migration does not change

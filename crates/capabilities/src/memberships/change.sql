@@ -1,5 +1,5 @@
--- The one writer of a card's status, dates, holder and history (README "Membership
--- operations"): each change moves its card only if the card still has the status the caller
+-- The one writer of a card's status, dates, holder and history (docs/prepaid-and-cards.md "Freezing and
+-- transferring cards"): each change moves its card only if the card still has the status the caller
 -- saw (the trigger `membership_status_guard` holds the pairs), and writes the card's history
 -- row in the same statement. A transfer and a scheduled freeze keep the status (from = to).
 --

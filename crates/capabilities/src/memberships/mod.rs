@@ -1,4 +1,4 @@
-//! Membership cards (README "Membership operations (停卡, 转卡)"): their birth when their order
+//! Membership cards (docs/prepaid-and-cards.md "Freezing and transferring cards (停卡, 转卡)"): their birth when their order
 //! is paid, freezing, unfreezing, transferring, expiring and revoking. The state machine is
 //! `domain::membership` (who may ask for which change); every change of a card's status, dates,
 //! holder and history is written by one statement, `change.sql`, run only by [`change`] (its

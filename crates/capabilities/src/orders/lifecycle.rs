@@ -330,7 +330,7 @@ pub async fn refund_order(
 pub const COOLING_OFF_REASON: &str = "cooling-off refund (七天冷静期): the whole amount back";
 
 /// The member (their own order) or staff take back a prepaid order within its cooling-off
-/// period (README "Prepaid money"): nothing of it used, the whole amount back the way it came,
+/// period (docs/prepaid-and-cards.md "Prepaid money"): nothing of it used, the whole amount back the way it came,
 /// through [`refund_locked`] like any refund; the deadline of its money (`refundDueBy`) is the
 /// sale's working days after today on the business calendar. A repeated request answers with
 /// the order as the first left it.

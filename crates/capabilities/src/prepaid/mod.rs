@@ -1,4 +1,4 @@
-//! Prepaid money (预付款, README "Prepaid money"): the rules each store sells under, the caps
+//! Prepaid money (预付款, docs/prepaid-and-cards.md "Prepaid money"): the rules each store sells under, the caps
 //! they put on what one member holds with one business operator, checked where money comes in
 //! (placing, topping up, the catalog), the business calendar every deadline uses
 //! ([`calendar`]), the refunds of the cooling-off period that miss their deadline

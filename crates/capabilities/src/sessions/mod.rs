@@ -17,6 +17,7 @@
 //! session's access tokens are refused on their next use: every instance keeps the ended
 //! sessions (`events::EndedSessions`, fed by NOTIFY), WebSockets of it are closed.
 
+use crate::config::ExposeSecret;
 use std::net::IpAddr;
 
 use base64::Engine;
@@ -109,7 +110,7 @@ fn presented(secret: &str, text: &str) -> Presented {
 /// The stored hash of a presented refresh token, when it is worth a query: a tagged one, or an
 /// untagged one within its address's budget (`Err`: that budget is spent). `None`: not a token.
 fn worth_a_query(state: &AppState, addr: Option<IpAddr>, text: &str) -> AppResult<Option<Vec<u8>>> {
-    match presented(&state.config.jwt_secret, text) {
+    match presented(state.config.jwt_secret.expose_secret(), text) {
         Presented::Tagged(hash) => Ok(Some(hash)),
         Presented::Untagged(hash) => {
             state
@@ -187,7 +188,7 @@ pub async fn sign_in_with_wechat(
         .check(&user.openid)
         .map_err(|wait| AppError::rate_limited("sign-ins of this WeChat account", wait))?;
     let sid = new_session_id();
-    let refresh = new_refresh_token(&state.config.jwt_secret);
+    let refresh = new_refresh_token(state.config.jwt_secret.expose_secret());
     let ttl = ttl_secs(state.config.sign_in.refresh_token_ttl);
     let mut conn = state.pool.get().await?;
     // A member bound to this account: one statement.
@@ -301,7 +302,12 @@ fn session(state: &AppState, opened: Opened, sid: String, refresh: RefreshToken,
     let access_ttl = ttl_secs(state.config.sign_in.access_token_ttl);
     let exp = Utc::now().timestamp() + access_ttl;
     Session {
-        access_token: crate::auth::issue_session_token(&state.config.jwt_secret, opened.member_id, &sid, exp),
+        access_token: crate::auth::issue_session_token(
+            state.config.jwt_secret.expose_secret(),
+            opened.member_id,
+            &sid,
+            exp,
+        ),
         access_token_expires_at: DateTime::from_timestamp(exp, 0).unwrap_or_else(Utc::now),
         refresh_token: refresh.text,
         refresh_token_expires_at: opened.expires_at,
@@ -328,7 +334,7 @@ struct Refreshed {
 pub async fn refresh(state: &AppState, addr: Option<IpAddr>, presented: &str) -> AppResult<Session> {
     let refused = || AppError::Unauthenticated("the refresh token is not valid: sign in again".into());
     let hash = worth_a_query(state, addr, presented.trim())?.ok_or_else(refused)?;
-    let next = new_refresh_token(&state.config.jwt_secret);
+    let next = new_refresh_token(state.config.jwt_secret.expose_secret());
     let mut conn = state.pool.get().await?;
     let row: Option<Refreshed> = StaticQuery::new(include_str!("refresh.sql"))
         .bind::<Bytea, _>(&hash) // $1

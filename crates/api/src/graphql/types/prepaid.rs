@@ -1,4 +1,4 @@
-//! Prepaid money (README "Prepaid money"): a store's rules and terms, the business calendar,
+//! Prepaid money (docs/prepaid-and-cards.md "Prepaid money"): a store's rules and terms, the business calendar,
 //! the prepaid ledger.
 
 use async_graphql::{InputObject, SimpleObject};

@@ -1,6 +1,6 @@
 ), frozen AS MATERIALIZED (
-    -- The frozen dates of those cards, [from, until): they earn nothing then (README
-    -- "Membership operations"); only freezes that started (running or done) count.
+    -- The frozen dates of those cards, [from, until): they earn nothing then (docs/prepaid-and-cards.md
+    -- "Freezing and transferring cards"); only freezes that started (running or done) count.
     SELECT p.id, f.from_date AS f0, f.until_date AS f1
       FROM prepaid p JOIN membership_freezes f ON f.membership_id = p.card
      WHERE p.kind = 'MEMBERSHIP' AND f.state IN ('RUNNING', 'DONE') AND f.until_date > f.from_date

@@ -470,7 +470,7 @@ async fn each_channel_gets_at_most_its_rate_per_minute_across_workers() {
             &mut conn,
             &app.state.config,
             fitorder::alerts::Alert {
-                cause: "TASK_STUCK",
+                cause: fitorder::domain::AlertCause::TaskStuck,
                 dedupe_key: format!("rate-test-{i}"),
                 title: format!("测试 {i}"),
                 lines: vec![],
@@ -517,7 +517,7 @@ async fn raise_test_alerts(app: &TestApp, n: usize, key: &str) {
             &mut conn,
             &app.state.config,
             fitorder::alerts::Alert {
-                cause: "TASK_STUCK",
+                cause: fitorder::domain::AlertCause::TaskStuck,
                 dedupe_key: format!("{key}-{i}"),
                 title: format!("测试 {key} {i}"),
                 lines: vec![format!("第 {i} 条")],

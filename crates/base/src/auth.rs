@@ -62,6 +62,45 @@ pub enum Scope<'a> {
     Chain,
 }
 
+/// How much of a record a caller sees once it may see the record at all (which rows it sees is
+/// [`Viewer`]'s `sees_*`): every field redaction asks this, never the role itself.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Detail {
+    /// Staff: everything of their scope, other systems' answers and staff's working material
+    /// (tickets, raw callbacks) included.
+    Staff,
+    /// A member, or a caller without a token (signing in): their own things, less of them.
+    Member,
+}
+
+impl Detail {
+    pub fn of(viewer: Option<&Viewer>) -> Detail {
+        match viewer.map(|v| v.role) {
+            Some(Role::Admin | Role::Ops) => Detail::Staff,
+            Some(Role::Member) | None => Detail::Member,
+        }
+    }
+}
+
+/// How a member's phone number is shown to a caller who sees the member.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PhoneView {
+    Whole,
+    /// The last four digits (`mask_phone`).
+    Masked,
+}
+
+impl PhoneView {
+    pub fn of(viewer: Option<&Viewer>) -> PhoneView {
+        match viewer.map(|v| v.role) {
+            // Ops watch the floor: the last four digits tell members apart.
+            Some(Role::Ops) => PhoneView::Masked,
+            // Admins serve members; a member (or one signing in) sees their own number.
+            Some(Role::Admin | Role::Member) | None => PhoneView::Whole,
+        }
+    }
+}
+
 /// An authenticated caller.
 #[derive(Debug, Clone)]
 pub struct Viewer {

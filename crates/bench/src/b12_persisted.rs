@@ -2,7 +2,6 @@
 //! persisted queries, `extensions.persistedQuery.sha256Hash`) against the same document sent
 //! as text, from concurrent members, on one server: rates and the server's CPU per request.
 
-use fitorder::config::ExposeSecret;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -115,7 +114,7 @@ pub async fn run(bench: &mut Bench, s: &Sizes) -> Result<Row> {
         .iter()
         .map(|m| {
             fitorder::auth::issue_token(
-                bench.jwt_secret.expose_secret(),
+                &bench.jwt_secret,
                 fitorder::auth::Role::Member,
                 &m.to_string(),
                 None,

@@ -14,7 +14,6 @@
 //! statements the server sent captured by the proxy with their binds and run again under
 //! `EXPLAIN (ANALYZE, BUFFERS)`.
 
-use fitorder::config::ExposeSecret;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -80,7 +79,7 @@ async fn post(req: &Prepared) -> Result<Value> {
 
 fn member_token(bench: &Bench, member: i64) -> String {
     fitorder::auth::issue_token(
-        bench.jwt_secret.expose_secret(),
+        &bench.jwt_secret,
         fitorder::auth::Role::Member,
         &member.to_string(),
         None,

@@ -4,7 +4,6 @@
 //! its signed answer and answers the `code_url` — against the stand-in's own latency: signed
 //! Native prepay requests sent by the bench straight to the sandbox, the same way, one at a time.
 
-use fitorder::config::ExposeSecret;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -97,7 +96,7 @@ fn place_requests(
         .map(|i| {
             let (member, store, pack) = members[i % members.len()];
             let token = fitorder::auth::issue_token(
-                bench.jwt_secret.expose_secret(),
+                &bench.jwt_secret,
                 fitorder::auth::Role::Member,
                 &member.to_string(),
                 None,

@@ -9,15 +9,14 @@ use diesel_async::{AsyncPgConnection, RunQueryDsl};
 
 use crate::db::models::{CheckIn, OrderTransition, PaymentCallback};
 use crate::db::schema::*;
-use crate::domain::{CompensationKind, OrderStatus, TicketKind, TicketStatus};
+use crate::domain::{CompensationKind, OrderStatus, TicketKind, TicketStatus, TimelineKind};
 use crate::error::AppResult;
 
 /// One happening in an order's chain.
 #[derive(Clone, Debug)]
 pub struct Entry {
     pub at: DateTime<Utc>,
-    /// STATUS_CHANGE, CALLBACK, COMPENSATION_ATTEMPT, COMPENSATION_REPLAY, CHECK_IN, TICKET
-    pub kind: String,
+    pub kind: TimelineKind,
     pub actor: String,
     pub from_status: Option<OrderStatus>,
     pub to_status: Option<OrderStatus>,
@@ -60,7 +59,7 @@ pub async fn for_orders(conn: &mut AsyncPgConnection, order_ids: &[i64]) -> AppR
         let out = all.entry(t.order_id).or_default();
         out.push(Entry {
             at: t.at,
-            kind: "STATUS_CHANGE".into(),
+            kind: TimelineKind::StatusChange,
             actor: t.actor,
             from_status: t.from_status,
             to_status: Some(t.to_status),
@@ -81,7 +80,7 @@ pub async fn for_orders(conn: &mut AsyncPgConnection, order_ids: &[i64]) -> AppR
     for c in checks {
         all.entry(c.order_id).or_default().push(Entry {
             at: c.at,
-            kind: "CHECK_IN".into(),
+            kind: TimelineKind::CheckIn,
             actor: c.actor,
             from_status: None,
             to_status: None,
@@ -101,7 +100,7 @@ pub async fn for_orders(conn: &mut AsyncPgConnection, order_ids: &[i64]) -> AppR
         let Some(order_id) = cb.order_id else { continue };
         all.entry(order_id).or_default().push(Entry {
             at: cb.received_at,
-            kind: "CALLBACK".into(),
+            kind: TimelineKind::Callback,
             actor: format!("provider:{}", cb.provider),
             from_status: None,
             to_status: None,
@@ -134,7 +133,7 @@ pub async fn for_orders(conn: &mut AsyncPgConnection, order_ids: &[i64]) -> AppR
     for (order_id, at, ok, error, ms, kind, trace, worker) in attempts {
         all.entry(order_id).or_default().push(Entry {
             at,
-            kind: "COMPENSATION_ATTEMPT".into(),
+            kind: TimelineKind::CompensationAttempt,
             actor: format!("system:{}", if worker.is_empty() { "worker" } else { &worker }),
             from_status: None,
             to_status: None,
@@ -161,7 +160,7 @@ pub async fn for_orders(conn: &mut AsyncPgConnection, order_ids: &[i64]) -> AppR
     for (order_id, at, actor, kind, trace) in replays {
         all.entry(order_id).or_default().push(Entry {
             at,
-            kind: "COMPENSATION_REPLAY".into(),
+            kind: TimelineKind::CompensationReplay,
             actor,
             from_status: None,
             to_status: None,
@@ -184,7 +183,7 @@ pub async fn for_orders(conn: &mut AsyncPgConnection, order_ids: &[i64]) -> AppR
         let Some(order_id) = order_id else { continue };
         all.entry(order_id).or_default().push(Entry {
             at,
-            kind: "TICKET".into(),
+            kind: TimelineKind::Ticket,
             actor: "system:tickets".into(),
             from_status: None,
             to_status: None,

@@ -135,15 +135,6 @@ impl Effect {
     }
 }
 
-/// The kind as text, for code that still reads `compensation_events.kind` as a string (the
-/// alerts' texts): `&e.kind` is a `&str` there. New code matches on the enum.
-impl std::ops::Deref for CompensationKind {
-    type Target = str;
-    fn deref(&self) -> &str {
-        self.as_str()
-    }
-}
-
 /// A stored row that is no effect this build knows.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DecodeError {

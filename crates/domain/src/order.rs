@@ -13,6 +13,18 @@ vocabulary! {
 }
 
 vocabulary! {
+    /// What a happening in an order's chain (its timeline) is.
+    pub enum TimelineKind {
+        StatusChange = "STATUS_CHANGE",
+        Callback = "CALLBACK",
+        CompensationAttempt = "COMPENSATION_ATTEMPT",
+        CompensationReplay = "COMPENSATION_REPLAY",
+        CheckIn = "CHECK_IN",
+        Ticket = "TICKET",
+    }
+}
+
+vocabulary! {
     /// How an order is paid (`orders.payment_method`); a payment row's method is the one that
     /// took the money (a MIXED order's payment is its online provider's).
     pub enum PaymentMethod {

@@ -78,3 +78,20 @@ impl TicketAction {
         }
     }
 }
+
+vocabulary! {
+    /// Why an alert reached people (`alerts.cause`, the `alertname` of Alertmanager's payload).
+    pub enum AlertCause {
+        CompensationDead = "COMPENSATION_DEAD",
+        PaidAfterCancel = "PAID_AFTER_CANCEL",
+        AmountMismatch = "AMOUNT_MISMATCH",
+        RefundOverdue = "REFUND_OVERDUE",
+        ReconciliationFailed = "RECONCILIATION_FAILED",
+        ReconciliationDifferences = "RECONCILIATION_DIFFERENCES",
+        TaskStuck = "TASK_STUCK",
+        OutboxOverdue = "OUTBOX_OVERDUE",
+        BillNotReconciled = "BILL_NOT_RECONCILED",
+        ProviderBadSignature = "PROVIDER_BAD_SIGNATURE",
+        ProviderFailing = "PROVIDER_FAILING",
+    }
+}

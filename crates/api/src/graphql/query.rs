@@ -220,10 +220,15 @@ impl Query {
                 p = p.filter(orders::member_id.eq(parse_id(id, "memberId")?));
             }
             if let Some(expired) = f.is_expired {
-                let clause = "((status = 'WAIT_PAY' AND expires_at IS NOT NULL AND expires_at <= now()) \
-                              OR (cancel_reason IS NOT NULL AND cancel_reason = 'TIMEOUT'))";
+                // The words from the vocabulary, not typed out again.
+                let clause = format!(
+                    "((status = '{}' AND expires_at IS NOT NULL AND expires_at <= now()) \
+                      OR (cancel_reason IS NOT NULL AND cancel_reason = '{}'))",
+                    domain::OrderStatus::WaitPay.as_str(),
+                    domain::TIMEOUT_REASON
+                );
                 p = if expired {
-                    p.filter(sql::<Bool>(clause))
+                    p.filter(sql::<Bool>(&clause))
                 } else {
                     p.filter(sql::<Bool>(&format!("NOT {clause}")))
                 };

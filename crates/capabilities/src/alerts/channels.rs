@@ -158,7 +158,8 @@ pub fn check_answer(kind: ChannelKind, status: u16, body: &str) -> Result<(), St
     let v: Value = serde_json::from_str(body).map_err(|_| format!("HTTP {status} but not JSON: {snippet}"))?;
     let (code, msg) = match kind {
         ChannelKind::WeCom | ChannelKind::DingTalk => (v["errcode"].as_i64(), v["errmsg"].as_str()),
-        _ => (
+        // A generic webhook returned above.
+        ChannelKind::Feishu | ChannelKind::Webhook => (
             v["code"].as_i64().or_else(|| v["StatusCode"].as_i64()),
             v["msg"].as_str().or_else(|| v["StatusMessage"].as_str()),
         ),

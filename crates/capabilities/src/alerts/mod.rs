@@ -22,7 +22,9 @@ use crate::db::models::{CompensationEvent, ExceptionTicket, Order};
 use crate::db::sql::StaticQuery;
 use crate::domain::effect::AlertPayload;
 use crate::domain::money::format_yuan;
-use crate::domain::{CompensationKind, CompensationStatus, Effect, Provider, ReconciliationStatus, TicketKind};
+use crate::domain::{
+    AlertCause, CompensationKind, CompensationStatus, Effect, Provider, ReconciliationStatus, TicketKind,
+};
 use crate::error::AppResult;
 use crate::outbox;
 use crate::trace::TraceId;
@@ -32,7 +34,7 @@ use channels::Message;
 #[derive(Debug, Clone)]
 pub struct Alert {
     /// What kind of thing happened (`COMPENSATION_DEAD`, `PAID_AFTER_CANCEL`, …).
-    pub cause: &'static str,
+    pub cause: AlertCause,
     /// The same cause found again raises nothing new.
     pub dedupe_key: String,
     pub title: String,
@@ -111,15 +113,14 @@ fn ticket_kind_zh(kind: TicketKind) -> &'static str {
 
 impl Alert {
     /// A compensation event that ran out of attempts; `None` when its kind raises no alert
-    /// ([`alerts_when_dead`]). An event of a kind this build does not know alerts (with its text).
+    /// ([`alerts_when_dead`]).
     pub fn compensation_dead(e: &CompensationEvent, order: &Order) -> Option<Alert> {
-        let action = match CompensationKind::parse(&e.kind) {
-            Some(kind) if !alerts_when_dead(kind) => return None,
-            Some(kind) => action_zh(kind),
-            None => "未知动作",
-        };
+        if !alerts_when_dead(e.kind) {
+            return None;
+        }
+        let action = action_zh(e.kind);
         Some(Alert {
-            cause: "COMPENSATION_DEAD",
+            cause: AlertCause::CompensationDead,
             dedupe_key: format!("COMPENSATION_DEAD:{}:{}", e.id, e.attempts),
             title: "补偿事件已放弃(DEAD),需要人工处理".into(),
             lines: vec![
@@ -146,11 +147,18 @@ impl Alert {
     /// A ticket people must act on now: a payment for a canceled order, an amount that differs
     /// from the order's, a cooling-off refund past its deadline. `None` for the other kinds.
     pub fn ticket(t: &ExceptionTicket) -> Option<Alert> {
-        let title = match t.kind {
-            TicketKind::PaidAfterCancel => "订单已取消后收到付款",
-            TicketKind::AmountMismatch => "实付金额与订单金额不符",
-            TicketKind::RefundOverdue => "冷静期退款到期未到账",
-            _ => return None,
+        let (cause, title) = match t.kind {
+            TicketKind::PaidAfterCancel => (AlertCause::PaidAfterCancel, "订单已取消后收到付款"),
+            TicketKind::AmountMismatch => (AlertCause::AmountMismatch, "实付金额与订单金额不符"),
+            TicketKind::RefundOverdue => (AlertCause::RefundOverdue, "冷静期退款到期未到账"),
+            // Reconciliation's findings are told by its run's alert, a DEAD effect by its own
+            // (`Alert::compensation_dead`); the others wait on the workbench.
+            TicketKind::ProviderPaidLocalUnpaid
+            | TicketKind::LocalPaidProviderMissing
+            | TicketKind::RefundMismatch
+            | TicketKind::CompensationDead
+            | TicketKind::UnknownOrder
+            | TicketKind::RejectedTransition => return None,
         };
         let mut lines = vec![format!("订单:{}", t.order_no.as_deref().unwrap_or("(未知订单)"))];
         if let Some(p) = t.provider {
@@ -176,8 +184,7 @@ impl Alert {
         }
         lines.push(format!("工单:#{}({})", t.id, ticket_kind_zh(t.kind)));
         Some(Alert {
-            // The cause is the ticket's kind (one of those above).
-            cause: t.kind.as_str(),
+            cause,
             dedupe_key: format!("TICKET:{}", t.id),
             title: title.into(),
             lines,
@@ -200,7 +207,7 @@ pub async fn raise(conn: &mut AsyncPgConnection, config: &Config, a: Alert) -> A
         created_at: chrono::DateTime<Utc>,
     }
     let raised: Option<Raised> = StaticQuery::new(include_str!("raise.sql"))
-        .bind::<Text, _>(a.cause)
+        .bind::<Text, _>(a.cause.as_str())
         .bind::<Text, _>(&a.dedupe_key)
         .bind::<Text, _>(&a.title)
         .bind::<Jsonb, _>(json!(a.lines))
@@ -216,7 +223,7 @@ pub async fn raise(conn: &mut AsyncPgConnection, config: &Config, a: Alert) -> A
     };
     let written = Written {
         id,
-        cause: a.cause.to_string(),
+        cause: a.cause.as_str().to_string(),
         title: a.title.clone(),
         lines: a.lines.clone(),
         order_no: a.order_no.clone(),
@@ -224,9 +231,9 @@ pub async fn raise(conn: &mut AsyncPgConnection, config: &Config, a: Alert) -> A
         created_at,
     };
     enqueue_deliveries(conn, config, &written).await?;
-    tracing::error!(alert = id, cause = a.cause, order_no = ?a.order_no, trace_id = %a.trace_id,
+    tracing::error!(alert = id, cause = a.cause.as_str(), order_no = ?a.order_no, trace_id = %a.trace_id,
         "ALERT: {}", a.title);
-    metrics::counter!("fitorder_alerts_raised_total", "cause" => a.cause).increment(1);
+    metrics::counter!("fitorder_alerts_raised_total", "cause" => a.cause.as_str()).increment(1);
     Ok(Some(id))
 }
 
@@ -484,9 +491,9 @@ fn reconciliation_alert(r: &RunRow) -> Alert {
     };
     Alert {
         cause: if failed {
-            "RECONCILIATION_FAILED"
+            AlertCause::ReconciliationFailed
         } else {
-            "RECONCILIATION_DIFFERENCES"
+            AlertCause::ReconciliationDifferences
         },
         dedupe_key: format!("RECONCILIATION:{}", r.id),
         title: title.into(),
@@ -518,7 +525,7 @@ pub async fn sweep(
                 conn,
                 config,
                 Alert {
-                    cause: "TASK_STUCK",
+                    cause: AlertCause::TaskStuck,
                     dedupe_key: format!("TASK_STUCK:{id}"),
                     title: "定时任务卡住,已标记为失败".into(),
                     lines: vec![
@@ -554,7 +561,7 @@ pub async fn sweep(
                 conn,
                 config,
                 Alert {
-                    cause: "OUTBOX_OVERDUE",
+                    cause: AlertCause::OutboxOverdue,
                     dedupe_key: format!("OUTBOX_OVERDUE:{oldest}"),
                     title: "补偿队列积压超过 5 分钟".into(),
                     lines: vec![
@@ -597,7 +604,7 @@ pub async fn sweep(
                         conn,
                         config,
                         Alert {
-                            cause: "BILL_NOT_RECONCILED",
+                            cause: AlertCause::BillNotReconciled,
                             dedupe_key: format!("BILL_NOT_RECONCILED:{p}:{yesterday}"),
                             title: "截止时间已过,昨日账单仍未对账".into(),
                             lines: vec![
@@ -635,13 +642,13 @@ pub async fn sweep(
     for f in failing {
         let (cause, title, line) = if f.what == "BAD_SIGNATURE" {
             (
-                "PROVIDER_BAD_SIGNATURE",
+                AlertCause::ProviderBadSignature,
                 "支付回调验签失败多次",
                 format!("10 分钟内 {} 次未通过签名校验(密钥或证书是否过期?是否有人伪造?)", f.n),
             )
         } else {
             (
-                "PROVIDER_FAILING",
+                AlertCause::ProviderFailing,
                 "支付渠道接口连续失败",
                 format!("10 分钟内退款调用失败 {} 次", f.n),
             )

@@ -166,7 +166,7 @@ impl Worker {
     async fn admit(&self, claimed: Vec<CompensationEvent>) -> Vec<CompensationEvent> {
         let mut admitted = Vec::with_capacity(claimed.len());
         for e in claimed {
-            let effect = Effect::decode(&e.kind, &e.payload).ok();
+            let effect = Effect::decode(e.kind.as_str(), &e.payload).ok();
             let Some(channel) = effect.as_ref().and_then(crate::alerts::channel_of) else {
                 admitted.push(e);
                 continue;
@@ -394,19 +394,16 @@ impl Worker {
     /// What a DEAD event leaves behind, by its kind: an order's effect opens its ticket (and
     /// raises its alert); an alert delivery is logged and counted.
     async fn dead(&self, conn: &mut AsyncPgConnection, e: &CompensationEvent) -> AppResult<()> {
-        match CompensationKind::parse(&e.kind) {
-            Some(CompensationKind::AlertDelivery) => {
+        match e.kind {
+            CompensationKind::AlertDelivery => {
                 crate::alerts::delivery_dead(e);
                 Ok(())
             }
-            Some(
-                CompensationKind::DoorAccessGrant
-                | CompensationKind::DoorAccessRevoke
-                | CompensationKind::AiAccessGrant
-                | CompensationKind::AiAccessRevoke
-                | CompensationKind::ProviderRefund,
-            )
-            | None => self.open_dead_ticket(conn, e).await,
+            CompensationKind::DoorAccessGrant
+            | CompensationKind::DoorAccessRevoke
+            | CompensationKind::AiAccessGrant
+            | CompensationKind::AiAccessRevoke
+            | CompensationKind::ProviderRefund => self.open_dead_ticket(conn, e).await,
         }
     }
 

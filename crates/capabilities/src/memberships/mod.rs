@@ -180,7 +180,9 @@ pub fn unused_days(m: &Membership, plan_days: i32, freezes: &[MembershipFreeze],
     let frozen_ahead: i64 = freezes
         .iter()
         .filter(|f| f.state == FreezeState::Running)
-        .map(|f| (f.until_date - tomorrow).num_days().max(0))
+        // The running freeze's days still ahead: from tomorrow, or from its first day when that
+        // is later (never in real time, but the holdings count it so: `prepaid_holdings`).
+        .map(|f| (f.until_date - f.from_date.max(tomorrow)).num_days().max(0))
         .sum();
     (left - frozen_ahead).clamp(0, i64::from(plan_days))
 }

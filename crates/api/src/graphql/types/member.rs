@@ -6,7 +6,7 @@ use chrono::{DateTime, Utc};
 use super::super::loaders::*;
 use super::super::{int, request, viewer};
 use super::{MembershipPlanNode, MembershipStatus, OrderNode};
-use crate::auth::Role;
+use crate::auth::PhoneView;
 use crate::db::models;
 use crate::error::{AppError, AppResult};
 
@@ -66,9 +66,9 @@ impl MemberNode {
         &self.0.name
     }
     async fn phone(&self, ctx: &Context<'_>) -> String {
-        match request(ctx).viewer.as_ref().map(|v| v.role) {
-            Some(Role::Ops) => mask_phone(&self.0.phone),
-            _ => self.0.phone.clone(),
+        match PhoneView::of(request(ctx).viewer.as_ref()) {
+            PhoneView::Masked => mask_phone(&self.0.phone),
+            PhoneView::Whole => self.0.phone.clone(),
         }
     }
     async fn store(&self, ctx: &Context<'_>) -> AppResult<StoreNode> {

@@ -28,14 +28,12 @@ pub use ticket::*;
 
 use async_graphql::Context;
 
-use crate::auth::Role;
+use crate::auth::Detail;
 
-/// Members see their own things, and less of them than staff.
+/// Members see their own things, and less of them than staff (`auth::Detail`: a caller without
+/// a token sees what a member does).
 fn is_member(ctx: &Context<'_>) -> bool {
-    super::request(ctx)
-        .viewer
-        .as_ref()
-        .is_none_or(|v| v.role == Role::Member)
+    Detail::of(super::request(ctx).viewer.as_ref()) == Detail::Member
 }
 
 /// Calendar date, YYYY-MM-DD

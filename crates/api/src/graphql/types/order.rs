@@ -3,15 +3,15 @@
 use async_graphql::{Context, Object, SimpleObject};
 use chrono::{DateTime, Utc};
 
+use super::super::int;
 use super::super::loaders::*;
-use super::super::{int, request};
 use super::member::scoped_member;
 use super::{
     is_member, mirror, CompensationEventNode, ExceptionTicketNode, MemberNode, MembershipNode, OrderKind, OrderStatus,
     PaymentCallbackNode, PaymentMethod, PaymentProvider, StoreNode,
 };
-use crate::auth::Role;
 use crate::db::models;
+use crate::domain::TimelineKind;
 use crate::error::AppResult;
 
 pub struct OrderNode(pub models::Order);
@@ -133,9 +133,9 @@ impl OrderNode {
         // worker names.
         Ok(entries
             .into_iter()
-            .filter(|e| e.kind != "TICKET")
+            .filter(|e| e.kind != TimelineKind::Ticket)
             .map(|mut e| {
-                if e.kind == "COMPENSATION_ATTEMPT" {
+                if e.kind == TimelineKind::CompensationAttempt {
                     if let Some((head, _)) = e.summary.split_once(": ") {
                         e.summary = head.to_string();
                     }
@@ -169,7 +169,7 @@ impl OrderNode {
             .collect())
     }
     async fn tickets(&self, ctx: &Context<'_>) -> AppResult<Vec<ExceptionTicketNode>> {
-        if request(ctx).viewer.as_ref().is_some_and(|v| v.role == Role::Member) {
+        if is_member(ctx) {
             // Tickets are staff's working material, not the member's.
             return Ok(vec![]);
         }
@@ -202,9 +202,9 @@ impl TimelineEntry {
     async fn at(&self) -> DateTime<Utc> {
         self.0.at
     }
-    /// STATUS_CHANGE, CALLBACK, COMPENSATION_ATTEMPT, CHECK_IN, TICKET, ...
-    async fn kind(&self) -> &str {
-        &self.0.kind
+    /// STATUS_CHANGE, CALLBACK, COMPENSATION_ATTEMPT, COMPENSATION_REPLAY, CHECK_IN, TICKET
+    async fn kind(&self) -> &'static str {
+        self.0.kind.as_str()
     }
     async fn actor(&self) -> &str {
         &self.0.actor

@@ -193,12 +193,7 @@ impl Drop for TestApp {
         // test's runtime, which this blocking check would stall; their database's own app checks).
         if !dead_expected && !std::thread::panicking() && !self.db_name.is_empty() {
             let url = self.db_url.clone();
-            let dead = std::thread::spawn(move || {
-                let rt = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .unwrap();
-                rt.block_on(async move {
+            let dead = beside_the_test(async move {
                     let mut c = AsyncPgConnection::establish(&url).await.ok()?;
                     diesel::sql_query(
                         "SELECT coalesce(string_agg(v, '; '), '') AS v FROM (
@@ -211,10 +206,7 @@ impl Drop for TestApp {
                     .await
                     .ok()
                     .map(|t| t.v)
-                })
             })
-            .join()
-            .ok()
             .flatten()
             .unwrap_or_default();
             if !dead.is_empty() {
@@ -224,6 +216,20 @@ impl Drop for TestApp {
         }
         self.drop_database();
     }
+}
+
+/// Runs `work` to its end on a thread with a runtime of its own (`None` if it panicked): Drop
+/// cannot await, and the test's runtime is going away.
+fn beside_the_test<T: Send + 'static>(work: impl std::future::Future<Output = T> + Send + 'static) -> Option<T> {
+    std::thread::spawn(move || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(work)
+    })
+    .join()
+    .ok()
 }
 
 #[derive(diesel::QueryableByName)]
@@ -244,21 +250,13 @@ impl TestApp {
         }
         let admin = self.admin_url.clone();
         let name = self.db_name.clone();
-        // A thread with its own runtime: Drop cannot await, and the test's runtime is going away.
-        let _ = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            rt.block_on(async move {
-                if let Ok(mut c) = AsyncPgConnection::establish(&admin).await {
-                    let _ = diesel::sql_query(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-                        .execute(&mut c)
-                        .await;
-                }
-            });
-        })
-        .join();
+        beside_the_test(async move {
+            if let Ok(mut c) = AsyncPgConnection::establish(&admin).await {
+                let _ = diesel::sql_query(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                    .execute(&mut c)
+                    .await;
+            }
+        });
     }
 }
 

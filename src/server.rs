@@ -145,10 +145,10 @@ async fn run_with_database(config: Config, opts: ServeOptions, url: &str, dev_mo
         providers = ?served,
         "payment providers served here (callbacks, trades, refunds); refunds through any other are left to a process that has its keys"
     );
-    if let Err(e) = crate::tasks::refresh_platform_certificates(state.clone()).await {
+    if let Err(e) = crate::tasks::refresh_provider_keys(state.clone()).await {
         // Notifications and answers naming a certificate fail until it is fetched; the hourly
         // task and the first unknown serial try again.
-        tracing::warn!(error = %e.message(), "WeChat Pay platform certificates could not be fetched at start");
+        tracing::warn!(error = %e.message(), "a provider's keys could not be refreshed at start");
     }
     if dev_mode {
         let mut conn = state.pool.get().await?;

@@ -1369,7 +1369,9 @@ fn every_rust_write_sits_in_the_module_that_owns_the_table() {
             for (line, table) in writes {
                 looked += 1;
                 if table.starts_with('?') {
-                    wrong.push(format!("{file}:{line}: a write the scan cannot name the table of: {table}"));
+                    wrong.push(format!(
+                        "{file}:{line}: a write the scan cannot name the table of: {table}"
+                    ));
                     continue;
                 }
                 let Some((_, writers)) = TABLES.iter().find(|(t, _)| *t == table) else {
@@ -1412,7 +1414,13 @@ fn the_rust_scan_finds_builder_and_literal_writes() {
     let tables: Vec<&str> = writes.iter().map(|(_, t)| t.as_str()).collect();
     assert_eq!(
         tables,
-        ["reconciliation_runs", "orders", "orders", "stores", "? diesel::update(somewhere_new…"]
+        [
+            "reconciliation_runs",
+            "orders",
+            "orders",
+            "stores",
+            "? diesel::update(somewhere_new…"
+        ]
     );
 }
 

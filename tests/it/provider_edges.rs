@@ -92,13 +92,13 @@ async fn during_a_key_switch_answers_and_notifications_signed_by_either_key_veri
         "{serials:?}"
     );
     // With both kinds stored, the scheduled refresh keeps fetching certificates.
-    assert!(app.state.providers.wechat().unwrap().keys().downloads_certificates());
+    assert!(app.state.keys.wechat.as_ref().unwrap().downloads_certificates());
 }
 
 #[tokio::test]
 async fn forged_notifications_naming_unknown_serials_cost_bounded_database_work() {
     let app = TestApp::new().await;
-    let keyring = app.state.providers.wechat().unwrap().keys().platform.clone();
+    let keyring = app.state.keys.wechat.as_ref().unwrap().platform.clone();
     let before = keyring.unknown_serial_db_visits();
     let now = Utc::now().timestamp().to_string();
     for i in 0..40 {
@@ -162,7 +162,7 @@ async fn forged_serials_cost_one_refresh_and_no_pool_checkouts_and_a_rotated_one
     let app = TestApp::served().await;
     app.sandbox.set_wechat_key_switch(true).await.unwrap();
     let s = app.studio(0, None, 3).await;
-    let keyring = app.state.providers.wechat().unwrap().keys().platform.clone();
+    let keyring = app.state.keys.wechat.as_ref().unwrap().platform.clone();
     let fetches = |app: &TestApp| {
         app.sandbox
             .calls()

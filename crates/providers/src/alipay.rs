@@ -11,6 +11,55 @@ use super::keys::AlipayKeys;
 use super::provider::Notice;
 use crate::domain::money::parse_yuan_exact;
 
+/// Alipay as a [`Plugin`](super::provider::Plugin).
+pub struct AlipayPlugin;
+
+impl super::provider::Plugin for AlipayPlugin {
+    fn provider(&self) -> crate::domain::payment::Provider {
+        crate::domain::payment::Provider::Alipay
+    }
+
+    fn notify_path(&self) -> &'static str {
+        NOTIFY_PATH
+    }
+
+    /// The plain text `success`, or `failure` with 400/401 (refused) or 5xx.
+    fn reply(&self, outcome: super::provider::NotifyOutcome) -> super::provider::NotifyReply {
+        use super::provider::{NotifyOutcome as O, NotifyReply};
+        let text = |status: u16, body: &str| NotifyReply {
+            status,
+            content_type: "text/plain; charset=utf-8",
+            body: body.to_string(),
+        };
+        match outcome {
+            O::Processed => text(200, "success"),
+            O::Unconfigured | O::Busy => text(503, "failure"),
+            O::Malformed | O::Unreadable => text(400, "failure"),
+            O::Unauthentic => text(401, "failure"),
+            O::Retry => text(500, "failure"),
+        }
+    }
+
+    fn gateway(
+        &self,
+        keys: &super::keys::ProviderKeys,
+        with: &super::provider::GatewayParts,
+    ) -> Option<std::sync::Arc<dyn super::provider::Gateway>> {
+        let k = keys.alipay.clone()?;
+        let client = client::Alipay::new(
+            with.http.clone(),
+            k,
+            &with.public_url,
+            with.timeout,
+            Some(with.pool.clone()),
+        );
+        Some(std::sync::Arc::new(client))
+    }
+}
+
+/// Where Alipay's notifications arrive.
+pub const NOTIFY_PATH: &str = "/pay/alipay/notify";
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AlipayError {
     BadForm(String),

@@ -1,15 +1,15 @@
-//! The providers fitorder calls, in one place: one [`Gateway`] per configured provider, one
+//! The providers fitorder calls, in one place: one [`Gateway`] per configured provider of the
+//! registry ([`super::provider::PLUGINS`]), one
 //! HTTP client (HTTPS with rustls; `http://` for a local sandbox or proxy) shared by all.
 //! A provider that is not configured is not called and nothing is simulated: its calls fail.
 
 use std::sync::Arc;
 
-use super::alipay::client::Alipay;
 use super::keys::ProviderKeys;
 pub use super::provider::{
     Closed, Gateway, Instruction, ProviderError, RefundRequest, RefundState, TradeRequest, TradeState,
 };
-use super::wechat::client::WechatPay;
+use super::provider::{GatewayParts, PLUGINS};
 use crate::config::Config;
 use crate::domain::payment::Provider;
 
@@ -18,7 +18,6 @@ pub struct ProviderApi {
     http: reqwest::Client,
     config: Arc<Config>,
     gateways: Arc<Vec<Arc<dyn Gateway>>>,
-    wechat: Option<Arc<WechatPay>>,
 }
 
 impl ProviderApi {
@@ -37,39 +36,24 @@ impl ProviderApi {
             .pool_max_idle_per_host(64)
             .build()
             .expect("the HTTP client builds with its default TLS roots");
-        let mut gateways: Vec<Arc<dyn Gateway>> = vec![];
-        let wechat = keys.wechat.as_ref().map(|k| {
-            Arc::new(WechatPay::new(
-                http.clone(),
-                k.clone(),
-                &config.public_url,
-                config.provider_timeout,
-                Some(pool.clone()),
-            ))
-        });
-        if let Some(w) = &wechat {
-            gateways.push(w.clone());
-        }
-        if let Some(k) = &keys.alipay {
-            gateways.push(Arc::new(Alipay::new(
-                http.clone(),
-                k.clone(),
-                &config.public_url,
-                config.provider_timeout,
-                Some(pool),
-            )));
-        }
+        // Each provider of the registry whose keys are configured.
+        let parts = GatewayParts {
+            http: http.clone(),
+            public_url: config.public_url.clone(),
+            timeout: config.provider_timeout,
+            pool,
+        };
+        let gateways: Vec<Arc<dyn Gateway>> = PLUGINS.iter().filter_map(|p| p.gateway(&keys, &parts)).collect();
         ProviderApi {
             http,
             config,
             gateways: Arc::new(gateways),
-            wechat,
         }
     }
 
-    /// WeChat Pay's client, for what only it has (platform certificates).
-    pub fn wechat(&self) -> Option<&WechatPay> {
-        self.wechat.as_deref()
+    /// Every configured provider's gateway.
+    pub fn gateways(&self) -> impl Iterator<Item = &dyn Gateway> {
+        self.gateways.iter().map(|g| g.as_ref())
     }
 
     pub fn http(&self) -> &reqwest::Client {

@@ -6,7 +6,6 @@
 //! [`ProviderError::Unsigned`], which callers treat as no answer at all.
 
 use chrono::{DateTime, Utc};
-use futures_util::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 
 use crate::domain::payment::{PayChannel, Provider};
@@ -273,48 +272,123 @@ pub fn evidence_header(value: Option<&str>) -> Option<String> {
     value.map(|v| evidence_text(v.as_bytes(), Some(256)))
 }
 
-/// A payment provider, as fitorder uses it.
+/// How a notification ended, for the provider's reply ([`Plugin::reply`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NotifyOutcome {
+    /// Recorded and applied (or a duplicate of one that was).
+    Processed,
+    /// The provider is not configured here.
+    Unconfigured,
+    /// Not in the provider's format at all.
+    Malformed,
+    /// Not authentic (signature, time window, decryption).
+    Unauthentic,
+    /// Authentic but not ours or not readable: refused, evidence kept.
+    Unreadable,
+    /// Could not be recorded or applied: the provider must retry.
+    Retry,
+    /// No database connection within the checkout wait: nothing was recorded, the provider
+    /// must retry.
+    Busy,
+}
+
+/// The reply to a notification, in the provider's own words.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NotifyReply {
+    pub status: u16,
+    pub content_type: &'static str,
+    pub body: String,
+}
+
+/// A provider as fitorder knows it whether or not its keys are configured here: where its
+/// notifications arrive, how it is answered, and how its [`Gateway`] is made from its keys.
+/// Every provider is one `Plugin` in [`PLUGINS`]; the routes, the gateways and the key refresh
+/// come from that list.
+pub trait Plugin: Sync {
+    fn provider(&self) -> Provider;
+
+    /// Where its notifications arrive (the contract's path, `/pay/<provider>/notify`).
+    fn notify_path(&self) -> &'static str;
+
+    /// Its reply to a notification that ended so. The caller learns only that it was refused
+    /// or must be retried; what went wrong is logged under the trace id and kept as evidence.
+    fn reply(&self, outcome: NotifyOutcome) -> NotifyReply;
+
+    /// Its gateway, when its keys are configured (`keys`); None otherwise.
+    fn gateway(&self, keys: &super::keys::ProviderKeys, with: &GatewayParts) -> Option<std::sync::Arc<dyn Gateway>>;
+}
+
+/// What every gateway is made with.
+pub struct GatewayParts {
+    /// The one HTTP client every provider shares.
+    pub http: reqwest::Client,
+    /// Where members' providers reach us (`FITORDER_PUBLIC_URL`): the notify URLs.
+    pub public_url: String,
+    /// A provider call's whole deadline (`FITORDER_PROVIDER_TIMEOUT`).
+    pub timeout: std::time::Duration,
+    /// Where keys fetched from a provider are kept for every instance.
+    pub pool: crate::db::DbPool,
+}
+
+/// Every provider fitorder can use: one line each.
+pub static PLUGINS: &[&dyn Plugin] = &[&super::wechat::WechatPlugin, &super::alipay::AlipayPlugin];
+
+/// The plugin of `provider`.
+pub fn plugin(provider: Provider) -> &'static dyn Plugin {
+    *PLUGINS
+        .iter()
+        .find(|p| p.provider() == provider)
+        .expect("every provider has its plugin in PLUGINS")
+}
+
+/// A payment provider, as fitorder uses it. Object-safe (`&dyn Gateway`): `async_trait` boxes
+/// each call's future, which is what a registry of providers chosen at start needs.
+#[async_trait::async_trait]
 pub trait Gateway: Send + Sync {
     fn provider(&self) -> Provider;
 
     /// Authenticates and reads a notification (`POST /pay/<provider>/notify`).
-    fn check_notification<'a>(
-        &'a self,
-        headers: &'a reqwest::header::HeaderMap,
-        body: &'a [u8],
-        trace_id: &'a str,
-    ) -> BoxFuture<'a, CheckedNotification>;
+    async fn check_notification(
+        &self,
+        headers: &reqwest::header::HeaderMap,
+        body: &[u8],
+        trace_id: &str,
+    ) -> CheckedNotification;
 
     /// Opens the trade for `t.channel` and answers what the client needs.
-    fn start_trade<'a>(&'a self, t: &'a TradeRequest<'a>) -> BoxFuture<'a, Result<Instruction, ProviderError>>;
+    async fn start_trade(&self, t: &TradeRequest<'_>) -> Result<Instruction, ProviderError>;
 
     /// Asks whether `out_trade_no` was paid (a callback may be late or lost).
-    fn query<'a>(
-        &'a self,
-        out_trade_no: &'a str,
-        trace_id: &'a str,
-    ) -> BoxFuture<'a, Result<TradeState, ProviderError>>;
+    async fn query(&self, out_trade_no: &str, trace_id: &str) -> Result<TradeState, ProviderError>;
 
     /// Closes the trade so that it cannot be paid any more. A trade the provider never saw is
     /// closed; one it refuses to close because it is not open any more is [`Closed::NotOpen`].
-    fn close<'a>(&'a self, out_trade_no: &'a str, trace_id: &'a str) -> BoxFuture<'a, Result<Closed, ProviderError>>;
+    async fn close(&self, out_trade_no: &str, trace_id: &str) -> Result<Closed, ProviderError>;
 
     /// Sends money back; the provider deduplicates by the refund number. Done only when the
     /// provider says the money moved.
-    fn refund<'a>(&'a self, r: &'a RefundRequest<'a>) -> BoxFuture<'a, Result<RefundState, ProviderError>>;
+    async fn refund(&self, r: &RefundRequest<'_>) -> Result<RefundState, ProviderError>;
 
     /// Asks what became of refund `r.refund_no` (WeChat `GET /v3/refund/domestic/refunds/{no}`,
     /// Alipay `alipay.trade.fastpay.refund.query`).
-    fn refund_status<'a>(&'a self, r: &'a RefundRequest<'a>) -> BoxFuture<'a, Result<RefundState, ProviderError>>;
+    async fn refund_status(&self, r: &RefundRequest<'_>) -> Result<RefundState, ProviderError>;
 
     /// Downloads the trade bill of business day `date` into `dir` (a short-lived download URL
     /// that lapsed is asked for again).
-    fn fetch_bill<'a>(
-        &'a self,
+    async fn fetch_bill(
+        &self,
         date: chrono::NaiveDate,
-        dir: &'a std::path::Path,
-        trace_id: &'a str,
-    ) -> BoxFuture<'a, Result<BillDownload, ProviderError>>;
+        dir: &std::path::Path,
+        trace_id: &str,
+    ) -> Result<BillDownload, ProviderError>;
+
+    /// Keeps the provider's own keys current, at start and every hour (the task
+    /// `provider:keys`): WeChat Pay loads the platform certificates other instances stored and
+    /// fetches them when the newest fetch is 12 hours old. Answers how many were fetched. A
+    /// provider whose keys are all in its settings keeps this default.
+    async fn refresh_keys(&self, _trace_id: &str) -> anyhow::Result<usize> {
+        Ok(0)
+    }
 }
 
 /// Streams `resp`'s body into a new file `path` (a bill of a million rows never sits in memory).

@@ -12,6 +12,59 @@ use super::provider::Notice;
 /// Notifications older or newer than this are refused (replays, clock trouble).
 pub const MAX_SKEW_SECONDS: i64 = 300;
 
+/// WeChat Pay as a [`Plugin`](super::provider::Plugin).
+pub struct WechatPlugin;
+
+impl super::provider::Plugin for WechatPlugin {
+    fn provider(&self) -> crate::domain::payment::Provider {
+        crate::domain::payment::Provider::WechatPay
+    }
+
+    fn notify_path(&self) -> &'static str {
+        NOTIFY_PATH
+    }
+
+    /// 204 when processed, `{"code":"FAIL"}` with 401 (refused) or 5xx (retry).
+    fn reply(&self, outcome: super::provider::NotifyOutcome) -> super::provider::NotifyReply {
+        use super::provider::{NotifyOutcome as O, NotifyReply};
+        let fail = |status: u16, message: &str| NotifyReply {
+            status,
+            content_type: "application/json",
+            body: serde_json::json!({"code": "FAIL", "message": message}).to_string(),
+        };
+        match outcome {
+            O::Processed => NotifyReply {
+                status: 204,
+                content_type: "application/json",
+                body: String::new(),
+            },
+            O::Unconfigured => fail(503, "WeChat Pay is not configured"),
+            O::Malformed | O::Unauthentic | O::Unreadable => fail(401, "notification refused"),
+            O::Retry => fail(500, "not processed, please retry"),
+            O::Busy => fail(503, "temporarily unavailable, please retry"),
+        }
+    }
+
+    fn gateway(
+        &self,
+        keys: &super::keys::ProviderKeys,
+        with: &super::provider::GatewayParts,
+    ) -> Option<std::sync::Arc<dyn super::provider::Gateway>> {
+        let k = keys.wechat.clone()?;
+        let client = client::WechatPay::new(
+            with.http.clone(),
+            k,
+            &with.public_url,
+            with.timeout,
+            Some(with.pool.clone()),
+        );
+        Some(std::sync::Arc::new(client))
+    }
+}
+
+/// Where WeChat Pay's notifications arrive.
+pub const NOTIFY_PATH: &str = "/pay/wechat/notify";
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum WechatError {
     MissingHeader(&'static str),

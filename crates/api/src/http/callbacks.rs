@@ -1,24 +1,18 @@
-//! `POST /pay/wechat/notify` and `POST /pay/alipay/notify`.
+//! `POST /pay/<provider>/notify`: one handler for every provider of the registry
+//! (`payments::provider::PLUGINS`), which answers in the provider's own words (`Plugin::reply`).
 
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Extension;
-use serde_json::json;
 
 use super::HttpState;
 use crate::domain::payment::Provider;
 use crate::error::AppError;
-use crate::payments::provider::CheckedNotification;
+use crate::payments::provider::{CheckedNotification, NotifyOutcome as Handled};
 use crate::payments::{self, evidence_text, Outcome, Received};
 use crate::trace::TraceId;
-
-/// The caller learns only that the notification was refused (or must be retried); what went
-/// wrong is in the log under the trace id, and in the recorded evidence.
-fn wechat_fail(status: StatusCode, message: &'static str) -> Response {
-    (status, axum::Json(json!({"code": "FAIL", "message": message}))).into_response()
-}
 
 /// Refused callbacks are logged at WARN at most this many times a minute (a flood of
 /// forgeries must not flood the log); the rest are counted in the metric and the next line.
@@ -50,33 +44,13 @@ fn source_addr(s: &HttpState, extensions: &axum::http::Extensions, headers: &Hea
     super::client_addr::client_addr(peer, headers, &s.app.config.trusted_proxies).or(Some(peer.ip()))
 }
 
-/// How a notification ended, for the provider's reply.
-enum Handled {
-    Processed,
-    /// The provider is not configured here.
-    Unconfigured,
-    /// Not in the provider's format at all.
-    Malformed,
-    /// Not authentic (signature, time window, decryption).
-    Unauthentic,
-    /// Authentic but not ours or not readable: refused, evidence kept.
-    Unreadable,
-    /// Could not be recorded or applied: the provider must retry.
-    Retry,
-    /// No database connection within the checkout wait (the pool is exhausted or the database
-    /// unreachable): nothing was recorded, the provider must retry.
-    Busy,
-}
-
-impl Handled {
-    /// A notification that could not be recorded or applied: Busy when no connection could be
-    /// had, Retry otherwise. What went wrong is logged (and on the callback row when there is
-    /// one); the provider learns only that it must retry.
-    fn failed(e: &AppError) -> Handled {
-        match e {
-            AppError::Unavailable(_) => Handled::Busy,
-            _ => Handled::Retry,
-        }
+/// A notification that could not be recorded or applied: Busy when no connection could be
+/// had, Retry otherwise. What went wrong is logged (and on the callback row when there is
+/// one); the provider learns only that it must retry.
+fn failed(e: &AppError) -> Handled {
+    match e {
+        AppError::Unavailable(_) => Handled::Busy,
+        _ => Handled::Retry,
     }
 }
 
@@ -125,7 +99,7 @@ async fn handle(
             };
             match (record_only(s, rec, trace).await, malformed) {
                 (_, true) => Handled::Malformed,
-                (Err(e), false) => Handled::failed(&e),
+                (Err(e), false) => failed(&e),
                 (Ok(()), false) => Handled::Unauthentic,
             }
         }
@@ -152,7 +126,7 @@ async fn handle(
                     tracing::warn!(%provider, error = %e, "notification authentic but refused");
                     return match record_only(s, rec, trace).await {
                         Ok(()) => Handled::Unreadable,
-                        Err(e) => Handled::failed(&e),
+                        Err(e) => failed(&e),
                     };
                 }
             };
@@ -160,50 +134,34 @@ async fn handle(
                 Ok(_) => Handled::Processed,
                 Err(e) => {
                     tracing::error!(%provider, error = %e.message(), "notification not processed");
-                    Handled::failed(&e)
+                    failed(&e)
                 }
             }
         }
     }
 }
 
-/// WeChat Pay's replies: 204 when processed, `{"code":"FAIL"}` with 401 (refused) or 5xx
-/// (retry).
-pub async fn wechat_notify(
+/// `POST` of `provider`'s notify path: handled, then answered as the provider expects.
+pub async fn notify(
+    provider: Provider,
     State(s): State<HttpState>,
     Extension(trace): Extension<TraceId>,
     extensions: axum::http::Extensions,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    match handle(&s, Provider::WechatPay, &extensions, &headers, &body, &trace).await {
-        Handled::Processed => StatusCode::NO_CONTENT.into_response(),
-        Handled::Unconfigured => wechat_fail(StatusCode::SERVICE_UNAVAILABLE, "WeChat Pay is not configured"),
-        Handled::Malformed | Handled::Unauthentic | Handled::Unreadable => {
-            wechat_fail(StatusCode::UNAUTHORIZED, "notification refused")
-        }
-        Handled::Retry => wechat_fail(StatusCode::INTERNAL_SERVER_ERROR, "not processed, please retry"),
-        Handled::Busy => wechat_fail(StatusCode::SERVICE_UNAVAILABLE, "temporarily unavailable, please retry"),
+    let outcome = handle(&s, provider, &extensions, &headers, &body, &trace).await;
+    let reply = crate::payments::provider::plugin(provider).reply(outcome);
+    let status = StatusCode::from_u16(reply.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    if reply.body.is_empty() {
+        return status.into_response();
     }
-}
-
-/// Alipay's replies: the plain text `success`, or `failure` with 400/401 (refused) or 5xx.
-pub async fn alipay_notify(
-    State(s): State<HttpState>,
-    Extension(trace): Extension<TraceId>,
-    extensions: axum::http::Extensions,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    let failure = |status: StatusCode| (status, "failure").into_response();
-    match handle(&s, Provider::Alipay, &extensions, &headers, &body, &trace).await {
-        Handled::Processed => (StatusCode::OK, "success").into_response(),
-        Handled::Unconfigured => failure(StatusCode::SERVICE_UNAVAILABLE),
-        Handled::Malformed | Handled::Unreadable => failure(StatusCode::BAD_REQUEST),
-        Handled::Unauthentic => failure(StatusCode::UNAUTHORIZED),
-        Handled::Retry => failure(StatusCode::INTERNAL_SERVER_ERROR),
-        Handled::Busy => failure(StatusCode::SERVICE_UNAVAILABLE),
-    }
+    (
+        status,
+        [(axum::http::header::CONTENT_TYPE, reply.content_type)],
+        reply.body,
+    )
+        .into_response()
 }
 
 /// Records a refused callback (its own transaction) as BAD_SIGNATURE evidence.

@@ -92,22 +92,32 @@ pub fn router(app: AppState) -> Router {
             None => get(metrics::not_here),
         }
     };
-    Router::new()
+    let routes = Router::new()
         .route(
             "/graphql",
             get(graphql_routes::graphql_get).post(graphql_routes::graphql),
         )
         .route("/graphql/assets/{name}", get(graphiql::asset))
         .route("/graphql/ws", get(graphql_routes::subscriptions))
-        .route("/pay/wechat/notify", axum::routing::post(callbacks::wechat_notify))
-        .route("/pay/alipay/notify", axum::routing::post(callbacks::alipay_notify))
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
         .route("/metrics", metrics_route)
         .route("/ops", get(ops_page))
         .route("/ops/tickets", get(workbench::page))
         .route("/ops/assets/{name}", get(workbench::asset))
-        .route("/reports/prepaid.csv", get(reports::prepaid_csv))
+        .route("/reports/prepaid.csv", get(reports::prepaid_csv));
+    // Each provider's notify path (the contract's), from the registry.
+    let routes = crate::payments::provider::PLUGINS.iter().fold(routes, |routes, p| {
+        let provider = p.provider();
+        let notify =
+            move |st: axum::extract::State<HttpState>,
+                  trace: axum::Extension<crate::trace::TraceId>,
+                  ext: axum::http::Extensions,
+                  headers: axum::http::HeaderMap,
+                  body: axum::body::Bytes| callbacks::notify(provider, st, trace, ext, headers, body);
+        routes.route(p.notify_path(), axum::routing::post(notify))
+    });
+    routes
         .with_state(state)
         .layer(axum::extract::DefaultBodyLimit::max(limit))
         .layer(middleware::from_fn_with_state(bounds, body::bounded))
@@ -190,8 +200,6 @@ fn known_route(path: &str) -> &'static str {
     match path {
         "/graphql" => "/graphql",
         "/graphql/ws" => "/graphql/ws",
-        "/pay/wechat/notify" => "/pay/wechat/notify",
-        "/pay/alipay/notify" => "/pay/alipay/notify",
         "/healthz" => "/healthz",
         "/readyz" => "/readyz",
         "/metrics" => "/metrics",
@@ -200,6 +208,11 @@ fn known_route(path: &str) -> &'static str {
         "/reports/prepaid.csv" => "/reports/prepaid.csv",
         "/ops/assets/{name}" => "/ops/assets",
         "/graphql/assets/{name}" => "/graphql/assets",
-        _ => "other",
+        // The providers' notify paths.
+        other => crate::payments::provider::PLUGINS
+            .iter()
+            .map(|p| p.notify_path())
+            .find(|p| *p == other)
+            .unwrap_or("other"),
     }
 }

@@ -35,30 +35,19 @@ pub struct Scheduler {
     pub tasks: Vec<Task>,
 }
 
-/// WeChat Pay's platform certificates: the stored ones are loaded in both modes; they are
-/// fetched when the newest fetch (by any instance) is 12 hours old — without a 微信支付公钥, or
-/// beside one while certificates are in use (a switch) — and kept for every instance.
-pub async fn refresh_platform_certificates(s: AppState) -> AppResult<i64> {
-    let Some(w) = s.providers.wechat() else {
-        return Ok(0);
-    };
-    // Certificates another instance stored are loaded in either mode (a 微信支付公钥 beside
-    // them is a switch in progress: both kinds verify).
-    let mut conn = s.pool.get().await?;
-    w.keys().platform.reload(&mut conn).await.map_err(AppError::from)?;
-    drop(conn);
-    if !w.keys().downloads_certificates() {
-        return Ok(0);
-    }
-    if !w.keys().platform.needs_refresh(Utc::now()) {
-        return Ok(0);
-    }
+/// Every configured provider's own keys kept current (`Gateway::refresh_keys`: WeChat Pay's
+/// platform certificates); answers how many were fetched.
+pub async fn refresh_provider_keys(s: AppState) -> AppResult<i64> {
     let trace = crate::trace::TraceId::new();
-    let n = w
-        .refresh_certificates(false, trace.as_str())
-        .await
-        .map_err(|e| AppError::internal(format!("WeChat Pay platform certificates: {e}")))?;
-    Ok(n as i64)
+    let mut fetched = 0;
+    for g in s.providers.gateways() {
+        let n = g
+            .refresh_keys(trace.as_str())
+            .await
+            .map_err(|e| AppError::internal(format!("{}: {e:#}", g.provider())))?;
+        fetched += n as i64;
+    }
+    Ok(fetched)
 }
 
 /// Everything that runs in the background of `fitorder serve` and `fitorder worker`, started in
@@ -91,9 +80,9 @@ impl Scheduler {
                 run: |s| Box::pin(crate::memberships::tick::run(s)),
             },
             Task {
-                name: "wechat:certificates",
+                name: "provider:keys",
                 schedule: Schedule::Every { secs: 3600 },
-                run: |s| Box::pin(refresh_platform_certificates(s)),
+                run: |s| Box::pin(refresh_provider_keys(s)),
             },
             Task {
                 name: "alert:check",

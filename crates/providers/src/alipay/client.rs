@@ -7,8 +7,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures_util::future::BoxFuture;
-use futures_util::FutureExt;
 use serde_json::{json, Value};
 
 use super::gateway;
@@ -40,7 +38,7 @@ impl Alipay {
         Alipay {
             http,
             keys,
-            notify_url: format!("{public_url}/pay/alipay/notify"),
+            notify_url: format!("{public_url}{}", super::NOTIFY_PATH),
             timeout,
             pool,
         }
@@ -218,8 +216,71 @@ impl Alipay {
         }
         biz
     }
+}
 
-    async fn start(&self, t: &TradeRequest<'_>) -> Result<Instruction, ProviderError> {
+/// Downloads (a bill) may take minutes; gateway calls have the downstream timeout.
+const DOWNLOAD_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// An answer that does not verify but is an error in the gateway's words — an
+/// `error_response`, or the method's response with a code other than 10000 (`isv.*`: a
+/// signature, app id or certificate mistake): still no answer, but reported with its codes.
+fn unsigned_error_answer(method: &str, text: &str) -> Option<ProviderError> {
+    let fields: Value = serde_json::from_str(text).ok()?;
+    let name = format!("{}_response", method.replace('.', "_"));
+    let r = fields.get("error_response").or_else(|| fields.get(&name))?;
+    let code = r["code"].as_str().unwrap_or_default();
+    if code.is_empty() || code == "10000" {
+        return None;
+    }
+    let sub_code = r["sub_code"].as_str().unwrap_or_default();
+    let e = unsigned_error(
+        200,
+        &format!("{code} {sub_code}"),
+        r["sub_msg"].as_str().or(r["msg"].as_str()).unwrap_or_default(),
+    );
+    tracing::warn!(method, error = %e, "Alipay answered an error without a valid signature");
+    Some(e)
+}
+
+fn refused(v: &Value) -> ProviderError {
+    ProviderError::Refused(format!(
+        "{} {} {}",
+        v["code"].as_str().unwrap_or_default(),
+        v["sub_code"].as_str().unwrap_or_default(),
+        v["sub_msg"].as_str().or(v["msg"].as_str()).unwrap_or_default()
+    ))
+}
+
+impl Alipay {
+    fn verify_notification(&self, fields: &[(String, String)]) -> Result<(), crate::payments::alipay::AlipayError> {
+        let mut keys = vec![self.keys.public_key.clone()];
+        keys.extend(self.keys.renewed.keys());
+        crate::payments::alipay::verify_with(&self.keys, &keys, fields)
+    }
+
+    /// Loads the renewed certificates other instances stored (at most every few seconds);
+    /// true when it looked.
+    async fn reload_renewed(&self) -> bool {
+        let (Some(pool), Some(root)) = (&self.pool, &self.keys.root_cert_pem) else {
+            return false;
+        };
+        if self.keys.renewed.unknown_sn_step(chrono::Utc::now()) == super::certs::UnknownSnStep::Nothing {
+            return false;
+        }
+        let Ok(mut conn) = pool.get().await else { return false };
+        super::certs::reload(&mut conn, &self.keys.renewed, root, chrono::Utc::now())
+            .await
+            .is_ok()
+    }
+}
+
+#[async_trait::async_trait]
+impl Gateway for Alipay {
+    fn provider(&self) -> Provider {
+        Provider::Alipay
+    }
+
+    async fn start_trade(&self, t: &TradeRequest<'_>) -> Result<Instruction, ProviderError> {
         match t.channel {
             PayChannel::AlipayQr => {
                 let v = self
@@ -257,7 +318,7 @@ impl Alipay {
         }
     }
 
-    async fn query_trade(&self, out_trade_no: &str, trace: &str) -> Result<TradeState, ProviderError> {
+    async fn query(&self, out_trade_no: &str, trace: &str) -> Result<TradeState, ProviderError> {
         let v = self
             .call(
                 "alipay.trade.query",
@@ -290,7 +351,7 @@ impl Alipay {
         })
     }
 
-    async fn close_trade(&self, out_trade_no: &str, trace: &str) -> Result<Closed, ProviderError> {
+    async fn close(&self, out_trade_no: &str, trace: &str) -> Result<Closed, ProviderError> {
         let v = self
             .call(
                 "alipay.trade.close",
@@ -313,7 +374,7 @@ impl Alipay {
     /// `alipay.trade.refund`: done when the money moved (`fund_change` `Y`). `N` says nothing
     /// moved with this request (a repeated one, or money not moved yet): then the refund query
     /// decides.
-    async fn refund_trade(&self, r: &RefundRequest<'_>) -> Result<RefundState, ProviderError> {
+    async fn refund(&self, r: &RefundRequest<'_>) -> Result<RefundState, ProviderError> {
         let biz = json!({
             "out_trade_no": r.out_trade_no,
             "refund_amount": format_yuan(r.amount_cents),
@@ -332,7 +393,7 @@ impl Alipay {
                 provider_refund_id: v["trade_no"].as_str().map(str::to_string),
             });
         }
-        match self.query_refund(r).await? {
+        match self.refund_status(r).await? {
             RefundState::Unknown => Ok(RefundState::Pending {
                 status: format!("fund_change {}", v["fund_change"].as_str().unwrap_or("missing")),
                 provider_refund_id: v["trade_no"].as_str().map(str::to_string),
@@ -345,7 +406,7 @@ impl Alipay {
     /// `alipay.trade.fastpay.refund.query`: `REFUND_SUCCESS` is done; an answer without
     /// `refund_status` means the refund was not received or did not go through ("未返回该字段
     /// 表示退款请求未收到或者退款失败").
-    async fn query_refund(&self, r: &RefundRequest<'_>) -> Result<RefundState, ProviderError> {
+    async fn refund_status(&self, r: &RefundRequest<'_>) -> Result<RefundState, ProviderError> {
         let v = self
             .call(
                 "alipay.trade.fastpay.refund.query",
@@ -380,15 +441,10 @@ impl Alipay {
             provider_refund_id: v["trade_no"].as_str().map(str::to_string),
         })
     }
-}
 
-/// Downloads (a bill) may take minutes; gateway calls have the downstream timeout.
-const DOWNLOAD_TIMEOUT: Duration = Duration::from_secs(600);
-
-impl Alipay {
     /// `alipay.data.dataservice.bill.downloadurl.query` (signed answer with a URL that lives
     /// about 30 s), then the zip from that URL.
-    async fn trade_bill(
+    async fn fetch_bill(
         &self,
         date: chrono::NaiveDate,
         dir: &std::path::Path,
@@ -444,44 +500,17 @@ impl Alipay {
             "the bill's download URL lapsed three times in a row".into(),
         ))
     }
-}
 
-/// An answer that does not verify but is an error in the gateway's words — an
-/// `error_response`, or the method's response with a code other than 10000 (`isv.*`: a
-/// signature, app id or certificate mistake): still no answer, but reported with its codes.
-fn unsigned_error_answer(method: &str, text: &str) -> Option<ProviderError> {
-    let fields: Value = serde_json::from_str(text).ok()?;
-    let name = format!("{}_response", method.replace('.', "_"));
-    let r = fields.get("error_response").or_else(|| fields.get(&name))?;
-    let code = r["code"].as_str().unwrap_or_default();
-    if code.is_empty() || code == "10000" {
-        return None;
-    }
-    let sub_code = r["sub_code"].as_str().unwrap_or_default();
-    let e = unsigned_error(
-        200,
-        &format!("{code} {sub_code}"),
-        r["sub_msg"].as_str().or(r["msg"].as_str()).unwrap_or_default(),
-    );
-    tracing::warn!(method, error = %e, "Alipay answered an error without a valid signature");
-    Some(e)
-}
-
-fn refused(v: &Value) -> ProviderError {
-    ProviderError::Refused(format!(
-        "{} {} {}",
-        v["code"].as_str().unwrap_or_default(),
-        v["sub_code"].as_str().unwrap_or_default(),
-        v["sub_msg"].as_str().or(v["msg"].as_str()).unwrap_or_default()
-    ))
-}
-
-impl Alipay {
     /// The form's RSA2 `sign` over every other non-empty field but `sign_type`, with the Alipay
     /// public key, and the app id. Certificate mode: also with the renewed certificates (a
     /// notification names none, unless it carries `alipay_cert_sn`); when none verifies, the
     /// stored ones are reloaded (rate-limited) and tried once more.
-    async fn check(&self, body: &[u8], trace: &str) -> CheckedNotification {
+    async fn check_notification(
+        &self,
+        _headers: &reqwest::header::HeaderMap,
+        body: &[u8],
+        trace: &str,
+    ) -> CheckedNotification {
         use crate::payments::alipay;
         use crate::payments::provider::{evidence_header, evidence_text};
         let fields = match alipay::parse_form(body) {
@@ -525,76 +554,5 @@ impl Alipay {
             body: evidence_text(body, None),
             notice: alipay::notice(&fields).map_err(|e| e.message()),
         }
-    }
-}
-
-impl Alipay {
-    fn verify_notification(&self, fields: &[(String, String)]) -> Result<(), crate::payments::alipay::AlipayError> {
-        let mut keys = vec![self.keys.public_key.clone()];
-        keys.extend(self.keys.renewed.keys());
-        crate::payments::alipay::verify_with(&self.keys, &keys, fields)
-    }
-
-    /// Loads the renewed certificates other instances stored (at most every few seconds);
-    /// true when it looked.
-    async fn reload_renewed(&self) -> bool {
-        let (Some(pool), Some(root)) = (&self.pool, &self.keys.root_cert_pem) else {
-            return false;
-        };
-        if self.keys.renewed.unknown_sn_step(chrono::Utc::now()) == super::certs::UnknownSnStep::Nothing {
-            return false;
-        }
-        let Ok(mut conn) = pool.get().await else { return false };
-        super::certs::reload(&mut conn, &self.keys.renewed, root, chrono::Utc::now())
-            .await
-            .is_ok()
-    }
-}
-
-impl Gateway for Alipay {
-    fn provider(&self) -> Provider {
-        Provider::Alipay
-    }
-
-    fn check_notification<'a>(
-        &'a self,
-        _headers: &'a reqwest::header::HeaderMap,
-        body: &'a [u8],
-        trace_id: &'a str,
-    ) -> BoxFuture<'a, CheckedNotification> {
-        self.check(body, trace_id).boxed()
-    }
-
-    fn start_trade<'a>(&'a self, t: &'a TradeRequest<'a>) -> BoxFuture<'a, Result<Instruction, ProviderError>> {
-        self.start(t).boxed()
-    }
-
-    fn query<'a>(
-        &'a self,
-        out_trade_no: &'a str,
-        trace_id: &'a str,
-    ) -> BoxFuture<'a, Result<TradeState, ProviderError>> {
-        self.query_trade(out_trade_no, trace_id).boxed()
-    }
-
-    fn close<'a>(&'a self, out_trade_no: &'a str, trace_id: &'a str) -> BoxFuture<'a, Result<Closed, ProviderError>> {
-        self.close_trade(out_trade_no, trace_id).boxed()
-    }
-
-    fn refund<'a>(&'a self, r: &'a RefundRequest<'a>) -> BoxFuture<'a, Result<RefundState, ProviderError>> {
-        self.refund_trade(r).boxed()
-    }
-
-    fn refund_status<'a>(&'a self, r: &'a RefundRequest<'a>) -> BoxFuture<'a, Result<RefundState, ProviderError>> {
-        self.query_refund(r).boxed()
-    }
-
-    fn fetch_bill<'a>(
-        &'a self,
-        date: chrono::NaiveDate,
-        dir: &'a std::path::Path,
-        trace_id: &'a str,
-    ) -> BoxFuture<'a, Result<BillDownload, ProviderError>> {
-        self.trade_bill(date, dir, trace_id).boxed()
     }
 }

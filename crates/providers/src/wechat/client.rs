@@ -5,8 +5,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures_util::future::BoxFuture;
-use futures_util::FutureExt;
 use reqwest::Method;
 use serde_json::{json, Value};
 
@@ -16,6 +14,7 @@ use crate::payments::crypto;
 use crate::payments::keys::WechatKeys;
 use crate::payments::platform_keys::VerifyError;
 use crate::payments::provider::*;
+use futures_util::FutureExt;
 
 /// Answers older or newer than this are refused, as the official SDKs do.
 const MAX_ANSWER_SKEW_SECONDS: i64 = 300;
@@ -74,7 +73,7 @@ impl WechatPay {
         WechatPay {
             http,
             keys,
-            notify_url: format!("{public_url}/pay/wechat/notify"),
+            notify_url: format!("{public_url}{}", super::NOTIFY_PATH),
             timeout,
             pool,
         }
@@ -285,8 +284,96 @@ impl WechatPay {
                 VerifyError::BadSignature => ProviderError::Unsigned("Wechatpay-Signature does not verify".into()),
             })
     }
+}
 
-    async fn prepay(&self, t: &TradeRequest<'_>) -> Result<Instruction, ProviderError> {
+/// How long a WeChat refund answered `PROCESSING` waits for its `REFUND.SUCCESS` notification
+/// before it is asked of the refund query.
+pub const REFUND_RECHECK: Duration = Duration::from_secs(3600);
+
+/// A refund as WeChat Pay answers it (refund and refund query): done only on `SUCCESS`.
+fn refund_state(body: &Value, r: &RefundRequest<'_>) -> Result<RefundState, ProviderError> {
+    if body["out_refund_no"].as_str() != Some(r.refund_no) {
+        return Err(ProviderError::Refused("the answer is about another refund".into()));
+    }
+    if let Some(amount) = body["amount"]["refund"].as_i64() {
+        if amount != r.amount_cents {
+            return Err(ProviderError::Refused(format!(
+                "the refund {} is of {amount} fen, fitorder asked for {}",
+                r.refund_no, r.amount_cents
+            )));
+        }
+    }
+    let provider_refund_id = body["refund_id"].as_str().map(str::to_string);
+    Ok(match body["status"].as_str() {
+        Some("SUCCESS") => RefundState::Done { provider_refund_id },
+        Some("PROCESSING") => RefundState::Pending {
+            status: "PROCESSING".into(),
+            provider_refund_id,
+            recheck_in: Some(REFUND_RECHECK),
+        },
+        Some(s @ ("ABNORMAL" | "CLOSED")) => RefundState::Failed {
+            status: s.to_string(),
+            provider_refund_id,
+        },
+        other => return Err(ProviderError::Refused(format!("refund status {other:?}"))),
+    })
+}
+
+/// Downloads (a bill) may take minutes; API calls have the downstream timeout.
+const DOWNLOAD_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// An error answer (4xx/5xx with WeChat's `{"code","message"}`) that does not verify: still no
+/// answer, but reported with its code and message (`401 SIGN_ERROR` is a merchant key or
+/// serial mistake, not an attack).
+fn unsigned_error_answer(raw: &Raw) -> Option<ProviderError> {
+    if raw.status < 400 {
+        return None;
+    }
+    let body: Value = serde_json::from_slice(&raw.body).ok()?;
+    let code = body["code"].as_str().filter(|c| !c.is_empty())?;
+    let e = unsigned_error(raw.status, code, body["message"].as_str().unwrap_or_default());
+    tracing::warn!(error = %e, "WeChat Pay answered an error without a valid signature");
+    Some(e)
+}
+
+/// At most `max` bytes of `s`, cut at a character boundary (WeChat counts bytes).
+fn truncate_bytes(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+#[async_trait::async_trait]
+impl Gateway for WechatPay {
+    /// The stored platform certificates are loaded in both modes (a 微信支付公钥 beside them is
+    /// a switch in progress: both kinds verify); they are fetched when the newest fetch (by any
+    /// instance) is 12 hours old — without a 微信支付公钥, or beside one while certificates are
+    /// in use — and kept for every instance.
+    async fn refresh_keys(&self, trace: &str) -> anyhow::Result<usize> {
+        let Some(pool) = &self.pool else {
+            return Ok(0);
+        };
+        let mut conn = pool.get().await?;
+        self.keys.platform.reload(&mut conn).await?;
+        drop(conn);
+        if !self.keys.downloads_certificates() || !self.keys.platform.needs_refresh(chrono::Utc::now()) {
+            return Ok(0);
+        }
+        self.refresh_certificates(false, trace)
+            .await
+            .map_err(|e| anyhow::anyhow!("WeChat Pay platform certificates: {e}"))
+    }
+
+    fn provider(&self) -> Provider {
+        Provider::WechatPay
+    }
+
+    async fn start_trade(&self, t: &TradeRequest<'_>) -> Result<Instruction, ProviderError> {
         let kind = match t.channel {
             PayChannel::WechatJsapi => "jsapi",
             PayChannel::WechatNative => "native",
@@ -378,7 +465,7 @@ impl WechatPay {
         })
     }
 
-    async fn query_trade(&self, out_trade_no: &str, trace: &str) -> Result<TradeState, ProviderError> {
+    async fn query(&self, out_trade_no: &str, trace: &str) -> Result<TradeState, ProviderError> {
         let path = format!(
             "/v3/pay/transactions/out-trade-no/{out_trade_no}?mchid={}",
             self.keys.mch_id
@@ -406,7 +493,7 @@ impl WechatPay {
         })
     }
 
-    async fn close_trade(&self, out_trade_no: &str, trace: &str) -> Result<Closed, ProviderError> {
+    async fn close(&self, out_trade_no: &str, trace: &str) -> Result<Closed, ProviderError> {
         let path = format!("/v3/pay/transactions/out-trade-no/{out_trade_no}/close");
         let answer = self
             .call(Method::POST, &path, Some(json!({"mchid": self.keys.mch_id})), trace)
@@ -419,7 +506,7 @@ impl WechatPay {
         }
     }
 
-    async fn refund_trade(&self, r: &RefundRequest<'_>) -> Result<RefundState, ProviderError> {
+    async fn refund(&self, r: &RefundRequest<'_>) -> Result<RefundState, ProviderError> {
         let mut body = json!({
             "out_trade_no": r.out_trade_no,
             "out_refund_no": r.refund_no,
@@ -440,7 +527,7 @@ impl WechatPay {
     }
 
     /// `GET /v3/refund/domestic/refunds/{out_refund_no}`: what became of a refund.
-    async fn query_refund(&self, r: &RefundRequest<'_>) -> Result<RefundState, ProviderError> {
+    async fn refund_status(&self, r: &RefundRequest<'_>) -> Result<RefundState, ProviderError> {
         let path = format!("/v3/refund/domestic/refunds/{}", r.refund_no);
         let answer = self.call(Method::GET, &path, None, r.trace_id).await?;
         match (answer.status, answer.code()) {
@@ -449,49 +536,11 @@ impl WechatPay {
             _ => Err(answer.refused()),
         }
     }
-}
 
-/// How long a WeChat refund answered `PROCESSING` waits for its `REFUND.SUCCESS` notification
-/// before it is asked of the refund query.
-pub const REFUND_RECHECK: Duration = Duration::from_secs(3600);
-
-/// A refund as WeChat Pay answers it (refund and refund query): done only on `SUCCESS`.
-fn refund_state(body: &Value, r: &RefundRequest<'_>) -> Result<RefundState, ProviderError> {
-    if body["out_refund_no"].as_str() != Some(r.refund_no) {
-        return Err(ProviderError::Refused("the answer is about another refund".into()));
-    }
-    if let Some(amount) = body["amount"]["refund"].as_i64() {
-        if amount != r.amount_cents {
-            return Err(ProviderError::Refused(format!(
-                "the refund {} is of {amount} fen, fitorder asked for {}",
-                r.refund_no, r.amount_cents
-            )));
-        }
-    }
-    let provider_refund_id = body["refund_id"].as_str().map(str::to_string);
-    Ok(match body["status"].as_str() {
-        Some("SUCCESS") => RefundState::Done { provider_refund_id },
-        Some("PROCESSING") => RefundState::Pending {
-            status: "PROCESSING".into(),
-            provider_refund_id,
-            recheck_in: Some(REFUND_RECHECK),
-        },
-        Some(s @ ("ABNORMAL" | "CLOSED")) => RefundState::Failed {
-            status: s.to_string(),
-            provider_refund_id,
-        },
-        other => return Err(ProviderError::Refused(format!("refund status {other:?}"))),
-    })
-}
-
-/// Downloads (a bill) may take minutes; API calls have the downstream timeout.
-const DOWNLOAD_TIMEOUT: Duration = Duration::from_secs(600);
-
-impl WechatPay {
     /// `GET /v3/bill/tradebill` (signed answer: the SHA1 and a short-lived `download_url`),
     /// then the download itself: a signed request whose answer WeChat does not sign — the SHA1
     /// of the unpacked bill is checked instead, by the reader.
-    async fn trade_bill(
+    async fn fetch_bill(
         &self,
         date: chrono::NaiveDate,
         dir: &std::path::Path,
@@ -565,39 +614,16 @@ impl WechatPay {
             "the bill's download URL lapsed three times in a row".into(),
         ))
     }
-}
 
-/// An error answer (4xx/5xx with WeChat's `{"code","message"}`) that does not verify: still no
-/// answer, but reported with its code and message (`401 SIGN_ERROR` is a merchant key or
-/// serial mistake, not an attack).
-fn unsigned_error_answer(raw: &Raw) -> Option<ProviderError> {
-    if raw.status < 400 {
-        return None;
-    }
-    let body: Value = serde_json::from_slice(&raw.body).ok()?;
-    let code = body["code"].as_str().filter(|c| !c.is_empty())?;
-    let e = unsigned_error(raw.status, code, body["message"].as_str().unwrap_or_default());
-    tracing::warn!(error = %e, "WeChat Pay answered an error without a valid signature");
-    Some(e)
-}
-
-/// At most `max` bytes of `s`, cut at a character boundary (WeChat counts bytes).
-fn truncate_bytes(s: &str, max: usize) -> &str {
-    if s.len() <= max {
-        return s;
-    }
-    let mut end = max;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    &s[..end]
-}
-
-impl WechatPay {
     /// `Wechatpay-Signature` over `timestamp\nnonce\nbody\n` with the key the serial names
     /// (an unknown serial first fetches the certificates, rate-limited), ±5 minutes, then the
     /// AEAD_AES_256_GCM resource with the APIv3 key.
-    async fn check(&self, headers: &reqwest::header::HeaderMap, body: &[u8], trace: &str) -> CheckedNotification {
+    async fn check_notification(
+        &self,
+        headers: &reqwest::header::HeaderMap,
+        body: &[u8],
+        trace: &str,
+    ) -> CheckedNotification {
         use crate::payments::{provider::evidence_header, wechat};
         let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
         let h = wechat::Headers {
@@ -643,54 +669,6 @@ impl WechatPay {
                 }
             }
         }
-    }
-}
-
-impl Gateway for WechatPay {
-    fn provider(&self) -> Provider {
-        Provider::WechatPay
-    }
-
-    fn check_notification<'a>(
-        &'a self,
-        headers: &'a reqwest::header::HeaderMap,
-        body: &'a [u8],
-        trace_id: &'a str,
-    ) -> BoxFuture<'a, CheckedNotification> {
-        self.check(headers, body, trace_id).boxed()
-    }
-
-    fn start_trade<'a>(&'a self, t: &'a TradeRequest<'a>) -> BoxFuture<'a, Result<Instruction, ProviderError>> {
-        self.prepay(t).boxed()
-    }
-
-    fn query<'a>(
-        &'a self,
-        out_trade_no: &'a str,
-        trace_id: &'a str,
-    ) -> BoxFuture<'a, Result<TradeState, ProviderError>> {
-        self.query_trade(out_trade_no, trace_id).boxed()
-    }
-
-    fn close<'a>(&'a self, out_trade_no: &'a str, trace_id: &'a str) -> BoxFuture<'a, Result<Closed, ProviderError>> {
-        self.close_trade(out_trade_no, trace_id).boxed()
-    }
-
-    fn refund<'a>(&'a self, r: &'a RefundRequest<'a>) -> BoxFuture<'a, Result<RefundState, ProviderError>> {
-        self.refund_trade(r).boxed()
-    }
-
-    fn refund_status<'a>(&'a self, r: &'a RefundRequest<'a>) -> BoxFuture<'a, Result<RefundState, ProviderError>> {
-        self.query_refund(r).boxed()
-    }
-
-    fn fetch_bill<'a>(
-        &'a self,
-        date: chrono::NaiveDate,
-        dir: &'a std::path::Path,
-        trace_id: &'a str,
-    ) -> BoxFuture<'a, Result<BillDownload, ProviderError>> {
-        self.trade_bill(date, dir, trace_id).boxed()
     }
 }
 

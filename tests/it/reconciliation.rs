@@ -4,7 +4,8 @@
 use axum::http::StatusCode;
 use chrono::Utc;
 use fitorder::config::ExposeSecret;
-use fitorder::reconciliation::bills::{self, BillKind, BillRow};
+use fitorder::dev::bill_writers;
+use fitorder::reconciliation::bills::{BillKind, BillRow};
 use serde_json::json;
 
 use crate::harness::*;
@@ -114,7 +115,7 @@ impl Books {
 
     fn write_wechat(&self, rows: &[BillRow]) {
         let f = std::fs::File::create(self.dir.join(format!("wechatpay-{}.csv", today()))).unwrap();
-        bills::write_wechat_bill(f, rows, true, true).unwrap();
+        bill_writers::write_wechat_bill(f, rows, true, true).unwrap();
     }
 
     async fn run(&self, provider: &str) -> serde_json::Value {
@@ -507,7 +508,7 @@ async fn the_daily_run_catches_up_missed_days_once() {
     for back in [1, 3] {
         let day = today - chrono::Duration::days(back);
         let f = std::fs::File::create(b.dir.join(format!("wechatpay-{day}.csv"))).unwrap();
-        bills::write_wechat_bill(f, &[], false, false).unwrap();
+        bill_writers::write_wechat_bill(f, &[], false, false).unwrap();
     }
     let runs = fitorder::reconciliation::daily(b.app.state.clone())
         .await

@@ -244,7 +244,7 @@ pub async fn run(bench: &mut Bench, s: &Sizes) -> Result<Row> {
             .trim()
     ));
     r.note(format!(
-        "the bill ({size_mb:.0} MB unpacked) is written by `reconciliation::bills::write_wechat_bill` in the provider's \
+        "the bill ({size_mb:.0} MB unpacked) is written by `dev::bill_writers::write_wechat_bill` in the provider's \
          format and gzipped by the sandbox before the clock starts (`SandboxProvider::publish_bill`); \
          {expected_mismatch} rows bill another amount, {expected_missing} local payments are missing from it and as \
          many bill rows are unknown locally"

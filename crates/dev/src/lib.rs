@@ -1,8 +1,10 @@
 //! Development tools, kept out of the layers the production paths are made of: the provider
 //! sandbox (WeChat Pay, Alipay and the mini-program on loopback), the dev keys it signs with,
-//! the private PostgreSQL cluster `cargo run` starts, the demo data and the fuzzing entry
-//! points. Rank 7 (ARCHITECTURE.md, "Layers"); only the binary's wiring uses it.
+//! the private PostgreSQL cluster `cargo run` starts, the demo data, the fuzzing entry points
+//! and the writers of the providers' bills (the sandbox's downloads, tests, the benchmark).
+//! Rank 7 (ARCHITECTURE.md, "Layers"); only the binary's wiring uses it.
 
+pub mod bill_writers;
 pub mod dev_pg;
 pub mod devkeys;
 pub mod fuzzing;

@@ -8,7 +8,7 @@
 //!   `…_业务明细(汇总).csv`, both GBK, the names GBK without the UTF-8 flag, as Alipay ships
 //!   them. A day without trades is `isp.bill_not_exist`.
 //!
-//! The rows are written by `reconciliation::bills::write_*` in the providers' layouts; the zip
+//! The rows are written by `dev::bill_writers::write_*` in the providers' layouts; the zip
 //! container is written here by hand from APPNOTE.TXT (stored entries), not by the zip crate,
 //! so names are raw GBK bytes. Controls for tests: [`BillControls`].
 //!
@@ -22,7 +22,8 @@ use chrono::NaiveDate;
 use sha1::{Digest, Sha1};
 
 use super::{alnum, State, ALIPAY, WECHAT_PAY};
-use crate::reconciliation::bills::{write_alipay_bill, write_wechat_bill, BillKind, BillRow};
+use crate::bill_writers::{write_alipay_bill, write_wechat_bill};
+use crate::reconciliation::bills::{BillKind, BillRow};
 
 /// How the sandbox's bill service misbehaves, for tests.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

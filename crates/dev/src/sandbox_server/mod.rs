@@ -32,6 +32,7 @@ mod alipay;
 mod bills;
 mod cashier;
 pub mod miniprogram;
+mod platform_certs;
 mod wechat;
 
 use std::collections::HashMap;
@@ -679,7 +680,7 @@ impl Inner {
                 tokio::task::spawn_blocking(move || {
                     let key = RsaPrivateKey::new(&mut rand_core::OsRng, 2048).map_err(|e| e.to_string())?;
                     let serial = cert_serial(&key);
-                    let pem = crate::payments::platform_keys::self_signed_platform_cert(
+                    let pem = platform_certs::self_signed_platform_cert(
                         &key,
                         &serial,
                         "fitorder sandbox WeChat Pay platform (switch)",
@@ -713,7 +714,7 @@ impl Inner {
                 let key = self.keys.wechat_platform_key.clone();
                 tokio::task::spawn_blocking(move || {
                     let serial = cert_serial(&key);
-                    crate::payments::platform_keys::self_signed_platform_cert(
+                    platform_certs::self_signed_platform_cert(
                         &key,
                         &serial,
                         "fitorder sandbox WeChat Pay platform",

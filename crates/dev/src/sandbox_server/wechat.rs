@@ -887,8 +887,7 @@ async fn certificates(State(inner): State<Arc<Inner>>, OriginalUri(uri): Origina
     run(inner, req, "/v3/certificates", move |inner, _| {
         let listed = certs.and_then(|certs| {
             let pairs: Vec<(&str, &str)> = certs.iter().map(|(s, p)| (s.as_str(), p.as_str())).collect();
-            crate::payments::platform_keys::encrypt_certificates_answer(&inner.keys.apiv3_key, &pairs)
-                .map_err(|e| e.to_string())
+            super::platform_certs::encrypt_certificates_answer(&inner.keys.apiv3_key, &pairs).map_err(|e| e.to_string())
         });
         match listed.map(|body| serde_json::from_str::<Value>(&body)) {
             Ok(Ok(v)) => ok(v),

@@ -1,10 +1,11 @@
-//! Streaming parsers (and writers, for tests and benchmarks) of the payment providers' daily bills:
-//! the WeChat Pay trade bill (交易账单) and the Alipay business detail (支付宝业务明细).
+//! Streaming parsers of the payment providers' daily bills: the WeChat Pay trade bill (交易账单)
+//! and the Alipay business detail (支付宝业务明细).
 //!
 //! `text` is the line and CSV reader both share, `wechat` and `alipay` are the two formats (in
 //! every shape the real samples in `tests/provider-samples/` show, each parsed by a test in
-//! `samples`), `write` writes bills for tests and the bench, and [`archive`] unpacks what the
-//! providers' download URLs deliver (gzip, zip) into the file a run reads.
+//! `samples`), and [`archive`] unpacks what the providers' download URLs deliver (gzip, zip)
+//! into the file a run reads. The writers of both formats, for the sandbox, tests and the bench,
+//! are the development layer's (`fitorder-dev`, `bill_writers.rs`).
 //!
 //! # Decisions
 //!
@@ -45,6 +46,10 @@ mod samples;
 mod tests;
 mod text;
 mod wechat;
+/// The bill writers the tests write with: the development layer's (`fitorder-dev`), compiled
+/// here for the tests only.
+#[cfg(test)]
+#[path = "../../../../dev/src/bill_writers.rs"]
 mod write;
 
 use std::io::BufRead;
@@ -54,7 +59,6 @@ use chrono::NaiveDateTime;
 pub use alipay::parse_alipay;
 pub use archive::{save_wechat_bill, unpack_alipay_zip, unpack_wechat_gz, ArchiveError, Unpacked};
 pub use wechat::parse_wechat;
-pub use write::{write_alipay_bill, write_wechat_bill};
 
 /// The longest line accepted (1 MiB). Real bill lines are a few hundred bytes.
 pub const MAX_LINE_BYTES: usize = 1 << 20;

@@ -1,9 +1,11 @@
 //! The line and CSV reader both bills share: physical lines, encodings, headers, cells, amounts.
 
 use std::borrow::Cow;
+use std::cell::RefCell;
 use std::io::{BufRead, Read};
 
 use chrono::{NaiveDate, NaiveDateTime};
+use csv_core::ReadFieldResult;
 use encoding_rs::GBK;
 
 use super::{BillError, BillKind, BillRow, BillSummary, MAX_LINE_BYTES};
@@ -180,56 +182,61 @@ pub(super) fn cells_for(text: &str, width: usize, line: usize) -> Result<Vec<Cow
     Ok(cells)
 }
 
-/// Splits one CSV line into cells on commas. A cell that starts with a double quote (or with a
-/// backtick and a double quote, in case WeChat quotes after its prefix) runs to the closing
-/// quote, may contain commas, and reads `""` as one quote. Providers do not quote in practice, so
-/// this is lenient: text between a closing quote and the next comma is kept, and an unclosed
-/// quote runs to the end of the line.
+/// Splits one CSV line into cells on commas, with csv-core's reader (the `csv` crate's own
+/// parser), one field at a time. A cell that starts with a double quote runs to the closing
+/// quote, may contain commas, and reads `""` as one quote; the reader is lenient as providers do
+/// not quote in practice: text between a closing quote and the next comma is kept, and an
+/// unclosed quote runs to the end of the line. WeChat prefixes every cell with a backtick: a
+/// cell that starts with a backtick and a double quote (in case WeChat quotes after its prefix)
+/// is the quoted cell after the backtick, which is why the fields are read one by one. A quote
+/// anywhere else, a lone CR and a BOM are text. An empty line is one empty cell.
 pub(super) fn split_cells(line: &str) -> Vec<Cow<'_, str>> {
-    let mut cells = Vec::new();
-    let mut rest = line;
-    loop {
-        let quoted = rest.strip_prefix('"').or_else(|| rest.strip_prefix("`\""));
-        let Some(quoted) = quoted else {
-            match rest.split_once(',') {
-                Some((cell, after)) => {
-                    cells.push(Cow::Borrowed(cell));
-                    rest = after;
-                    continue;
-                }
-                None => {
-                    cells.push(Cow::Borrowed(rest));
-                    return cells;
-                }
+    if line.is_empty() {
+        return vec![Cow::Borrowed("")];
+    }
+    LINE_READER.with_borrow_mut(|(csv, unquoted)| {
+        csv.reset();
+        // An empty line before the record: skipped, and the start of the input is behind, where
+        // csv-core would drop a UTF-8 BOM (the line reader drops the one of line 1; any other is
+        // text).
+        let _ = csv.read_field(b"\n", &mut [0u8; 1]);
+        unquoted.clear();
+        unquoted.resize(line.len(), 0);
+        let mut cells = Vec::new();
+        let mut at = 0;
+        loop {
+            if line[at..].starts_with("`\"") {
+                at += 1;
             }
-        };
-        let mut value = String::new();
-        let mut end = quoted.len();
-        let mut chars = quoted.char_indices().peekable();
-        while let Some((i, c)) = chars.next() {
-            if c != '"' {
-                value.push(c);
-            } else if chars.next_if(|&(_, next)| next == '"').is_some() {
-                value.push('"');
+            let quoted = line[at..].starts_with('"');
+            let (mut result, read, mut written) = csv.read_field(&line.as_bytes()[at..], unquoted);
+            if result == ReadFieldResult::InputEmpty {
+                // The line is the whole record: its end ends the last field.
+                let (end, _, more) = csv.read_field(&[], &mut unquoted[written..]);
+                (result, written) = (end, written + more);
+            }
+            // An unquoted cell is the line's own text (the reader copied it as it is); a quoted
+            // one is what the reader made of it, which splits only at the ASCII quotes it drops.
+            cells.push(if quoted {
+                Cow::Owned(String::from_utf8_lossy(&unquoted[..written]).into_owned())
             } else {
-                end = i + 1;
-                break;
-            }
-        }
-        let after = &quoted[end..];
-        match after.split_once(',') {
-            Some((tail, next)) => {
-                value.push_str(tail);
-                cells.push(Cow::Owned(value));
-                rest = next;
-            }
-            None => {
-                value.push_str(after);
-                cells.push(Cow::Owned(value));
+                Cow::Borrowed(&line[at..at + written])
+            });
+            at += read;
+            if result != (ReadFieldResult::Field { record_end: false }) {
                 return cells;
             }
         }
-    }
+    })
+}
+
+thread_local! {
+    /// csv-core's reader of one line and its output buffer, reused: only LF ends a record (the
+    /// line reader removed it and the CR before it, so a lone CR inside a line is text).
+    static LINE_READER: RefCell<(csv_core::Reader, Vec<u8>)> = RefCell::new((
+        csv_core::ReaderBuilder::new().terminator(csv_core::Terminator::Any(b'\n')).build(),
+        Vec::new(),
+    ));
 }
 
 /// A cell's value: surrounding whitespace (including Alipay's trailing tabs) and WeChat's

@@ -1,4 +1,7 @@
-//! Writers of both bills in the providers' formats, for tests and the benchmark.
+//! Writers of both bills in the providers' formats, for the sandbox's bill downloads, tests and
+//! the benchmark. Development only: fitorder reads bills (`reconciliation::bills`), never writes
+//! them. The bill parsers' own tests compile this file too (`reconciliation/bills/mod.rs`,
+//! `#[cfg(test)] mod write`), so it names what it uses by paths both crates have.
 
 use std::io::{self, BufWriter, Write};
 
@@ -6,8 +9,8 @@ use chrono::NaiveDate;
 use chrono::{Datelike, NaiveDateTime, Timelike};
 use encoding_rs::GBK;
 
-use super::{BillKind, BillRow};
 use crate::domain::money::format_yuan;
+use crate::reconciliation::bills::{BillKind, BillRow};
 
 /// The header of a WeChat trade bill as the provider writes it (27 columns).
 pub(super) const WECHAT_HEADER: [&str; 27] = [

@@ -849,6 +849,43 @@ fn domain_names_no_framework_database_or_io_crate() {
     assert!(impure.is_empty(), "domain is pure, but names:\n{}", impure.join("\n"));
 }
 
+/// What every layer shares names no GraphQL server crate: how an `AppError` reaches a GraphQL
+/// client is the API's (`graphql::error`), and trusted documents are parsed with
+/// `async-graphql-parser` alone.
+#[test]
+fn base_names_no_graphql_crate() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("crates/base");
+    let manifest = std::fs::read_to_string(root.join("Cargo.toml")).unwrap();
+    let named: Vec<&str> = manifest
+        .lines()
+        .filter(|l| {
+            let name = l.split(['=', '.', ' ']).next().unwrap_or_default();
+            name == "async-graphql"
+        })
+        .collect();
+    assert!(
+        named.is_empty(),
+        "crates/base/Cargo.toml depends on async-graphql: {named:?}"
+    );
+    let dir = root.join("src");
+    let mut files = Vec::new();
+    rust_files(&dir, &mut files);
+    files.sort();
+    assert!(files.len() >= 5, "only {} files in {}", files.len(), dir.display());
+    let mut found = Vec::new();
+    for f in files {
+        let (toks, _) = without_test_items(lex(&std::fs::read_to_string(&f).unwrap()));
+        for t in toks.iter().filter(|t| t.ident() == Some("async_graphql")) {
+            found.push(format!(
+                "crates/base/src/{}:{}",
+                f.strip_prefix(&dir).unwrap().display(),
+                t.line
+            ));
+        }
+    }
+    assert!(found.is_empty(), "base names async_graphql:\n{}", found.join("\n"));
+}
+
 /// Resolvers call a capability and map its result: the mutation resolvers neither write to the
 /// database themselves (no diesel, no table of `db::schema`) nor drop a result (`let _ =`).
 #[test]

@@ -14,28 +14,13 @@ use crate::error::{AppError, AppResult};
 
 pub mod oidc;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Role {
-    Member,
-    Admin,
-    Ops,
-}
-
-impl Role {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Role::Member => "member",
-            Role::Admin => "admin",
-            Role::Ops => "ops",
-        }
-    }
-    pub fn parse(s: &str) -> Option<Role> {
-        match s {
-            "member" => Some(Role::Member),
-            "admin" => Some(Role::Admin),
-            "ops" => Some(Role::Ops),
-            _ => None,
-        }
+crate::domain::vocabulary::vocabulary! {
+    /// Who a token's `role` claim says its caller is: a member (signed in through the mini
+    /// program), staff of the admin console, or ops.
+    pub enum Role {
+        Member = "member",
+        Admin = "admin",
+        Ops = "ops",
     }
 }
 

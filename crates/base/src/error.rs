@@ -6,12 +6,12 @@
 //!
 //! What an outside caller reads is [`AppError::public_message`]: an internal error is a stable
 //! "internal error" (the trace id says where the detail is logged); [`AppError::message`] is
-//! the whole text, for logs and stored rows.
+//! the whole text, for logs and stored rows. How a GraphQL client is told (`extensions`) is the
+//! API's (`fitorder-api`'s `graphql::error`): this layer names no GraphQL server crate.
 
-use async_graphql::ErrorExtensions;
 use diesel::result::{DatabaseErrorKind, Error as DieselError};
 
-use crate::domain::{OrderStatus, TransitionError};
+use crate::domain::{MembershipStatus, OrderStatus, PrepaidLimit, Refusal, TransitionError};
 
 #[derive(Debug, Clone)]
 pub enum AppError {
@@ -26,10 +26,11 @@ pub enum AppError {
     /// sessions, a slot that already started).
     BadInput(String),
     /// Input refused for a reason the client acts on (`extensions.reason`: `PHONE_REQUIRED`,
-    /// `STORE_REQUIRED`, `RATE_LIMITED`, ...); `BAD_USER_INPUT`. A rate limit also says when to
-    /// come back (`extensions.retryAfter`, seconds, and the `Retry-After` header).
+    /// `STORE_REQUIRED`, `RATE_LIMITED`, ..., every one a [`Refusal`]); `BAD_USER_INPUT`. A rate
+    /// limit also says when to come back (`extensions.retryAfter`, seconds, and the
+    /// `Retry-After` header).
     Refused {
-        reason: &'static str,
+        reason: Refusal,
         message: String,
         retry_after_secs: Option<u64>,
     },
@@ -37,7 +38,7 @@ pub enum AppError {
     /// `extensions.reason` `PREPAID_LIMIT` with the rule (`limit`), its `max` and what the
     /// member holds of that kind already (`current`), for a member app to show as they are.
     PrepaidLimit {
-        limit: &'static str,
+        limit: PrepaidLimit,
         max: i64,
         current: i64,
         message: String,
@@ -45,8 +46,9 @@ pub enum AppError {
     /// A prepaid order without the store's current terms accepted: `BAD_USER_INPUT`,
     /// `extensions.reason` `TERMS_NOT_ACCEPTED` with `extensions.currentVersion`.
     TermsNotAccepted { current_version: String },
-    /// The state machine refused: the order is not in a status from which this step exists.
-    IllegalTransition { from: String, to: String },
+    /// The state machine refused: the order (or membership card) is not in a status from which
+    /// this step exists (`extensions.from`, `extensions.to`).
+    IllegalTransition(Transition),
     /// The wallet cannot cover the amount.
     InsufficientFunds(String),
     /// No seat or stock unit left.
@@ -88,10 +90,7 @@ impl AppError {
     }
 
     pub fn illegal(from: OrderStatus, to: OrderStatus) -> AppError {
-        AppError::IllegalTransition {
-            from: from.to_string(),
-            to: to.to_string(),
-        }
+        AppError::IllegalTransition(Transition::Order { from, to })
     }
 
     pub fn bad(msg: impl Into<String>) -> AppError {
@@ -99,7 +98,7 @@ impl AppError {
     }
 
     /// `BAD_USER_INPUT` with `extensions.reason`.
-    pub fn refused(reason: &'static str, msg: impl Into<String>) -> AppError {
+    pub fn refused(reason: Refusal, msg: impl Into<String>) -> AppError {
         AppError::Refused {
             reason,
             message: msg.into(),
@@ -112,7 +111,7 @@ impl AppError {
     pub fn rate_limited(what: &str, wait: std::time::Duration) -> AppError {
         let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
         AppError::Refused {
-            reason: "RATE_LIMITED",
+            reason: Refusal::RateLimited,
             message: format!("too many {what}: try again in {secs} s"),
             retry_after_secs: Some(secs.max(1)),
         }
@@ -126,7 +125,7 @@ impl AppError {
     /// detail): an internal error's chain included. Never for an outside caller: that is
     /// [`AppError::public_message`]. (AppError has no Display on purpose: async-graphql converts
     /// any Display type into an error without our `extensions.code`, so the compiler makes sure
-    /// every conversion goes through `extend`.)
+    /// every conversion goes through the API's `into_gql`.)
     pub fn message(&self) -> String {
         match self {
             AppError::Internal(e) => format!("internal error: {e:#}"),
@@ -159,9 +158,7 @@ impl AppError {
                 "this store sells prepaid money only to members who accepted its terms (version {current_version})"
             ),
             AppError::NotFound(what) => format!("{what} not found"),
-            AppError::IllegalTransition { from, to } => {
-                format!("illegal transition {from} -> {to}")
-            }
+            AppError::IllegalTransition(t) => format!("illegal transition {t}"),
             AppError::Internal(_) => "internal error".to_string(),
         }
     }
@@ -181,6 +178,38 @@ pub fn required_text<'a>(value: &'a str, max: usize, what: &str) -> AppResult<&'
         return Err(AppError::BadInput(format!("{what} must be 1 to {max} characters")));
     }
     Ok(v)
+}
+
+/// A status change a state machine refused: an order's or a membership card's, with the
+/// statuses it names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transition {
+    Order {
+        from: OrderStatus,
+        to: OrderStatus,
+    },
+    Membership {
+        from: MembershipStatus,
+        to: MembershipStatus,
+    },
+}
+
+impl Transition {
+    /// The two statuses as stored and shown (`extensions.from`, `extensions.to`).
+    pub fn words(self) -> (&'static str, &'static str) {
+        match self {
+            Transition::Order { from, to } => (from.as_str(), to.as_str()),
+            Transition::Membership { from, to } => (from.as_str(), to.as_str()),
+        }
+    }
+}
+
+impl std::fmt::Display for Transition {
+    /// `FROM -> TO`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (from, to) = self.words();
+        write!(f, "{from} -> {to}")
+    }
 }
 
 impl From<TransitionError> for AppError {
@@ -252,17 +281,26 @@ impl<T, E: Into<AppError>> OnViolation<T> for Result<T, E> {
 
 /// A state-machine trigger's refusal (SQLSTATE FS001 for orders, FS002 for membership cards,
 /// which diesel does not name): its DETAIL is `from=<FROM> to=<TO>`, written by the trigger
-/// for this.
+/// for this (the statuses are words of the column's CHECK, so they parse).
 fn trigger_refusal(info: &dyn diesel::result::DatabaseErrorInformation) -> Option<AppError> {
     let detail = info.details()?;
     let (from, to) = detail.strip_prefix("from=")?.split_once(" to=")?;
+    let (from, to) = (from.trim(), to.trim());
     let message = info.message();
-    (message.starts_with("illegal order transition: ") || message.starts_with("illegal membership transition: ")).then(
-        || AppError::IllegalTransition {
-            from: from.trim().to_string(),
-            to: to.trim().to_string(),
-        },
-    )
+    let transition = if message.starts_with("illegal order transition: ") {
+        Transition::Order {
+            from: OrderStatus::parse(from)?,
+            to: OrderStatus::parse(to)?,
+        }
+    } else if message.starts_with("illegal membership transition: ") {
+        Transition::Membership {
+            from: MembershipStatus::parse(from)?,
+            to: MembershipStatus::parse(to)?,
+        }
+    } else {
+        return None;
+    };
+    Some(AppError::IllegalTransition(transition))
 }
 
 impl From<DieselError> for AppError {
@@ -315,59 +353,6 @@ pub fn public_text(message: &str) -> String {
         .join(" ")
 }
 
-impl From<AppError> for async_graphql::Error {
-    fn from(e: AppError) -> Self {
-        e.extend()
-    }
-}
-
-impl ErrorExtensions for AppError {
-    fn extend(&self) -> async_graphql::Error {
-        if let AppError::Internal(inner) = self {
-            // Internal details go to the log (under the request's trace id), not to the client.
-            tracing::error!(error = %format!("{inner:#}"), "internal error");
-        }
-        let message = self.public_message();
-        async_graphql::Error::new(message).extend_with(|_, ext| {
-            ext.set("code", self.code());
-            if let AppError::IllegalTransition { from, to } = self {
-                ext.set("from", from.as_str());
-                ext.set("to", to.as_str());
-            }
-            if let AppError::PrepaidLimit {
-                limit, max, current, ..
-            } = self
-            {
-                ext.set("reason", "PREPAID_LIMIT");
-                ext.set("limit", *limit);
-                ext.set("max", *max);
-                ext.set("current", *current);
-            }
-            if let AppError::TermsNotAccepted { current_version } = self {
-                ext.set("reason", "TERMS_NOT_ACCEPTED");
-                ext.set("currentVersion", current_version.as_str());
-            }
-            if let AppError::Unavailable(_) = self {
-                ext.set("reason", "UNAVAILABLE");
-            }
-            if let AppError::ProviderUnavailable(_) = self {
-                ext.set("reason", "PROVIDER_UNAVAILABLE");
-            }
-            if let AppError::Refused {
-                reason,
-                retry_after_secs,
-                ..
-            } = self
-            {
-                ext.set("reason", *reason);
-                if let Some(secs) = retry_after_secs {
-                    ext.set("retryAfter", *secs);
-                }
-            }
-        })
-    }
-}
-
 #[cfg(test)]
 mod public_text_tests {
     use super::public_text;
@@ -385,7 +370,6 @@ mod public_text_tests {
 
 #[cfg(test)]
 mod violation_tests {
-    use async_graphql::ErrorExtensions;
     use diesel::result::{DatabaseErrorInformation, DatabaseErrorKind, Error as DieselError};
 
     use super::{AppError, OnViolation, Violation};
@@ -442,9 +426,8 @@ mod violation_tests {
             let e = AppError::from(refused(kind, "orders_refund_in_range"));
             assert_eq!(e.code(), "INTERNAL");
             assert_eq!(e.public_message(), "internal error");
-            let told = e.extend();
-            assert_eq!(told.message, "internal error");
-            let all = format!("{told:?}");
+            // What a GraphQL client is told of it: `graphql::error`'s tests in the API.
+            let all = e.public_message();
             for inside in ["orders_refund_in_range", "violates", "Failing row"] {
                 assert!(!all.contains(inside), "{inside} reached the caller: {all}");
             }

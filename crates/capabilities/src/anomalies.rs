@@ -51,7 +51,7 @@ pub async fn note_refused<T>(
     trace: &TraceId,
     result: AppResult<T>,
 ) -> AppResult<T> {
-    if let Err(AppError::IllegalTransition { from, to }) = &result {
+    if let Err(AppError::IllegalTransition(transition)) = &result {
         let order = crate::orders::find_order(conn, order_no).await.unwrap_or_else(|e| {
             tracing::warn!(order_no, error = %e.message(), "refused transition: order not found again");
             None
@@ -61,7 +61,7 @@ pub async fn note_refused<T>(
                 anomaly_events::category.eq(AnomalyCategory::IllegalTransition),
                 anomaly_events::order_id.eq(order.as_ref().map(|o| o.id)),
                 anomaly_events::store_id.eq(order.as_ref().map(|o| o.store_id)),
-                anomaly_events::detail.eq(format!("{order_no}: {from} -> {to}")),
+                anomaly_events::detail.eq(format!("{order_no}: {transition}")),
                 anomaly_events::trace_id.eq(trace.as_str()),
             ))
             .execute(conn)

@@ -3,16 +3,19 @@
 use std::fmt;
 
 use super::payment::Provider;
+use super::vocabulary::vocabulary;
 
-/// Who asks for a change. Members act on their own orders, staff from the admin console, ops
-/// from the ops screen, providers through signed callbacks, and the system from background tasks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum ActorKind {
-    Member,
-    Admin,
-    Ops,
-    Provider,
-    System,
+vocabulary! {
+    /// Who asks for a change. Members act on their own orders, staff from the admin console, ops
+    /// from the ops screen, providers through signed callbacks, and the system from background
+    /// tasks. The text is the prefix of an [`Actor`] in the audit trail (`member:42`).
+    pub enum ActorKind {
+        Member = "member",
+        Admin = "admin",
+        Ops = "ops",
+        Provider = "provider",
+        System = "system",
+    }
 }
 
 /// The actor of a change, as recorded in the audit trail (`member:42`, `admin:staff-7`,
@@ -58,14 +61,7 @@ impl Actor {
 
 impl fmt::Display for Actor {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let kind = match self.kind {
-            ActorKind::Member => "member",
-            ActorKind::Admin => "admin",
-            ActorKind::Ops => "ops",
-            ActorKind::Provider => "provider",
-            ActorKind::System => "system",
-        };
-        write!(f, "{kind}:{}", self.id)
+        write!(f, "{}:{}", self.kind, self.id)
     }
 }
 

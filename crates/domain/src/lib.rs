@@ -14,6 +14,7 @@ pub mod order_status;
 pub mod payment;
 pub mod prepaid;
 pub mod reconciliation;
+pub mod refusal;
 pub mod retry;
 pub mod schedule;
 /// The TEXT-column mapping of these words for diesel (the `diesel` feature; the orphan rule
@@ -36,6 +37,7 @@ pub use order_status::{OrderStatus, TransitionError};
 pub use payment::{CallbackOutcome, PayChannel, Provider};
 pub use prepaid::{PrepaidLimit, PrepaidPreset, PrepaidRules};
 pub use reconciliation::ReconciliationStatus;
+pub use refusal::Refusal;
 pub use schedule::TaskRunStatus;
 pub use ticket::{AlertCause, TicketAction, TicketKind, TicketStatus};
 pub use wallet::WalletMoveKind;

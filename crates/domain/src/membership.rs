@@ -14,6 +14,7 @@
 use chrono::NaiveDate;
 
 use super::actor::ActorKind;
+use super::refusal::Refusal;
 use super::vocabulary::vocabulary;
 
 vocabulary! {
@@ -150,11 +151,11 @@ pub enum FreezeRefusal {
 
 impl FreezeRefusal {
     /// The `extensions.reason` a client reads.
-    pub fn reason(&self) -> &'static str {
+    pub fn reason(&self) -> Refusal {
         match self {
-            FreezeRefusal::BadRequest(_) => "INVALID_FREEZE",
-            FreezeRefusal::Limit(_) => "FREEZE_LIMIT",
-            FreezeRefusal::NotActive(_) => "MEMBERSHIP_NOT_ACTIVE",
+            FreezeRefusal::BadRequest(_) => Refusal::InvalidFreeze,
+            FreezeRefusal::Limit(_) => Refusal::FreezeLimit,
+            FreezeRefusal::NotActive(_) => Refusal::MembershipNotActive,
         }
     }
 }
@@ -328,20 +329,29 @@ mod tests {
         assert_eq!(ok.until, d("2026-12-11"));
         assert_eq!(ok.days(), 7);
         let past = check_freeze(&card(&none), d("2026-12-03"), 7).unwrap_err();
-        assert_eq!(past.reason(), "INVALID_FREEZE");
+        assert_eq!(past.reason().as_str(), "INVALID_FREEZE");
         for days in [0, -3, 367] {
             assert_eq!(
-                check_freeze(&card(&none), d("2026-12-05"), days).unwrap_err().reason(),
+                check_freeze(&card(&none), d("2026-12-05"), days)
+                    .unwrap_err()
+                    .reason()
+                    .as_str(),
                 "INVALID_FREEZE"
             );
         }
         assert_eq!(
-            check_freeze(&card(&none), d("2027-01-01"), 1).unwrap_err().reason(),
+            check_freeze(&card(&none), d("2027-01-01"), 1)
+                .unwrap_err()
+                .reason()
+                .as_str(),
             "INVALID_FREEZE"
         );
         // Over the plan's days, overlapping, over the count.
         assert_eq!(
-            check_freeze(&card(&none), d("2026-12-05"), 31).unwrap_err().reason(),
+            check_freeze(&card(&none), d("2026-12-05"), 31)
+                .unwrap_err()
+                .reason()
+                .as_str(),
             "FREEZE_LIMIT"
         );
         let one = [FreezeSpan {
@@ -349,13 +359,19 @@ mod tests {
             until: d("2026-12-20"),
         }];
         assert_eq!(
-            check_freeze(&card(&one), d("2026-12-19"), 2).unwrap_err().reason(),
+            check_freeze(&card(&one), d("2026-12-19"), 2)
+                .unwrap_err()
+                .reason()
+                .as_str(),
             "FREEZE_LIMIT"
         );
         assert!(check_freeze(&card(&one), d("2026-12-20"), 2).is_ok());
         assert!(check_freeze(&card(&one), d("2026-12-05"), 5).is_ok());
         assert_eq!(
-            check_freeze(&card(&one), d("2026-12-21"), 21).unwrap_err().reason(),
+            check_freeze(&card(&one), d("2026-12-21"), 21)
+                .unwrap_err()
+                .reason()
+                .as_str(),
             "FREEZE_LIMIT"
         );
         let three = [
@@ -373,13 +389,16 @@ mod tests {
             },
         ];
         assert_eq!(
-            check_freeze(&card(&three), d("2026-12-20"), 1).unwrap_err().reason(),
+            check_freeze(&card(&three), d("2026-12-20"), 1)
+                .unwrap_err()
+                .reason()
+                .as_str(),
             "FREEZE_LIMIT"
         );
         let mut over = card(&none);
         over.status = MembershipStatus::Expired;
         assert_eq!(
-            check_freeze(&over, d("2026-12-20"), 1).unwrap_err().reason(),
+            check_freeze(&over, d("2026-12-20"), 1).unwrap_err().reason().as_str(),
             "MEMBERSHIP_NOT_ACTIVE"
         );
     }

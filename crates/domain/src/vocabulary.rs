@@ -4,8 +4,12 @@
 //! against these enums, so the text of a word exists in one place in Rust.
 
 /// Defines a word enum: its variants with their texts, `ALL` in declaration order, `as_str`,
-/// `parse`, `Display`, and serde as the text (for the JSON of outbox payloads).
-macro_rules! vocabulary {
+/// `parse`, `Display`, and serde as the text (for the JSON of outbox payloads). Exported for
+/// the closed words of the layers above (`base::auth::Role`) as
+/// `fitorder_domain::vocabulary::vocabulary!`.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __vocabulary {
     (
         $(#[$meta:meta])*
         pub enum $name:ident {
@@ -44,27 +48,32 @@ macro_rules! vocabulary {
             }
         }
 
-        impl serde::Serialize for $name {
-            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        impl $crate::vocabulary::serde::Serialize for $name {
+            fn serialize<S: $crate::vocabulary::serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
                 s.serialize_str(self.as_str())
             }
         }
 
-        impl<'de> serde::Deserialize<'de> for $name {
-            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-                let text = <std::borrow::Cow<'de, str> as serde::Deserialize>::deserialize(d)?;
+        impl<'de> $crate::vocabulary::serde::Deserialize<'de> for $name {
+            fn deserialize<D: $crate::vocabulary::serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let text = <std::borrow::Cow<'de, str> as $crate::vocabulary::serde::Deserialize>::deserialize(d)?;
                 $name::parse(&text).ok_or_else(|| {
-                    serde::de::Error::custom(format!("unknown {} {text:?}", stringify!($name)))
+                    $crate::vocabulary::serde::de::Error::custom(format!("unknown {} {text:?}", stringify!($name)))
                 })
             }
         }
     };
 }
 
-pub(crate) use vocabulary;
+pub use crate::__vocabulary as vocabulary;
+/// The serde the words' impls name (a crate using the macro need not depend on it).
+#[doc(hidden)]
+pub use serde;
 
 #[cfg(test)]
 mod tests {
+    use super::vocabulary;
+
     vocabulary! {
         /// A test word.
         pub enum Colour {

@@ -2,6 +2,7 @@
 //! screen's subscriptions. The schema lives here, apart from the HTTP transport.
 
 mod connection;
+pub mod error;
 pub mod introspection;
 pub mod limits;
 mod loaders;

@@ -11,6 +11,7 @@ use crate::catalog;
 use crate::db::DbConn;
 use crate::domain;
 use crate::error::{AppError, AppResult};
+use crate::graphql::error::{GqlResult, IntoGqlResult};
 use crate::orders::{self, PlaceOrder, PlacedItem};
 use crate::payments::{self, trades};
 
@@ -134,7 +135,7 @@ fn require_chain_admin<'a>(ctx: &Context<'a>, what: &str) -> AppResult<&'a crate
 
 #[Object]
 impl Mutation {
-    async fn place_order(&self, ctx: &Context<'_>, input: PlaceOrderInput) -> AppResult<PlaceOrderPayload> {
+    async fn place_order(&self, ctx: &Context<'_>, input: PlaceOrderInput) -> GqlResult<PlaceOrderPayload> {
         let v = viewer(ctx)?;
         orders::check_place_rate(&state(ctx).placing, v)?;
         let actx = actor_ctx(ctx)?;
@@ -188,7 +189,7 @@ impl Mutation {
         order_no: String,
         channel: PayChannel,
         wechat_open_id: Option<String>,
-    ) -> AppResult<PaymentInstruction> {
+    ) -> GqlResult<PaymentInstruction> {
         let v = viewer(ctx)?;
         v.require(&[Role::Member, Role::Admin])?;
         let order = {
@@ -209,11 +210,11 @@ impl Mutation {
             &r.trace,
         )
         .await?;
-        started.try_into()
+        Ok(started.try_into()?)
     }
 
     /// Cancels a waiting order: members their own, staff any of their stores'.
-    async fn cancel_order(&self, ctx: &Context<'_>, order_no: String, reason: Option<String>) -> AppResult<OrderNode> {
+    async fn cancel_order(&self, ctx: &Context<'_>, order_no: String, reason: Option<String>) -> GqlResult<OrderNode> {
         let v = viewer(ctx)?;
         v.require(&[Role::Member, Role::Admin])?;
         let actx = actor_ctx(ctx)?;
@@ -225,15 +226,16 @@ impl Mutation {
             return Err(AppError::bad(format!(
                 "{} is the reason of expired orders only",
                 domain::TIMEOUT_REASON
-            )));
+            ))
+            .into());
         }
         // The trade is closed at the provider first; found paid meanwhile, the order is PAID.
         let r = payments::closing::cancel_order(state(ctx), v, &order_no, &reason, &actx).await;
         let mut c = conn(ctx).await?;
-        noted(ctx, &mut c, &order_no, r).await.map(OrderNode)
+        noted(ctx, &mut c, &order_no, r).await.map(OrderNode).gql()
     }
 
-    async fn check_in(&self, ctx: &Context<'_>, input: CheckInInput) -> AppResult<CheckInPayload> {
+    async fn check_in(&self, ctx: &Context<'_>, input: CheckInInput) -> GqlResult<CheckInPayload> {
         let v = viewer(ctx)?;
         let actx = actor_ctx(ctx)?;
         let mut c = conn(ctx).await?;
@@ -254,10 +256,10 @@ impl Mutation {
         })
     }
 
-    async fn create_store(&self, ctx: &Context<'_>, input: CreateStoreInput) -> AppResult<StoreNode> {
+    async fn create_store(&self, ctx: &Context<'_>, input: CreateStoreInput) -> GqlResult<StoreNode> {
         let v = require_admin(ctx)?;
         if v.store_scope().is_some() {
-            return Err(AppError::Forbidden("store-limited staff may not open stores".into()));
+            return Err(AppError::Forbidden("store-limited staff may not open stores".into()).into());
         }
         let mut c = conn(ctx).await?;
         Ok(StoreNode(
@@ -266,7 +268,7 @@ impl Mutation {
     }
 
     /// chain-wide admins: a store's name and business operator
-    async fn update_store(&self, ctx: &Context<'_>, id: ID, input: UpdateStoreInput) -> AppResult<StoreNode> {
+    async fn update_store(&self, ctx: &Context<'_>, id: ID, input: UpdateStoreInput) -> GqlResult<StoreNode> {
         require_chain_admin(ctx, "change stores")?;
         let id = parse_id(&id, "id")?;
         let mut c = conn(ctx).await?;
@@ -281,7 +283,7 @@ impl Mutation {
         ctx: &Context<'_>,
         store_id: ID,
         input: PrepaidRulesInput,
-    ) -> AppResult<StoreNode> {
+    ) -> GqlResult<StoreNode> {
         require_chain_admin(ctx, "set prepaid rules")?;
         let actx = actor_ctx(ctx)?;
         let id = parse_id(&store_id, "storeId")?;
@@ -291,7 +293,7 @@ impl Mutation {
     }
 
     /// chain-wide admins: working days and holidays; answers how many dates were set
-    async fn set_business_days(&self, ctx: &Context<'_>, days: Vec<BusinessDayInput>) -> AppResult<i32> {
+    async fn set_business_days(&self, ctx: &Context<'_>, days: Vec<BusinessDayInput>) -> GqlResult<i32> {
         require_chain_admin(ctx, "set the business calendar")?;
         let actx = actor_ctx(ctx)?;
         let days = days
@@ -303,16 +305,16 @@ impl Mutation {
             })
             .collect();
         let mut c = conn(ctx).await?;
-        crate::prepaid::calendar::set_days(&mut c, days, &actx).await
+        crate::prepaid::calendar::set_days(&mut c, days, &actx).await.gql()
     }
 
     /// the member for their own order, or staff: the whole amount back within the cooling-off period
-    async fn request_cooling_off_refund(&self, ctx: &Context<'_>, order_no: String) -> AppResult<OrderNode> {
+    async fn request_cooling_off_refund(&self, ctx: &Context<'_>, order_no: String) -> GqlResult<OrderNode> {
         let v = viewer(ctx)?;
         let actx = actor_ctx(ctx)?;
         let mut c = conn(ctx).await?;
         let r = orders::request_cooling_off_refund(&mut c, &state(ctx).config, v, &order_no, &actx).await;
-        noted(ctx, &mut c, &order_no, r).await.map(OrderNode)
+        noted(ctx, &mut c, &order_no, r).await.map(OrderNode).gql()
     }
 
     /// the member for their own card, or staff
@@ -323,7 +325,7 @@ impl Mutation {
         from: Date,
         days: i32,
         reason: String,
-    ) -> AppResult<MembershipNode> {
+    ) -> GqlResult<MembershipNode> {
         let v = viewer(ctx)?;
         let id = parse_id(&id, "id")?;
         let actx = actor_ctx(ctx)?;
@@ -334,7 +336,7 @@ impl Mutation {
     }
 
     /// ends a running or scheduled freeze now
-    async fn unfreeze_membership(&self, ctx: &Context<'_>, id: ID) -> AppResult<MembershipNode> {
+    async fn unfreeze_membership(&self, ctx: &Context<'_>, id: ID) -> GqlResult<MembershipNode> {
         let v = viewer(ctx)?;
         let id = parse_id(&id, "id")?;
         let actx = actor_ctx(ctx)?;
@@ -352,7 +354,7 @@ impl Mutation {
         to_member_id: ID,
         #[graphql(default = 0)] fee_cents: Option<i32>,
         reason: String,
-    ) -> AppResult<MembershipNode> {
+    ) -> GqlResult<MembershipNode> {
         let v = require_admin(ctx)?;
         let id = parse_id(&id, "id")?;
         let to = parse_id(&to_member_id, "toMemberId")?;
@@ -373,7 +375,7 @@ impl Mutation {
         ))
     }
 
-    async fn create_member(&self, ctx: &Context<'_>, input: CreateMemberInput) -> AppResult<MemberNode> {
+    async fn create_member(&self, ctx: &Context<'_>, input: CreateMemberInput) -> GqlResult<MemberNode> {
         let v = require_admin(ctx)?;
         let store = parse_id(&input.store_id, "storeId")?;
         v.require_store(store)?;
@@ -387,7 +389,7 @@ impl Mutation {
         &self,
         ctx: &Context<'_>,
         input: CreateMembershipPlanInput,
-    ) -> AppResult<MembershipPlanNode> {
+    ) -> GqlResult<MembershipPlanNode> {
         let v = require_admin(ctx)?;
         let store = parse_id(&input.store_id, "storeId")?;
         v.require_store(store)?;
@@ -408,7 +410,7 @@ impl Mutation {
         ))
     }
 
-    async fn create_class_pack(&self, ctx: &Context<'_>, input: CreateClassPackInput) -> AppResult<ClassPackNode> {
+    async fn create_class_pack(&self, ctx: &Context<'_>, input: CreateClassPackInput) -> GqlResult<ClassPackNode> {
         let v = require_admin(ctx)?;
         let store = parse_id(&input.store_id, "storeId")?;
         v.require_store(store)?;
@@ -426,7 +428,7 @@ impl Mutation {
         ))
     }
 
-    async fn create_coach_slot(&self, ctx: &Context<'_>, input: CreateCoachSlotInput) -> AppResult<CoachSlotNode> {
+    async fn create_coach_slot(&self, ctx: &Context<'_>, input: CreateCoachSlotInput) -> GqlResult<CoachSlotNode> {
         let v = require_admin(ctx)?;
         let store = parse_id(&input.store_id, "storeId")?;
         v.require_store(store)?;
@@ -452,7 +454,7 @@ impl Mutation {
         member_id: ID,
         amount_cents: i32,
         reference: String,
-    ) -> AppResult<MemberNode> {
+    ) -> GqlResult<MemberNode> {
         let v = require_admin(ctx)?;
         let actx = actor_ctx(ctx)?;
         let id = parse_id(&member_id, "memberId")?;
@@ -469,12 +471,12 @@ impl Mutation {
         ctx: &Context<'_>,
         order_no: String,
         reference: String,
-    ) -> AppResult<OrderNode> {
+    ) -> GqlResult<OrderNode> {
         let v = require_admin(ctx)?;
         let actx = actor_ctx(ctx)?;
         let mut c = conn(ctx).await?;
         let r = orders::confirm_offline_payment(&mut c, &state(ctx).config, v, &order_no, &reference, &actx).await;
-        noted(ctx, &mut c, &order_no, r).await.map(OrderNode)
+        noted(ctx, &mut c, &order_no, r).await.map(OrderNode).gql()
     }
 
     async fn refund_order(
@@ -483,7 +485,7 @@ impl Mutation {
         order_no: String,
         reason: String,
         amount_cents: Option<i32>,
-    ) -> AppResult<OrderNode> {
+    ) -> GqlResult<OrderNode> {
         let v = require_admin(ctx)?;
         let actx = actor_ctx(ctx)?;
         let mut c = conn(ctx).await?;
@@ -497,11 +499,11 @@ impl Mutation {
             &actx,
         )
         .await;
-        noted(ctx, &mut c, &order_no, r).await.map(OrderNode)
+        noted(ctx, &mut c, &order_no, r).await.map(OrderNode).gql()
     }
 
     /// Sends a DEAD event back to the queue (admin and ops).
-    async fn replay_compensation(&self, ctx: &Context<'_>, id: ID) -> AppResult<CompensationEventNode> {
+    async fn replay_compensation(&self, ctx: &Context<'_>, id: ID) -> GqlResult<CompensationEventNode> {
         let v = viewer(ctx)?;
         v.require(&[Role::Admin, Role::Ops])?;
         let actx = actor_ctx(ctx)?;
@@ -515,7 +517,7 @@ impl Mutation {
 
     /// Replays DEAD events, or those of one order, oldest first and at most 500 per call;
     /// returns how many it replayed (call again until it answers 0).
-    async fn replay_dead_compensations(&self, ctx: &Context<'_>, order_no: Option<String>) -> AppResult<i32> {
+    async fn replay_dead_compensations(&self, ctx: &Context<'_>, order_no: Option<String>) -> GqlResult<i32> {
         let v = viewer(ctx)?;
         v.require(&[Role::Admin, Role::Ops])?;
         let actx = actor_ctx(ctx)?;
@@ -531,7 +533,9 @@ impl Mutation {
             None => None,
         };
         let more = state(ctx).config.max_attempts;
-        crate::compensation::replay_dead(&mut c, order_id, v.store_scope(), &actx, more).await
+        crate::compensation::replay_dead(&mut c, order_id, v.store_scope(), &actx, more)
+            .await
+            .gql()
     }
 
     /// Closes a ticket with an action (admin and ops; actions that move money or orders still
@@ -544,13 +548,11 @@ impl Mutation {
         note: Option<String>,
         #[graphql(desc = "REFUND of the order's own payment: this amount instead of the unused share")]
         amount_cents: Option<i32>,
-    ) -> AppResult<ExceptionTicketNode> {
+    ) -> GqlResult<ExceptionTicketNode> {
         let v = viewer(ctx)?;
         v.require(&[Role::Admin, Role::Ops])?;
         if note.as_ref().is_some_and(|n| n.chars().count() > MAX_NOTE_CHARS) {
-            return Err(AppError::bad(format!(
-                "note must be at most {MAX_NOTE_CHARS} characters"
-            )));
+            return Err(AppError::bad(format!("note must be at most {MAX_NOTE_CHARS} characters")).into());
         }
         let actx = actor_ctx(ctx)?;
         let id = parse_id(&id, "id")?;
@@ -570,7 +572,7 @@ impl Mutation {
     }
 
     /// Takes a ticket: OPEN -> IN_PROGRESS.
-    async fn start_ticket(&self, ctx: &Context<'_>, id: ID) -> AppResult<ExceptionTicketNode> {
+    async fn start_ticket(&self, ctx: &Context<'_>, id: ID) -> GqlResult<ExceptionTicketNode> {
         let v = viewer(ctx)?;
         v.require(&[Role::Admin, Role::Ops])?;
         let actx = actor_ctx(ctx)?;
@@ -586,24 +588,28 @@ impl Mutation {
         code: String,
         phone_code: Option<String>,
         store_id: Option<ID>,
-    ) -> AppResult<SessionNode> {
+    ) -> GqlResult<SessionNode> {
         let store = store_id.as_ref().map(|s| parse_id(s, "storeId")).transpose()?;
         let r = request(ctx);
         crate::sessions::sign_in_with_wechat(state(ctx), r.client_addr, &code, phone_code.as_deref(), store)
             .await
             .map(SessionNode)
+            .gql()
     }
 
     /// a new access token and a new refresh token for a refresh token (no token needed); the old one is spent
-    async fn refresh_session(&self, ctx: &Context<'_>, refresh_token: String) -> AppResult<SessionNode> {
+    async fn refresh_session(&self, ctx: &Context<'_>, refresh_token: String) -> GqlResult<SessionNode> {
         crate::sessions::refresh(state(ctx), request(ctx).client_addr, &refresh_token)
             .await
             .map(SessionNode)
+            .gql()
     }
 
     /// ends the session the refresh token belongs to
-    async fn sign_out(&self, ctx: &Context<'_>, refresh_token: String) -> AppResult<bool> {
-        crate::sessions::sign_out(state(ctx), request(ctx).client_addr, &refresh_token).await
+    async fn sign_out(&self, ctx: &Context<'_>, refresh_token: String) -> GqlResult<bool> {
+        crate::sessions::sign_out(state(ctx), request(ctx).client_addr, &refresh_token)
+            .await
+            .gql()
     }
 
     /// Reconciles a provider's bill of one business day now (from FITORDER_STATEMENT_DIR).
@@ -612,14 +618,14 @@ impl Mutation {
         ctx: &Context<'_>,
         provider: PaymentProvider,
         date: Date,
-    ) -> AppResult<ReconciliationRunNode> {
+    ) -> GqlResult<ReconciliationRunNode> {
         let v = viewer(ctx)?;
         v.require(&[Role::Admin])?;
         // A provider's bill covers every store of the chain.
         if v.store_scope().is_some() {
-            return Err(AppError::Forbidden(
-                "store-limited staff may not run the chain-wide reconciliation".into(),
-            ));
+            return Err(
+                AppError::Forbidden("store-limited staff may not run the chain-wide reconciliation".into()).into(),
+            );
         }
         let trace = request(ctx).trace.clone();
         let run = crate::reconciliation::run(state(ctx), provider.into(), date.0, None, &trace).await?;

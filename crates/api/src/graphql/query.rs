@@ -18,6 +18,7 @@ use crate::db::models;
 use crate::db::schema::*;
 use crate::domain;
 use crate::error::{AppError, AppResult};
+use crate::graphql::error::GqlResult;
 
 pub struct Query;
 
@@ -96,13 +97,13 @@ fn require_chain_wide(v: &crate::auth::Viewer) -> AppResult<()> {
 
 #[Object]
 impl Query {
-    async fn me(&self, ctx: &Context<'_>) -> AppResult<ViewerNode> {
+    async fn me(&self, ctx: &Context<'_>) -> GqlResult<ViewerNode> {
         viewer(ctx)?;
         Ok(ViewerNode)
     }
 
     /// What a store sells now: its plans, class packs and coach slots that have not started.
-    async fn catalog(&self, ctx: &Context<'_>, store_id: ID) -> AppResult<CatalogNode> {
+    async fn catalog(&self, ctx: &Context<'_>, store_id: ID) -> GqlResult<CatalogNode> {
         viewer(ctx)?;
         let store = parse_id(&store_id, "storeId")?;
         let mut c = conn(ctx).await?;
@@ -139,7 +140,7 @@ impl Query {
     }
 
     /// the business calendar from `from` through `to` (at most 366 days)
-    async fn business_days(&self, ctx: &Context<'_>, from: Date, to: Date) -> AppResult<Vec<BusinessDayNode>> {
+    async fn business_days(&self, ctx: &Context<'_>, from: Date, to: Date) -> GqlResult<Vec<BusinessDayNode>> {
         viewer(ctx)?;
         let mut c = conn(ctx).await?;
         Ok(crate::prepaid::calendar::days(&mut c, from.0, to.0)
@@ -161,7 +162,7 @@ impl Query {
         store_id: ID,
         from: Date,
         to: Date,
-    ) -> AppResult<Vec<PrepaidDayNode>> {
+    ) -> GqlResult<Vec<PrepaidDayNode>> {
         let v = viewer(ctx)?;
         v.require(&[Role::Admin, Role::Ops])?;
         let store = parse_id(&store_id, "storeId")?;
@@ -177,7 +178,7 @@ impl Query {
     }
 
     /// One order; another member's order (or another store's, for store-limited staff) is null.
-    async fn order(&self, ctx: &Context<'_>, order_no: String) -> AppResult<Option<OrderNode>> {
+    async fn order(&self, ctx: &Context<'_>, order_no: String) -> GqlResult<Option<OrderNode>> {
         let v = viewer(ctx)?;
         let mut c = conn(ctx).await?;
         let order = crate::orders::find_order(&mut c, &order_no).await?;
@@ -185,7 +186,7 @@ impl Query {
     }
 
     /// one card: its holder, staff of its store
-    async fn membership(&self, ctx: &Context<'_>, id: ID) -> AppResult<Option<MembershipNode>> {
+    async fn membership(&self, ctx: &Context<'_>, id: ID) -> GqlResult<Option<MembershipNode>> {
         let v = viewer(ctx)?;
         let Ok(id) = id.parse::<i64>() else {
             return Ok(None);
@@ -202,7 +203,7 @@ impl Query {
         filter: Option<OrderFilter>,
         first: Option<i32>,
         after: Option<String>,
-    ) -> AppResult<Connection<OrderNode>> {
+    ) -> GqlResult<Connection<OrderNode>> {
         let v = viewer(ctx)?;
         let first = page_size(first)?;
         let after = after.as_deref().map(decode_cursor).transpose()?;
@@ -262,13 +263,13 @@ impl Query {
     }
 
     /// A member: members may read only themselves, store-limited staff only their stores'.
-    async fn member(&self, ctx: &Context<'_>, id: ID) -> AppResult<Option<MemberNode>> {
+    async fn member(&self, ctx: &Context<'_>, id: ID) -> GqlResult<Option<MemberNode>> {
         let v = viewer(ctx)?;
         let id = parse_id(&id, "id")?;
         match load_member(ctx, id).await {
             Ok(m) if v.sees_owned(m.0.id, m.0.store_id) => Ok(Some(m)),
             Ok(_) | Err(AppError::NotFound(_)) => Ok(None),
-            Err(e) => Err(e),
+            Err(e) => Err(e.into()),
         }
     }
 
@@ -279,7 +280,7 @@ impl Query {
         filter: Option<MembershipFilter>,
         first: Option<i32>,
         after: Option<String>,
-    ) -> AppResult<Connection<MembershipNode>> {
+    ) -> GqlResult<Connection<MembershipNode>> {
         let v = viewer(ctx)?;
         let first = page_size(first)?;
         let after = after.as_deref().map(decode_cursor).transpose()?;
@@ -306,7 +307,7 @@ impl Query {
         page!(ctx, c, make, memberships, Membership, MembershipNode, first, after)
     }
 
-    async fn exception_ticket(&self, ctx: &Context<'_>, id: ID) -> AppResult<Option<ExceptionTicketNode>> {
+    async fn exception_ticket(&self, ctx: &Context<'_>, id: ID) -> GqlResult<Option<ExceptionTicketNode>> {
         let v = viewer(ctx)?;
         v.require(&[Role::Admin, Role::Ops])?;
         let id = parse_id(&id, "id")?;
@@ -327,7 +328,7 @@ impl Query {
         filter: Option<TicketFilter>,
         first: Option<i32>,
         after: Option<String>,
-    ) -> AppResult<Connection<ExceptionTicketNode>> {
+    ) -> GqlResult<Connection<ExceptionTicketNode>> {
         let v = viewer(ctx)?;
         v.require(&[Role::Admin, Role::Ops])?;
         let first = page_size(first)?;
@@ -378,7 +379,7 @@ impl Query {
         filter: Option<CompensationFilter>,
         first: Option<i32>,
         after: Option<String>,
-    ) -> AppResult<Connection<CompensationEventNode>> {
+    ) -> GqlResult<Connection<CompensationEventNode>> {
         let v = viewer(ctx)?;
         v.require(&[Role::Admin, Role::Ops])?;
         let first = page_size(first)?;
@@ -432,7 +433,7 @@ impl Query {
         ctx: &Context<'_>,
         first: Option<i32>,
         after: Option<String>,
-    ) -> AppResult<Connection<ReconciliationRunNode>> {
+    ) -> GqlResult<Connection<ReconciliationRunNode>> {
         let v = viewer(ctx)?;
         v.require(&[Role::Admin, Role::Ops])?;
         require_chain_wide(v)?;
@@ -461,7 +462,7 @@ impl Query {
         ctx: &Context<'_>,
         task: Option<String>,
         first: Option<i32>,
-    ) -> AppResult<Vec<TaskRunNode>> {
+    ) -> GqlResult<Vec<TaskRunNode>> {
         let v = viewer(ctx)?;
         v.require(&[Role::Admin, Role::Ops])?;
         require_chain_wide(v)?;
@@ -491,12 +492,12 @@ impl Query {
         #[graphql(desc = "one store's findings (store-limited staff see only their stores' anyway)")] store_id: Option<
             ID,
         >,
-    ) -> AppResult<Vec<ReconciliationHealing>> {
+    ) -> GqlResult<Vec<ReconciliationHealing>> {
         let v = viewer(ctx)?;
         v.require(&[Role::Admin, Role::Ops])?;
         // Scoped, not refused: a store-limited admin counts only their stores' findings.
         if to < from {
-            return Err(AppError::bad("to must not be before from"));
+            return Err(AppError::bad("to must not be before from").into());
         }
         let stores = match store_id.as_ref().map(|s| parse_id(s, "storeId")).transpose()? {
             Some(s) => {
@@ -518,7 +519,7 @@ impl Query {
     }
 
     /// The stores the caller may see, by id (staff; store-limited admins their own).
-    async fn stores(&self, ctx: &Context<'_>) -> AppResult<Vec<StoreNode>> {
+    async fn stores(&self, ctx: &Context<'_>) -> GqlResult<Vec<StoreNode>> {
         let v = viewer(ctx)?;
         v.require(&[Role::Admin, Role::Ops])?;
         let q = v.store_rows(stores::table.order(stores::id).into_boxed(), stores::id);
@@ -534,11 +535,11 @@ impl Query {
         from: DateTime<Utc>,
         to: DateTime<Utc>,
         store_id: Option<ID>,
-    ) -> AppResult<Vec<AnomalyStat>> {
+    ) -> GqlResult<Vec<AnomalyStat>> {
         let v = viewer(ctx)?;
         v.require(&[Role::Admin, Role::Ops])?;
         if to < from {
-            return Err(AppError::bad("to must not be before from"));
+            return Err(AppError::bad("to must not be before from").into());
         }
         let store = store_id.as_ref().map(|s| parse_id(s, "storeId")).transpose()?;
         if let Some(s) = store {

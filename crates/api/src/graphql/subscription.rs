@@ -10,6 +10,7 @@ use super::types::{ExceptionTicketNode, OrderStatusChange};
 use super::{parse_id, state, viewer};
 use crate::auth::Role;
 use crate::events::Event;
+use crate::graphql::error::IntoGqlResult;
 use crate::graphql::types::CompensationEventNode;
 
 pub struct Subscription;
@@ -53,8 +54,8 @@ impl Subscription {
         order_no: Option<String>,
         status: Option<Vec<CompensationStatus>>,
     ) -> async_graphql::Result<BoxStream<'static, CompensationEventNode>> {
-        let v = viewer(ctx)?.clone();
-        v.require(&[Role::Admin, Role::Ops])?;
+        let v = viewer(ctx).gql()?.clone();
+        v.require(&[Role::Admin, Role::Ops]).gql()?;
         let wanted: Option<Vec<crate::domain::CompensationStatus>> =
             status.map(|s| s.into_iter().map(Into::into).collect());
         Ok(events(ctx)
@@ -83,8 +84,8 @@ impl Subscription {
         order_no: Option<String>,
         store_id: Option<ID>,
     ) -> async_graphql::Result<BoxStream<'static, OrderStatusChange>> {
-        let v = viewer(ctx)?.clone();
-        let store = store_id.as_ref().map(|s| parse_id(s, "storeId")).transpose()?;
+        let v = viewer(ctx).gql()?.clone();
+        let store = store_id.as_ref().map(|s| parse_id(s, "storeId")).transpose().gql()?;
         Ok(events(ctx)
             .filter_map(move |e| {
                 let out = match e {
@@ -140,9 +141,9 @@ fn tickets(
     store_id: Option<ID>,
     pick: fn(Event) -> Option<std::sync::Arc<crate::db::models::ExceptionTicket>>,
 ) -> async_graphql::Result<BoxStream<'static, ExceptionTicketNode>> {
-    let v = viewer(ctx)?.clone();
-    v.require(&[Role::Admin, Role::Ops])?;
-    let store = store_id.as_ref().map(|s| parse_id(s, "storeId")).transpose()?;
+    let v = viewer(ctx).gql()?.clone();
+    v.require(&[Role::Admin, Role::Ops]).gql()?;
+    let store = store_id.as_ref().map(|s| parse_id(s, "storeId")).transpose().gql()?;
     Ok(events(ctx)
         .filter_map(move |e| {
             let out = pick(e).and_then(|t| {

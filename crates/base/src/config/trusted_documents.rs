@@ -39,7 +39,7 @@ impl TrustedDocuments {
             if let Some(why) = crate::bounds::graphql_refusal(&doc, Self::BOUND) {
                 anyhow::bail!("the document {id}: {why}");
             }
-            if let Err(e) = async_graphql::parser::parse_query(&doc) {
+            if let Err(e) = async_graphql_parser::parse_query(&doc) {
                 let at = e
                     .positions()
                     .next()

@@ -20,8 +20,8 @@ use crate::db::models::{Member, Membership, MembershipFreeze, MembershipPlan, Or
 use crate::db::schema::{members, membership_freezes, membership_plans, memberships, orders, stores};
 use crate::db::sql::StaticQuery;
 use crate::domain::membership::{self as rules, FreezeCheck, FreezeRefusal, FreezeSpan};
-use crate::domain::{Ctx, FreezeState, MembershipEventKind, MembershipStatus, TraceId, WalletMoveKind};
-use crate::error::{AppError, AppResult, OnViolation, Violation};
+use crate::domain::{Ctx, FreezeState, MembershipEventKind, MembershipStatus, Refusal, TraceId, WalletMoveKind};
+use crate::error::{AppError, AppResult, OnViolation, Transition, Violation};
 use crate::outbox::{self, AccessAction};
 
 /// One change of a card for [`change`]: from the status seen to the new one (the same for a
@@ -60,10 +60,9 @@ pub async fn change(
     }
     for c in changes {
         rules::check(c.from, c.to, actor.kind).map_err(|e| match e {
-            rules::MembershipTransitionError::Illegal { from, to } => AppError::IllegalTransition {
-                from: from.to_string(),
-                to: to.to_string(),
-            },
+            rules::MembershipTransitionError::Illegal { from, to } => {
+                AppError::IllegalTransition(Transition::Membership { from, to })
+            }
             other => AppError::Forbidden(other.to_string()),
         })?;
     }
@@ -368,7 +367,10 @@ pub async fn unfreeze(
         let today = Utc::now().with_timezone(&tz).date_naive();
         if let Some(f) = all.iter().find(|f| f.state == FreezeState::Running) {
             if m.status != MembershipStatus::Frozen {
-                return Err(AppError::refused("NOT_FROZEN", format!("the card is {}", m.status)));
+                return Err(AppError::refused(
+                    Refusal::NotFrozen,
+                    format!("the card is {}", m.status),
+                ));
             }
             let kept = rules::end_early(span(f), today);
             let back = (f.until_date - kept.until).num_days() as i32;
@@ -405,7 +407,7 @@ pub async fn unfreeze(
         }
         let Some(f) = all.iter().find(|f| f.state == FreezeState::Scheduled) else {
             return Err(AppError::refused(
-                "NOT_FROZEN",
+                Refusal::NotFrozen,
                 "the card has no running or scheduled freeze",
             ));
         };
@@ -541,7 +543,7 @@ pub async fn of_order(conn: &mut AsyncPgConnection, order_id: i64) -> AppResult<
 }
 
 /// A transfer's refusal in words a client acts on.
-fn transfer_refused(reason: &'static str, msg: impl Into<String>) -> AppError {
+fn transfer_refused(reason: Refusal, msg: impl Into<String>) -> AppError {
     AppError::refused(reason, msg)
 }
 
@@ -563,7 +565,7 @@ pub async fn transfer(
     let reason = crate::error::required_text(reason, 500, "reason")?.to_string();
     if !(0..=10_000_000).contains(&fee_cents) {
         return Err(transfer_refused(
-            "INVALID_FEE",
+            Refusal::InvalidFee,
             "feeCents must be between 0 and 10000000",
         ));
     }
@@ -573,22 +575,28 @@ pub async fn transfer(
         if m.status != MembershipStatus::Active {
             return Err(transfer_refused(
                 if m.status == MembershipStatus::Frozen {
-                    "MEMBERSHIP_FROZEN"
+                    Refusal::MembershipFrozen
                 } else {
-                    "MEMBERSHIP_NOT_ACTIVE"
+                    Refusal::MembershipNotActive
                 },
                 format!("the card is {}: only an active card can be transferred", m.status),
             ));
         }
         if m.transferred_at.is_some() {
-            return Err(transfer_refused("MEMBERSHIP_TRANSFERRED", "a card is transferred once"));
+            return Err(transfer_refused(
+                Refusal::MembershipTransferred,
+                "a card is transferred once",
+            ));
         }
         if m.valid_to <= Utc::now() {
-            return Err(transfer_refused("MEMBERSHIP_NOT_ACTIVE", "the card's validity is over"));
+            return Err(transfer_refused(
+                Refusal::MembershipNotActive,
+                "the card's validity is over",
+            ));
         }
         if to_member_id == m.member_id {
             return Err(transfer_refused(
-                "SAME_MEMBER",
+                Refusal::SameMember,
                 "the card already belongs to this member",
             ));
         }
@@ -617,7 +625,7 @@ pub async fn transfer(
         let op = |s: i64| operators.iter().find(|(id, _)| *id == s).map(|(_, o)| o.clone());
         if op(m.store_id) != op(to.store_id) {
             return Err(transfer_refused(
-                "OTHER_OPERATOR",
+                Refusal::OtherOperator,
                 "the new holder is a member of another business operator's store",
             ));
         }

@@ -9,7 +9,7 @@ use super::{lock_order, transition, Changes, Ctx};
 use crate::auth::{Role, Viewer};
 use crate::db::models::{CheckIn, Membership, Order};
 use crate::db::schema::{anomaly_events, check_ins, memberships, orders};
-use crate::domain::{AnomalyCategory, MembershipStatus, OrderKind, OrderStatus};
+use crate::domain::{AnomalyCategory, MembershipStatus, OrderKind, OrderStatus, Refusal};
 use crate::error::{AppError, AppResult, OnViolation, Violation};
 
 pub struct CheckInOutcome {
@@ -119,7 +119,10 @@ async fn check_in_membership(conn: &mut AsyncPgConnection, order: Order, ctx: &C
     let now = Utc::now();
     match m {
         Some(m) if m.status == MembershipStatus::Frozen => {
-            return Err(AppError::refused("MEMBERSHIP_FROZEN", "this membership is frozen"))
+            return Err(AppError::refused(
+                Refusal::MembershipFrozen,
+                "this membership is frozen",
+            ))
         }
         Some(m) if m.status == MembershipStatus::Active && m.valid_from <= now && now < m.valid_to => {}
         Some(m) if m.valid_from > now => {

@@ -11,7 +11,7 @@ use crate::config::Config;
 use crate::db::models::{Membership, MembershipFreeze, Order};
 use crate::db::schema::{memberships, orders, payments, refunds};
 use crate::db::sql::StaticQuery;
-use crate::domain::{money, order_status, OrderStatus, PaymentMethod, Provider, WalletMoveKind};
+use crate::domain::{money, order_status, OrderStatus, PaymentMethod, Provider, Refusal, WalletMoveKind};
 use crate::error::{AppError, AppResult, OnViolation, Violation};
 use crate::events::OUTBOX_CHANNEL;
 use crate::outbox::{self, Effect, RefundPayload};
@@ -364,7 +364,7 @@ pub async fn request_cooling_off_refund(
             return match order.paid_at {
                 None => Err(AppError::illegal(order.status, OrderStatus::Refunded)),
                 Some(_) => Err(AppError::refused(
-                    "COOLING_OFF_ENDED",
+                    Refusal::CoolingOffEnded,
                     "this order has no cooling-off period (the store's rules give none, or it is no prepaid order)",
                 )),
             };
@@ -373,7 +373,7 @@ pub async fn request_cooling_off_refund(
             OrderStatus::Paid if order.sessions_used == 0 => {}
             OrderStatus::Paid | OrderStatus::Consuming | OrderStatus::Consumed => {
                 return Err(AppError::refused(
-                    "ALREADY_USED",
+                    Refusal::AlreadyUsed,
                     "part of this order was used: the cooling-off refund is for unused orders; staff refund the unused share",
                 ))
             }
@@ -381,7 +381,7 @@ pub async fn request_cooling_off_refund(
         }
         if now >= until {
             return Err(AppError::refused(
-                "COOLING_OFF_ENDED",
+                Refusal::CoolingOffEnded,
                 format!("the cooling-off period ended at {}", until.with_timezone(&config.timezone).format("%Y-%m-%d %H:%M")),
             ));
         }
@@ -431,7 +431,7 @@ async fn refund_locked(
         .optional()?;
     if membership.as_ref().is_some_and(|m| m.transferred_at.is_some()) {
         return Err(AppError::refused(
-            "MEMBERSHIP_TRANSFERRED",
+            Refusal::MembershipTransferred,
             "the card of this order was transferred: the order can no longer be refunded",
         ));
     }

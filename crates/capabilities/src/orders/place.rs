@@ -11,7 +11,7 @@ use crate::auth::{Role, Viewer};
 use crate::config::Config;
 use crate::db::models::{ClassPack, CoachSlot, Member, MembershipPlan, Order};
 use crate::db::schema::{class_packs, coach_slots, members, membership_plans, order_prepaid, orders};
-use crate::domain::{OrderKind, OrderStatus, PaymentMethod, Provider, WalletMoveKind};
+use crate::domain::{OrderKind, OrderStatus, PaymentMethod, Provider, Refusal, WalletMoveKind};
 use crate::error::{AppError, AppResult, OnViolation, Violation};
 use crate::wallet::{wallet_move, WalletMove};
 
@@ -343,7 +343,7 @@ async fn check_open_orders(conn: &mut AsyncPgConnection, config: &Config, member
         .await?;
     if open >= config.max_open_orders {
         return Err(AppError::refused(
-            "TOO_MANY_OPEN_ORDERS",
+            Refusal::TooManyOpenOrders,
             format!(
                 "this member already has {open} unpaid orders (at most {}): pay or cancel one first",
                 config.max_open_orders

@@ -340,7 +340,7 @@ pub fn refusal(o: OverLimit) -> AppError {
         _ => "cents",
     };
     AppError::PrepaidLimit {
-        limit: o.limit.as_str(),
+        limit: o.limit,
         max: o.max,
         current: o.current,
         message: format!(

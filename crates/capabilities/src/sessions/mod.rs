@@ -29,6 +29,7 @@ use sha2::{Digest, Sha256};
 use crate::app::AppState;
 use crate::db::models::Member;
 use crate::db::sql::StaticQuery;
+use crate::domain::Refusal;
 use crate::error::{AppError, AppResult, OnViolation, Violation};
 
 /// What a sign-in or a refresh answers.
@@ -195,10 +196,12 @@ pub async fn sign_in_with_wechat(
     if let Some(opened) = open_bound(&mut conn, &user.openid, user.unionid.as_deref(), &sid, &refresh, ttl).await? {
         return Ok(session(state, opened, sid, refresh, false));
     }
-    let phone_code = phone_code
-        .map(str::trim)
-        .filter(|c| !c.is_empty())
-        .ok_or_else(|| AppError::refused("PHONE_REQUIRED", "a first sign-in needs phoneCode (getPhoneNumber)"))?;
+    let phone_code = phone_code.map(str::trim).filter(|c| !c.is_empty()).ok_or_else(|| {
+        AppError::refused(
+            Refusal::PhoneRequired,
+            "a first sign-in needs phoneCode (getPhoneNumber)",
+        )
+    })?;
     drop(conn);
     let phone = wechat.phone_number(phone_code, &user.openid).await?;
     let mut conn = state.pool.get().await?;
@@ -230,7 +233,7 @@ pub async fn sign_in_with_wechat(
                 ),
                 (None, None) => {
                     return Err(AppError::refused(
-                        "STORE_REQUIRED",
+                        Refusal::StoreRequired,
                         "no member has this phone: storeId names the store a new member joins",
                     ))
                 }

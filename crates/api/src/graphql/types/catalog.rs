@@ -5,7 +5,7 @@ use chrono::{DateTime, Utc};
 
 use super::super::int;
 use crate::db::models;
-use crate::error::AppResult;
+use crate::graphql::error::{GqlResult, IntoGqlResult};
 
 pub struct MembershipPlanNode(pub models::MembershipPlan);
 
@@ -20,8 +20,8 @@ impl MembershipPlanNode {
     async fn duration_days(&self) -> i32 {
         self.0.duration_days
     }
-    async fn price_cents(&self) -> AppResult<i32> {
-        int(self.0.price_cents)
+    async fn price_cents(&self) -> GqlResult<i32> {
+        int(self.0.price_cents).gql()
     }
     /// frozen days a card of this plan may have over its life
     async fn max_freeze_days(&self) -> i32 {
@@ -46,8 +46,8 @@ impl ClassPackNode {
     async fn sessions(&self) -> i32 {
         self.0.sessions
     }
-    async fn price_cents(&self) -> AppResult<i32> {
-        int(self.0.price_cents)
+    async fn price_cents(&self) -> GqlResult<i32> {
+        int(self.0.price_cents).gql()
     }
     /// null: unlimited
     async fn remaining_stock(&self) -> Option<i32> {
@@ -77,8 +77,8 @@ impl CoachSlotNode {
     async fn remaining(&self) -> i32 {
         self.0.remaining
     }
-    async fn price_cents(&self) -> AppResult<i32> {
-        int(self.0.price_cents)
+    async fn price_cents(&self) -> GqlResult<i32> {
+        int(self.0.price_cents).gql()
     }
 }
 

@@ -7,7 +7,7 @@ use super::super::loaders::*;
 use super::super::outbox::{CompensationKind, CompensationStatus};
 use super::is_member;
 use crate::db::models;
-use crate::error::AppResult;
+use crate::graphql::error::{GqlResult, IntoGqlResult};
 
 #[derive(SimpleObject, Clone, Debug)]
 #[graphql(name = "CompensationAttempt")]
@@ -28,11 +28,13 @@ impl CompensationEventNode {
     async fn order_no(&self) -> String {
         self.0.payload["orderNo"].as_str().unwrap_or_default().to_string()
     }
-    async fn kind(&self) -> AppResult<CompensationKind> {
+    async fn kind(&self) -> GqlResult<CompensationKind> {
         // An order's events only are listed; an effect of no order here is a broken row.
-        CompensationKind::shown(self.0.kind).ok_or_else(|| {
-            crate::error::AppError::internal(format!("compensation kind {} on an order", self.0.kind.as_str()))
-        })
+        CompensationKind::shown(self.0.kind)
+            .ok_or_else(|| {
+                crate::error::AppError::internal(format!("compensation kind {} on an order", self.0.kind.as_str()))
+            })
+            .gql()
     }
     async fn status(&self) -> CompensationStatus {
         self.0.status.into()
@@ -63,7 +65,7 @@ impl CompensationEventNode {
     async fn idempotency_key(&self) -> &str {
         &self.0.idempotency_key
     }
-    async fn attempt_log(&self, ctx: &Context<'_>) -> AppResult<Vec<CompensationAttemptNode>> {
+    async fn attempt_log(&self, ctx: &Context<'_>) -> GqlResult<Vec<CompensationAttemptNode>> {
         let member = is_member(ctx);
         Ok(loader(ctx)
             .load_one(EventAttempts(self.0.id))

@@ -9,6 +9,7 @@ use super::{MembershipPlanNode, MembershipStatus, OrderNode};
 use crate::auth::PhoneView;
 use crate::db::models;
 use crate::error::{AppError, AppResult};
+use crate::graphql::error::{GqlResult, IntoGqlResult};
 
 /// Ops screens see phone numbers masked; staff and the member themself see them whole.
 pub fn mask_phone(phone: &str) -> String {
@@ -38,7 +39,7 @@ impl StoreNode {
     async fn operator_code(&self) -> &str {
         &self.0.operator_code
     }
-    async fn prepaid_rules(&self, ctx: &Context<'_>) -> AppResult<super::PrepaidRulesNode> {
+    async fn prepaid_rules(&self, ctx: &Context<'_>) -> GqlResult<super::PrepaidRulesNode> {
         let store = loader(ctx)
             .load_one(StoreRules(self.0.id))
             .await
@@ -71,17 +72,17 @@ impl MemberNode {
             PhoneView::Whole => self.0.phone.clone(),
         }
     }
-    async fn store(&self, ctx: &Context<'_>) -> AppResult<StoreNode> {
-        load_store(ctx, self.0.store_id).await
+    async fn store(&self, ctx: &Context<'_>) -> GqlResult<StoreNode> {
+        load_store(ctx, self.0.store_id).await.gql()
     }
-    async fn wallet(&self) -> AppResult<WalletNode> {
+    async fn wallet(&self) -> GqlResult<WalletNode> {
         Ok(WalletNode {
             balance_cents: int(self.0.balance_cents)?,
             frozen_cents: int(self.0.frozen_cents)?,
         })
     }
     /// Unused session credits over all paid orders
-    async fn session_credits(&self, ctx: &Context<'_>) -> AppResult<i32> {
+    async fn session_credits(&self, ctx: &Context<'_>) -> GqlResult<i32> {
         Ok(loader(ctx)
             .load_one(MemberCredits(self.0.id))
             .await
@@ -89,12 +90,12 @@ impl MemberNode {
             .unwrap_or(0))
     }
     /// unused prepaid money with the operator of the member's store (orders and wallet)
-    async fn prepaid_balance_cents(&self, ctx: &Context<'_>) -> AppResult<i32> {
+    async fn prepaid_balance_cents(&self, ctx: &Context<'_>) -> GqlResult<i32> {
         let mut c = super::super::conn(ctx).await?;
         let tz = super::super::state(ctx).config.timezone;
-        int(crate::prepaid::member_balance(&mut c, self.0.id, self.0.store_id, tz).await?)
+        int(crate::prepaid::member_balance(&mut c, self.0.id, self.0.store_id, tz).await?).gql()
     }
-    async fn memberships(&self, ctx: &Context<'_>) -> AppResult<Vec<MembershipNode>> {
+    async fn memberships(&self, ctx: &Context<'_>) -> GqlResult<Vec<MembershipNode>> {
         let v = request(ctx).viewer.as_ref();
         Ok(loader(ctx)
             .load_one(MemberMemberships(self.0.id))
@@ -125,15 +126,15 @@ pub struct ViewerNode;
 
 #[Object(name = "Viewer")]
 impl ViewerNode {
-    async fn role(&self, ctx: &Context<'_>) -> AppResult<&'static str> {
+    async fn role(&self, ctx: &Context<'_>) -> GqlResult<&'static str> {
         Ok(viewer(ctx)?.role.as_str())
     }
-    async fn subject(&self, ctx: &Context<'_>) -> AppResult<String> {
+    async fn subject(&self, ctx: &Context<'_>) -> GqlResult<String> {
         Ok(viewer(ctx)?.subject.clone())
     }
-    async fn member(&self, ctx: &Context<'_>) -> AppResult<Option<MemberNode>> {
+    async fn member(&self, ctx: &Context<'_>) -> GqlResult<Option<MemberNode>> {
         match viewer(ctx)?.member_id {
-            Some(id) => load_member(ctx, id).await.map(Some),
+            Some(id) => load_member(ctx, id).await.map(Some).gql(),
             None => Ok(None),
         }
     }
@@ -155,25 +156,26 @@ impl MembershipNode {
     async fn valid_to(&self) -> DateTime<Utc> {
         self.0.valid_to
     }
-    async fn member(&self, ctx: &Context<'_>) -> AppResult<MemberNode> {
-        scoped_member(ctx, self.0.member_id).await
+    async fn member(&self, ctx: &Context<'_>) -> GqlResult<MemberNode> {
+        scoped_member(ctx, self.0.member_id).await.gql()
     }
-    async fn plan(&self, ctx: &Context<'_>) -> AppResult<MembershipPlanNode> {
+    async fn plan(&self, ctx: &Context<'_>) -> GqlResult<MembershipPlanNode> {
         loader(ctx)
             .load_one(PlanId(self.0.plan_id))
             .await
             .map_err(|e| e.into_app())?
             .map(MembershipPlanNode)
             .ok_or_else(|| AppError::NotFound("plan".into()))
+            .gql()
     }
-    async fn order(&self, ctx: &Context<'_>) -> AppResult<OrderNode> {
-        load_order(ctx, self.0.order_id).await
+    async fn order(&self, ctx: &Context<'_>) -> GqlResult<OrderNode> {
+        load_order(ctx, self.0.order_id).await.gql()
     }
     /// days frozen so far, over all freezes
     async fn frozen_days(&self) -> i32 {
         self.0.frozen_days
     }
-    async fn freezes(&self, ctx: &Context<'_>) -> AppResult<Vec<MembershipFreezeNode>> {
+    async fn freezes(&self, ctx: &Context<'_>) -> GqlResult<Vec<MembershipFreezeNode>> {
         Ok(loader(ctx)
             .load_one(CardFreezes(self.0.id))
             .await
@@ -183,7 +185,7 @@ impl MembershipNode {
             .map(MembershipFreezeNode)
             .collect())
     }
-    async fn history(&self, ctx: &Context<'_>) -> AppResult<Vec<MembershipEventNode>> {
+    async fn history(&self, ctx: &Context<'_>) -> GqlResult<Vec<MembershipEventNode>> {
         Ok(loader(ctx)
             .load_one(CardHistory(self.0.id))
             .await
@@ -244,15 +246,15 @@ impl MembershipEventNode {
         &self.0.trace_id
     }
     /// TRANSFERRED: the holders
-    async fn from_member(&self, ctx: &Context<'_>) -> AppResult<Option<MemberNode>> {
+    async fn from_member(&self, ctx: &Context<'_>) -> GqlResult<Option<MemberNode>> {
         match self.0.from_member_id {
-            Some(id) => holder(ctx, id).await,
+            Some(id) => holder(ctx, id).await.gql(),
             None => Ok(None),
         }
     }
-    async fn to_member(&self, ctx: &Context<'_>) -> AppResult<Option<MemberNode>> {
+    async fn to_member(&self, ctx: &Context<'_>) -> GqlResult<Option<MemberNode>> {
         match self.0.to_member_id {
-            Some(id) => holder(ctx, id).await,
+            Some(id) => holder(ctx, id).await.gql(),
             None => Ok(None),
         }
     }

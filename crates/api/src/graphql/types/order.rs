@@ -13,6 +13,7 @@ use super::{
 use crate::db::models;
 use crate::domain::TimelineKind;
 use crate::error::AppResult;
+use crate::graphql::error::{GqlResult, IntoGqlResult};
 
 pub struct OrderNode(pub models::Order);
 
@@ -36,21 +37,21 @@ impl OrderNode {
     async fn status(&self) -> OrderStatus {
         self.0.status.into()
     }
-    async fn member(&self, ctx: &Context<'_>) -> AppResult<MemberNode> {
-        scoped_member(ctx, self.0.member_id).await
+    async fn member(&self, ctx: &Context<'_>) -> GqlResult<MemberNode> {
+        scoped_member(ctx, self.0.member_id).await.gql()
     }
-    async fn store(&self, ctx: &Context<'_>) -> AppResult<StoreNode> {
-        load_store(ctx, self.0.store_id).await
+    async fn store(&self, ctx: &Context<'_>) -> GqlResult<StoreNode> {
+        load_store(ctx, self.0.store_id).await.gql()
     }
     async fn item_name(&self) -> &str {
         &self.0.item_name
     }
-    async fn amount_cents(&self) -> AppResult<i32> {
-        int(self.0.amount_cents)
+    async fn amount_cents(&self) -> GqlResult<i32> {
+        int(self.0.amount_cents).gql()
     }
     /// the part paid from the wallet (MIXED and WALLET)
-    async fn wallet_amount_cents(&self) -> AppResult<i32> {
-        int(self.0.wallet_amount_cents)
+    async fn wallet_amount_cents(&self) -> GqlResult<i32> {
+        int(self.0.wallet_amount_cents).gql()
     }
     async fn payment_method(&self) -> PaymentMethod {
         self.0.payment_method.into()
@@ -87,11 +88,11 @@ impl OrderNode {
     async fn refunded_at(&self) -> Option<DateTime<Utc>> {
         self.0.refunded_at
     }
-    async fn refund_amount_cents(&self) -> AppResult<Option<i32>> {
-        self.0.refund_amount_cents.map(int).transpose()
+    async fn refund_amount_cents(&self) -> GqlResult<Option<i32>> {
+        self.0.refund_amount_cents.map(int).transpose().gql()
     }
     /// end of the cooling-off period (null: the store has none, or not paid)
-    async fn cooling_off_until(&self, ctx: &Context<'_>) -> AppResult<Option<DateTime<Utc>>> {
+    async fn cooling_off_until(&self, ctx: &Context<'_>) -> GqlResult<Option<DateTime<Utc>>> {
         let Some(terms) = self.sale_terms(ctx).await? else {
             return Ok(None);
         };
@@ -99,14 +100,14 @@ impl OrderNode {
         Ok(crate::orders::cooling_off_until(&self.0, terms.cooling_off_days, tz))
     }
     /// the date a cooling-off refund must have reached the payer
-    async fn refund_due_by(&self, ctx: &Context<'_>) -> AppResult<Option<super::Date>> {
+    async fn refund_due_by(&self, ctx: &Context<'_>) -> GqlResult<Option<super::Date>> {
         Ok(self
             .sale_terms(ctx)
             .await?
             .and_then(|t| t.refund_due_by)
             .map(super::Date))
     }
-    async fn accepted_terms_version(&self, ctx: &Context<'_>) -> AppResult<Option<String>> {
+    async fn accepted_terms_version(&self, ctx: &Context<'_>) -> GqlResult<Option<String>> {
         Ok(self.sale_terms(ctx).await?.and_then(|t| t.accepted_terms_version))
     }
     async fn provider_txn_id(&self) -> Option<&str> {
@@ -120,7 +121,7 @@ impl OrderNode {
         mirror(self.0.status.allowed_next())
     }
     /// Status changes, callbacks, check-ins, compensation attempts and tickets, oldest first.
-    async fn timeline(&self, ctx: &Context<'_>) -> AppResult<Vec<TimelineEntry>> {
+    async fn timeline(&self, ctx: &Context<'_>) -> GqlResult<Vec<TimelineEntry>> {
         let entries = loader(ctx)
             .load_one(OrderTimeline(self.0.id))
             .await
@@ -145,7 +146,7 @@ impl OrderNode {
             })
             .collect())
     }
-    async fn callbacks(&self, ctx: &Context<'_>) -> AppResult<Vec<PaymentCallbackNode>> {
+    async fn callbacks(&self, ctx: &Context<'_>) -> GqlResult<Vec<PaymentCallbackNode>> {
         Ok(loader(ctx)
             .load_one(OrderCallbacks(self.0.id))
             .await
@@ -155,7 +156,7 @@ impl OrderNode {
             .map(PaymentCallbackNode)
             .collect())
     }
-    async fn compensation(&self, ctx: &Context<'_>) -> AppResult<Vec<CompensationEventNode>> {
+    async fn compensation(&self, ctx: &Context<'_>) -> GqlResult<Vec<CompensationEventNode>> {
         if let Some(rows) = prefetched_compensation(ctx, self.0.id) {
             return Ok(rows.into_iter().map(CompensationEventNode).collect());
         }
@@ -168,7 +169,7 @@ impl OrderNode {
             .map(CompensationEventNode)
             .collect())
     }
-    async fn tickets(&self, ctx: &Context<'_>) -> AppResult<Vec<ExceptionTicketNode>> {
+    async fn tickets(&self, ctx: &Context<'_>) -> GqlResult<Vec<ExceptionTicketNode>> {
         if is_member(ctx) {
             // Tickets are staff's working material, not the member's.
             return Ok(vec![]);
@@ -185,7 +186,7 @@ impl OrderNode {
             .map(ExceptionTicketNode)
             .collect())
     }
-    async fn membership(&self, ctx: &Context<'_>) -> AppResult<Option<MembershipNode>> {
+    async fn membership(&self, ctx: &Context<'_>) -> GqlResult<Option<MembershipNode>> {
         Ok(loader(ctx)
             .load_one(OrderMembership(self.0.id))
             .await

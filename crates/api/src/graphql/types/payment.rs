@@ -6,6 +6,7 @@ use chrono::{DateTime, Utc};
 use super::{is_member, OrderNode, PayChannel, PaymentProvider};
 use crate::db::models;
 use crate::error::AppResult;
+use crate::graphql::error::{GqlResult, IntoGqlResult};
 
 pub struct PaymentCallbackNode(pub models::PaymentCallback);
 
@@ -133,7 +134,7 @@ impl PlaceOrderPayload {
     }
 
     /// null unless part is paid online
-    async fn payment(&self) -> crate::error::AppResult<Option<PaymentInstruction>> {
-        self.payment.clone()
+    async fn payment(&self) -> GqlResult<Option<PaymentInstruction>> {
+        self.payment.clone().gql()
     }
 }

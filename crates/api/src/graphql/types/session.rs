@@ -5,7 +5,7 @@ use chrono::{DateTime, Utc};
 
 use super::super::loaders::load_member_now;
 use super::MemberNode;
-use crate::error::AppResult;
+use crate::graphql::error::{GqlResult, IntoGqlResult};
 use crate::sessions;
 
 pub struct SessionNode(pub sessions::Session);
@@ -29,8 +29,8 @@ impl SessionNode {
     async fn new_member(&self) -> bool {
         self.0.new_member
     }
-    async fn member(&self, ctx: &Context<'_>) -> AppResult<MemberNode> {
+    async fn member(&self, ctx: &Context<'_>) -> GqlResult<MemberNode> {
         let with_store = ctx.look_ahead().field("store").exists();
-        load_member_now(ctx, self.0.member_id, with_store).await
+        load_member_now(ctx, self.0.member_id, with_store).await.gql()
     }
 }

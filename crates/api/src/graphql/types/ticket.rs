@@ -7,7 +7,7 @@ use super::super::loaders::load_order;
 use super::super::{conn, int, viewer};
 use super::{OrderNode, PaymentProvider, TicketAction, TicketKind, TicketStatus};
 use crate::db::models;
-use crate::error::AppResult;
+use crate::graphql::error::{GqlResult, IntoGqlResult};
 
 pub struct ExceptionTicketNode(pub models::ExceptionTicket);
 
@@ -31,11 +31,11 @@ impl ExceptionTicketNode {
     async fn provider_txn_id(&self) -> Option<&str> {
         self.0.provider_txn_id.as_deref()
     }
-    async fn local_amount_cents(&self) -> AppResult<Option<i32>> {
-        self.0.local_amount_cents.map(int).transpose()
+    async fn local_amount_cents(&self) -> GqlResult<Option<i32>> {
+        self.0.local_amount_cents.map(int).transpose().gql()
     }
-    async fn provider_amount_cents(&self) -> AppResult<Option<i32>> {
-        self.0.provider_amount_cents.map(int).transpose()
+    async fn provider_amount_cents(&self) -> GqlResult<Option<i32>> {
+        self.0.provider_amount_cents.map(int).transpose().gql()
     }
     /// JSON text with what was found
     async fn detail(&self) -> String {
@@ -61,7 +61,7 @@ impl ExceptionTicketNode {
     }
     /// What closing this ticket can do now, for the one asking: the actions `resolveTicket`
     /// would take (the state machine and the ticket's kind decide) and what REFUND sends back.
-    async fn actions(&self, ctx: &Context<'_>) -> AppResult<TicketActions> {
+    async fn actions(&self, ctx: &Context<'_>) -> GqlResult<TicketActions> {
         let v = viewer(ctx)?;
         let mut c = conn(ctx).await?;
         let tz = super::super::state(ctx).config.timezone;
@@ -72,9 +72,9 @@ impl ExceptionTicketNode {
             refund_amount_adjustable: o.refund_amount_adjustable,
         })
     }
-    async fn order(&self, ctx: &Context<'_>) -> AppResult<Option<OrderNode>> {
+    async fn order(&self, ctx: &Context<'_>) -> GqlResult<Option<OrderNode>> {
         match self.0.order_id {
-            Some(id) => load_order(ctx, id).await.map(Some),
+            Some(id) => load_order(ctx, id).await.map(Some).gql(),
             None => Ok(None),
         }
     }

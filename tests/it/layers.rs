@@ -41,6 +41,8 @@ const RANKS: &[(&str, u8, u8)] = &[
     ("payments::platform_keys", 3, 0),
     ("payments::seen", 3, 0),
     ("payments::sampling", 3, 0),
+    // The providers' bills: unpacking and parsing (each provider's `Plugin` names its own).
+    ("payments::bills", 3, 0),
     // WeChat's mini-program API (members signing in).
     ("miniprogram", 3, 0),
     // 4: the shared state.

@@ -55,6 +55,24 @@ impl super::provider::Plugin for AlipayPlugin {
         );
         Some(std::sync::Arc::new(client))
     }
+
+    /// A zip whose `…_业务明细.csv` (GBK) is the bill.
+    fn unpack_bill(
+        &self,
+        archive: &std::path::Path,
+        _sha1: Option<&str>,
+        dest: &std::path::Path,
+    ) -> Result<super::bills::Unpacked, super::bills::ArchiveError> {
+        super::bills::unpack_alipay_zip(std::fs::File::open(archive)?, dest)
+    }
+
+    fn parse_bill(
+        &self,
+        input: &mut dyn std::io::BufRead,
+        row: &mut dyn FnMut(super::bills::BillRow) -> Result<(), String>,
+    ) -> Result<super::bills::BillSummary, super::bills::BillError> {
+        super::bills::parse_alipay(input, row)
+    }
 }
 
 /// Where Alipay's notifications arrive.

@@ -4,6 +4,7 @@
 
 pub mod alipay;
 pub mod api;
+pub mod bills;
 pub mod crypto;
 pub mod keys;
 pub mod miniprogram;

@@ -111,20 +111,13 @@ pub enum BillDownload {
     /// The provider says there is no bill of that day because nothing happened (WeChat
     /// `NO_STATEMENT_EXIST`, Alipay `isp.bill_not_exist`): reconciled as an empty bill.
     NoBill(String),
-    /// The raw download, streamed to `archive`.
+    /// The raw download, streamed to `archive`, packed as its provider packs bills
+    /// ([`Plugin::unpack_bill`] unpacks it). `sha1`: the SHA1 of the unpacked bill, when the
+    /// provider's signed answer gave one (WeChat Pay does), lowercase hex.
     Downloaded {
         archive: std::path::PathBuf,
-        format: BillArchive,
+        sha1: Option<String>,
     },
-}
-
-/// How a downloaded bill is packed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum BillArchive {
-    /// WeChat Pay: gzip; `sha1` (from the signed bill answer) is of the unpacked bill.
-    WechatGzip { sha1: String },
-    /// Alipay: a zip whose `…_业务明细.csv` (GBK) is the bill.
-    AlipayZip,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -316,6 +309,23 @@ pub trait Plugin: Sync {
 
     /// Its gateway, when its keys are configured (`keys`); None otherwise.
     fn gateway(&self, keys: &super::keys::ProviderKeys, with: &GatewayParts) -> Option<std::sync::Arc<dyn Gateway>>;
+
+    /// Unpacks a bill its gateway downloaded (`archive`, with the `sha1` its answer named) into
+    /// `dest`, the bill as the parser reads it. Blocking: run on a blocking thread.
+    fn unpack_bill(
+        &self,
+        archive: &std::path::Path,
+        sha1: Option<&str>,
+        dest: &std::path::Path,
+    ) -> Result<super::bills::Unpacked, super::bills::ArchiveError>;
+
+    /// Reads one of its unpacked bills, calling `row` for each data row in file order, and
+    /// checks the bill's own totals.
+    fn parse_bill(
+        &self,
+        input: &mut dyn std::io::BufRead,
+        row: &mut dyn FnMut(super::bills::BillRow) -> Result<(), String>,
+    ) -> Result<super::bills::BillSummary, super::bills::BillError>;
 }
 
 /// What every gateway is made with.

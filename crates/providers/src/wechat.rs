@@ -60,6 +60,27 @@ impl super::provider::Plugin for WechatPlugin {
         );
         Some(std::sync::Arc::new(client))
     }
+
+    /// A gzip (`tar_type=GZIP`) whose unpacked bytes have the SHA1 of the signed answer.
+    fn unpack_bill(
+        &self,
+        archive: &std::path::Path,
+        sha1: Option<&str>,
+        dest: &std::path::Path,
+    ) -> Result<super::bills::Unpacked, super::bills::ArchiveError> {
+        let sha1 =
+            sha1.ok_or_else(|| std::io::Error::other("the bill answer named no SHA1 to check the download by"))?;
+        let file = std::io::BufReader::new(std::fs::File::open(archive)?);
+        super::bills::unpack_wechat_gz(file, dest, sha1)
+    }
+
+    fn parse_bill(
+        &self,
+        input: &mut dyn std::io::BufRead,
+        row: &mut dyn FnMut(super::bills::BillRow) -> Result<(), String>,
+    ) -> Result<super::bills::BillSummary, super::bills::BillError> {
+        super::bills::parse_wechat(input, row)
+    }
 }
 
 /// Where WeChat Pay's notifications arrive.

@@ -12,7 +12,7 @@ pub mod closing;
 pub mod trades;
 
 // The providers' clients (rank 3, the `fitorder-providers` crate), under `payments::` as before.
-pub use fitorder_providers::{alipay, api, crypto, keys, platform_keys, provider, sampling, seen, wechat};
+pub use fitorder_providers::{alipay, api, bills, crypto, keys, platform_keys, provider, sampling, seen, wechat};
 
 pub use provider::{evidence_header, evidence_text, Notice};
 

@@ -77,23 +77,16 @@ pub(super) async fn bill_file(
             "fetching the {provider} bill of {date} failed: {e}. {what} (into {name})"
         ))
     })?;
-    let (archive, format) = match fetched {
+    let (archive, sha1) = match fetched {
         crate::payments::provider::BillDownload::NotReady(why) => return Ok(Fetched::NotMade(why)),
         crate::payments::provider::BillDownload::NoBill(why) => return Ok(Fetched::NoBill(why)),
-        crate::payments::provider::BillDownload::Downloaded { archive, format } => (archive, format),
+        crate::payments::provider::BillDownload::Downloaded { archive, sha1 } => (archive, sha1),
     };
     let dest = path.clone();
     let unpacked = tokio::task::spawn_blocking({
         let archive = archive.clone();
-        move || -> Result<bills::Unpacked, bills::ArchiveError> {
-            let file = std::fs::File::open(&archive)?;
-            match format {
-                crate::payments::provider::BillArchive::WechatGzip { sha1 } => {
-                    bills::unpack_wechat_gz(std::io::BufReader::new(file), &dest, &sha1)
-                }
-                crate::payments::provider::BillArchive::AlipayZip => bills::unpack_alipay_zip(file, &dest),
-            }
-        }
+        let plugin = crate::payments::provider::plugin(provider);
+        move || plugin.unpack_bill(&archive, sha1.as_deref(), &dest)
     })
     .await
     .map_err(|e| AppError::internal(format!("unpacking the bill crashed: {e}")))?;

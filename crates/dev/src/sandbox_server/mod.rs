@@ -450,7 +450,7 @@ impl SandboxProvider {
         &self,
         provider: &str,
         date: chrono::NaiveDate,
-        rows: &[crate::reconciliation::bills::BillRow],
+        rows: &[crate::payments::bills::BillRow],
     ) -> Result<()> {
         let p = provider_name(provider).ok_or_else(|| anyhow!("unknown provider {provider}"))?;
         let pid = if p == ALIPAY {

@@ -491,10 +491,7 @@ impl Gateway for Alipay {
                 let _ = std::fs::remove_file(&archive);
                 continue;
             }
-            return Ok(BillDownload::Downloaded {
-                archive,
-                format: BillArchive::AlipayZip,
-            });
+            return Ok(BillDownload::Downloaded { archive, sha1: None });
         }
         Err(ProviderError::Refused(
             "the bill's download URL lapsed three times in a row".into(),

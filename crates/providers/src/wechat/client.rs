@@ -605,9 +605,7 @@ impl Gateway for WechatPay {
             stream_to_file(resp, &archive, DOWNLOAD_TIMEOUT).await?;
             return Ok(BillDownload::Downloaded {
                 archive,
-                format: BillArchive::WechatGzip {
-                    sha1: sha1.to_ascii_lowercase(),
-                },
+                sha1: Some(sha1.to_ascii_lowercase()),
             });
         }
         Err(ProviderError::Refused(

@@ -49,7 +49,7 @@ mod wechat;
 /// The bill writers the tests write with: the development layer's (`fitorder-dev`), compiled
 /// here for the tests only.
 #[cfg(test)]
-#[path = "../../../../dev/src/bill_writers.rs"]
+#[path = "../../../dev/src/bill_writers.rs"]
 mod write;
 
 use std::io::BufRead;
@@ -132,11 +132,8 @@ pub use crate::domain::Provider;
 /// until this returns `Ok` (see the module documentation).
 pub fn parse<R: BufRead>(
     provider: Provider,
-    input: R,
-    row: impl FnMut(BillRow) -> Result<(), String>,
+    mut input: R,
+    mut row: impl FnMut(BillRow) -> Result<(), String>,
 ) -> Result<BillSummary, BillError> {
-    match provider {
-        Provider::WechatPay => parse_wechat(input, row),
-        Provider::Alipay => parse_alipay(input, row),
-    }
+    crate::payments::provider::plugin(provider).parse_bill(&mut input, &mut row)
 }

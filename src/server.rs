@@ -104,6 +104,7 @@ async fn run_with_database(config: Config, opts: ServeOptions, url: &str, dev_mo
     config.check_public_url()?;
     let no_provider = config.wechatpay.mch_id.is_none() && config.alipay.app_id.is_none();
     let mut sandbox = None;
+    let mut dev_keys = None;
     if dev_mode && no_provider {
         let keys =
             tokio::task::spawn_blocking(|| crate::dev::devkeys::DevKeys::ensure(Path::new(".fitorder/dev-keys")))
@@ -124,6 +125,7 @@ async fn run_with_database(config: Config, opts: ServeOptions, url: &str, dev_mo
                 config.sign_in.api_base = miniprogram::api_base(&s.base_url);
             }
             sandbox = Some(s);
+            dev_keys = Some(keys);
         } else {
             let base = format!("http://{addr}");
             keys.configure_sandbox(
@@ -156,6 +158,20 @@ async fn run_with_database(config: Config, opts: ServeOptions, url: &str, dev_mo
             .await
             .map_err(|e| anyhow::anyhow!("{}", e.message()))?;
         print_dev_banner(&config, &seeded, sandbox.as_ref());
+        // A first start's workbench has something to look at: the demo's stories, told through
+        // the server's own routes once it listens (`dev::stories`).
+        if let (true, Some(keys)) = (seeded.created, dev_keys.take()) {
+            let state = state.clone();
+            tokio::spawn(async move {
+                match crate::dev::stories::tell(state, &keys, &seeded).await {
+                    Ok(told) => println!(
+                        "  demo stories: {} exception tickets on the workbench (a payment after cancel, a bill difference)",
+                        told.tickets
+                    ),
+                    Err(e) => tracing::warn!(error = %format!("{e:#}"), "the demo stories were not told"),
+                }
+            });
+        }
     }
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let background = if opts.workers {

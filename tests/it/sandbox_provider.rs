@@ -1219,3 +1219,53 @@ async fn dev_keys_configure_both_providers_whole_against_their_sandbox() {
     assert_eq!(app.order(&no).await["status"], "PAID");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The demo's stories (`dev::stories`, told on the first start of `cargo run --release`) end
+/// where staff must look, through the real routes: a payment after cancel at Alipay, and a
+/// WeChat Pay bill that differs from the books in an amount and a payment never heard of.
+#[tokio::test]
+async fn the_demo_stories_leave_the_workbench_three_tickets() {
+    use fitorder::dev::devkeys::DevKeys;
+    let dir = std::env::temp_dir().join(format!("fitorder-stories-{}-{}", std::process::id(), key()));
+    let d = dir.clone();
+    let keys = tokio::task::spawn_blocking(move || DevKeys::ensure(&d))
+        .await
+        .unwrap()
+        .unwrap();
+    let mut config = fitorder::config::Config::for_tests("postgres://unused".into());
+    let dev = keys.start_sandbox(&mut config, "127.0.0.1:0").await.unwrap();
+    let (wechat_base, alipay_gateway) = (dev.wechat_api_base(), dev.alipay_gateway());
+    let statements = dir.join("statements");
+    let app = TestApp::served_with(|c| {
+        keys.configure_sandbox(c, &wechat_base, &alipay_gateway);
+        c.statement_dir = statements.clone();
+    })
+    .await;
+    let mut conn = app.state.pool.get().await.unwrap();
+    let seeded = fitorder::dev::seed::seed(&mut conn).await.unwrap();
+    drop(conn);
+    assert!(seeded.created);
+    let told = fitorder::dev::stories::tell(app.state.clone(), &keys, &seeded)
+        .await
+        .unwrap();
+    assert_eq!(told.tickets, 3);
+    let tickets = app
+        .admin(
+            "{ exceptionTickets(first: 10) { edges { node { kind status } } } }",
+            json!({}),
+        )
+        .await;
+    let mut kinds: Vec<String> = tickets["exceptionTickets"]["edges"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["node"]["kind"].as_str().unwrap().to_string())
+        .collect();
+    kinds.sort();
+    assert_eq!(
+        kinds,
+        ["AMOUNT_MISMATCH", "PAID_AFTER_CANCEL", "PROVIDER_PAID_LOCAL_UNPAID"],
+        "{tickets:#}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -11,6 +11,7 @@ pub mod fuzzing;
 pub mod sandbox;
 pub mod sandbox_server;
 pub mod seed;
+pub mod stories;
 
 // The lower layers, under the names every crate of the workspace uses (`crate::domain::…`).
 #[allow(unused_imports)]

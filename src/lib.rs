@@ -16,6 +16,7 @@ pub use fitorder_db as db;
 pub use fitorder_db::events;
 pub use fitorder_dev as dev;
 pub use fitorder_domain as domain;
+pub use fitorder_providers as providers;
 pub use fitorder_providers::miniprogram;
 
 pub mod server;

@@ -308,7 +308,7 @@ async fn reconcile(config: Config, provider: Provider, date: chrono::NaiveDate, 
     let result = async {
         fitorder::db::migrate(&url).await?;
         let pool = fitorder::db::pool(&url, 4)?;
-        let keys = fitorder::payments::keys::ProviderKeys::load(&config)?;
+        let keys = fitorder::providers::keys::ProviderKeys::load(&config)?;
         let state = fitorder::app::AppState::with_keys(
             pool,
             config.clone(),

@@ -74,7 +74,7 @@ pub async fn run(config: Config, opts: ServeOptions) -> Result<()> {
 /// A process's shared state, built in this one place for `serve`, `worker` and the tests'
 /// `TestApp`: the providers' keys, the pool, the LISTEN connection.
 pub fn app_state(config: Config, url: &str) -> Result<AppState> {
-    let keys = crate::payments::keys::ProviderKeys::load(&config)?;
+    let keys = crate::providers::keys::ProviderKeys::load(&config)?;
     let pool = db::pool_with(url, config.db_pool_size, config.statement_timeout)?;
     // LISTEN needs a session of its own: behind PgBouncer in transaction pooling it goes to the
     // database directly (FITORDER_LISTEN_DATABASE_URL).

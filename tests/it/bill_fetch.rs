@@ -5,7 +5,7 @@ use chrono::{TimeZone, Utc};
 use fitorder::dev::sandbox_server::BillControls;
 use fitorder::domain::payment::Provider;
 use fitorder::domain::ReconciliationStatus;
-use fitorder::payments::provider::BillDownload;
+use fitorder::providers::provider::BillDownload;
 use fitorder::reconciliation::{self, statement_path};
 use fitorder::trace::TraceId;
 use serde_json::json;

@@ -592,7 +592,7 @@ async fn a_process_without_a_provider_leaves_its_refunds_to_one_that_has_it() {
     let other = fitorder::app::AppState::with_keys(
         pool,
         bare,
-        fitorder::payments::keys::ProviderKeys::default(),
+        fitorder::providers::keys::ProviderKeys::default(),
         fitorder::events::EventHub::detached(),
         app.db_url.clone(),
     );

@@ -221,8 +221,8 @@ async fn sign_wechat_answers(req: axum::extract::Request, next: axum::middleware
     let bytes = http_body_util::BodyExt::collect(body).await.unwrap().to_bytes();
     let ts = chrono::Utc::now().timestamp().to_string();
     let nonce = "FAKENONCE0123456789";
-    let message = fitorder::payments::wechat::signing::answer_message(&ts, nonce, &bytes);
-    let sig = fitorder::payments::crypto::sign(&crate::providers::wechat_platform_private(), &message);
+    let message = fitorder::providers::wechat::signing::answer_message(&ts, nonce, &bytes);
+    let sig = fitorder::providers::crypto::sign(&crate::providers::wechat_platform_private(), &message);
     for (k, v) in [
         ("wechatpay-timestamp", ts),
         ("wechatpay-nonce", nonce.to_string()),
@@ -254,7 +254,7 @@ async fn wechat_prepay(
 fn alipay_answer(method: &str, response: Value) -> String {
     let name = format!("{}_response", method.replace('.', "_"));
     let inner = response.to_string();
-    let sign = fitorder::payments::crypto::sign(&crate::providers::alipay_private(), inner.as_bytes());
+    let sign = fitorder::providers::crypto::sign(&crate::providers::alipay_private(), inner.as_bytes());
     format!("{{\"{name}\":{inner},\"sign\":\"{sign}\"}}")
 }
 

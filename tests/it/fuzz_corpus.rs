@@ -32,7 +32,7 @@ fn the_fuzz_corpora_replay_cleanly() {
 fn the_seed_bills_parse() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus");
     let mut rows = 0;
-    let s = fitorder::payments::bills::parse_wechat(
+    let s = fitorder::providers::bills::parse_wechat(
         &std::fs::read(root.join("wechat_bill/sample.csv")).unwrap()[..],
         |_| {
             rows += 1;
@@ -42,7 +42,7 @@ fn the_seed_bills_parse() {
     .unwrap();
     assert_eq!((s.rows, s.payments, s.refunds, rows), (3, 2, 1, 3));
     for f in ["sample-utf8.csv", "sample-gbk.csv"] {
-        let s = fitorder::payments::bills::parse_alipay(
+        let s = fitorder::providers::bills::parse_alipay(
             &std::fs::read(root.join("alipay_bill").join(f)).unwrap()[..],
             |_| Ok(()),
         )

@@ -32,17 +32,17 @@ const RANKS: &[(&str, u8, u8)] = &[
     ("db", 2, 0),
     ("events", 2, 0),
     // 3: the payment providers' clients.
-    ("payments::provider", 3, 0),
-    ("payments::api", 3, 0),
-    ("payments::keys", 3, 0),
-    ("payments::wechat", 3, 0),
-    ("payments::alipay", 3, 0),
-    ("payments::crypto", 3, 0),
-    ("payments::platform_keys", 3, 0),
-    ("payments::seen", 3, 0),
-    ("payments::sampling", 3, 0),
+    ("providers::provider", 3, 0),
+    ("providers::api", 3, 0),
+    ("providers::keys", 3, 0),
+    ("providers::wechat", 3, 0),
+    ("providers::alipay", 3, 0),
+    ("providers::crypto", 3, 0),
+    ("providers::platform_keys", 3, 0),
+    ("providers::seen", 3, 0),
+    ("providers::sampling", 3, 0),
     // The providers' bills: unpacking and parsing (each provider's `Plugin` names its own).
-    ("payments::bills", 3, 0),
+    ("providers::bills", 3, 0),
     // WeChat's mini-program API (members signing in).
     ("miniprogram", 3, 0),
     // 4: the shared state.
@@ -108,7 +108,7 @@ const CRATES: &[Crate] = &[
         what: "what every layer shares" },
     Crate { dir: "crates/db", ranks: 2..=2, mount: "db", unmounted: &["events"], root: Some("db"),
         what: "pools, migrations, schema, rows, `StaticQuery`, the LISTEN loop" },
-    Crate { dir: "crates/providers", ranks: 3..=3, mount: "payments", unmounted: &["miniprogram"], root: None,
+    Crate { dir: "crates/providers", ranks: 3..=3, mount: "providers", unmounted: &["miniprogram"], root: None,
         what: "the providers' clients: WeChat Pay, Alipay, their keys and certificates; WeChat's mini-program API" },
     Crate { dir: "crates/capabilities", ranks: 4..=5, mount: "", unmounted: &[], root: None,
         what: "the shared state and the capabilities" },
@@ -608,7 +608,7 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// src/orders/mod.rs -> orders, src/payments/wechat/client.rs -> payments::wechat::client,
+/// src/orders/mod.rs -> orders, src/payments/trades.rs -> payments::trades,
 /// src/lib.rs -> the crate root, src/main.rs -> main.
 fn module_of(rel: &Path) -> Vec<String> {
     let mut parts: Vec<String> = rel.iter().map(|p| p.to_string_lossy().into_owned()).collect();
@@ -971,7 +971,7 @@ fn the_layer_scan_reads_paths_like_the_compiler() {
 
     let r = |p: &str| rank_of(&p.split("::").map(String::from).collect::<Vec<_>>()).unwrap();
     assert_eq!(r("dev::sandbox_server::wechat").entry, "dev");
-    assert_eq!(r("payments::wechat::client").rank, 3);
+    assert_eq!(r("providers::wechat::client").rank, 3);
     assert_eq!(r("payments::trades").rank, 5);
     assert!(allowed(r("orders"), r("wallet")));
     assert!(!allowed(r("wallet"), r("orders")));
@@ -980,7 +980,7 @@ fn the_layer_scan_reads_paths_like_the_compiler() {
     assert!(!allowed(r("outbox"), r("payments")));
     assert!(!allowed(r("outbox"), r("orders")));
     assert!(allowed(r("config"), r("auth")));
-    assert!(!allowed(r("payments::wechat"), r("payments")));
+    assert!(!allowed(r("providers::wechat"), r("payments")));
 }
 
 /// Each crate depends (in its Cargo.toml) only on the workspace's crates below it.
@@ -1139,9 +1139,9 @@ const TABLES: &[(&str, &[(&str, &str)])] = &[
             ),
         ],
     ),
-    ("alipay_public_certs", &[("payments::alipay", "")]),
-    ("wechat_platform_certs", &[("payments::platform_keys", "")]),
-    ("wechat_platform_cert_refreshes", &[("payments::platform_keys", "")]),
+    ("alipay_public_certs", &[("providers::alipay", "")]),
+    ("wechat_platform_certs", &[("providers::platform_keys", "")]),
+    ("wechat_platform_cert_refreshes", &[("providers::platform_keys", "")]),
     (
         "compensation_events",
         &[
@@ -1487,8 +1487,8 @@ fn layers_table() -> String {
                         } else if krate.mount.is_empty() {
                             !matches!(
                                 first,
-                                "domain" | "db" | "events" | "payments" | "miniprogram" | "dev" | "server" | "main"
-                            ) || (krate.dir == "crates/capabilities" && *e == "payments")
+                                "domain" | "db" | "events" | "providers" | "miniprogram" | "dev" | "server" | "main"
+                            )
                         } else {
                             first == krate.mount || krate.unmounted.contains(&first)
                         }

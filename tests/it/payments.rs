@@ -301,22 +301,22 @@ async fn a_signature_made_by_openssl_verifies() {
     let sig = base64::engine::general_purpose::STANDARD.encode(out.stdout);
     let mut config = fitorder::config::Config::for_tests(String::new());
     providers::configure(&mut config);
-    let keys = fitorder::payments::keys::ProviderKeys::load(&config).unwrap();
-    let h = fitorder::payments::wechat::Headers {
+    let keys = fitorder::providers::keys::ProviderKeys::load(&config).unwrap();
+    let h = fitorder::providers::wechat::Headers {
         timestamp: Some(&ts.to_string()),
         nonce: Some("NONCE123"),
         signature: Some(&sig),
         serial: Some(providers::WECHAT_PUBLIC_KEY_ID),
     };
     assert_eq!(
-        fitorder::payments::wechat::verify(keys.wechat.as_ref().unwrap(), &h, body, ts),
+        fitorder::providers::wechat::verify(keys.wechat.as_ref().unwrap(), &h, body, ts),
         Ok(())
     );
-    let h2 = fitorder::payments::wechat::Headers {
+    let h2 = fitorder::providers::wechat::Headers {
         nonce: Some("NONCE124"),
         ..h
     };
-    assert!(fitorder::payments::wechat::verify(keys.wechat.as_ref().unwrap(), &h2, body, ts).is_err());
+    assert!(fitorder::providers::wechat::verify(keys.wechat.as_ref().unwrap(), &h2, body, ts).is_err());
 }
 
 fn tempdir() -> std::path::PathBuf {

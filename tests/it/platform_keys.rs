@@ -6,8 +6,8 @@ use std::path::PathBuf;
 
 use chrono::{TimeDelta, Utc};
 use diesel_async::RunQueryDsl;
-use fitorder::payments::platform_keys::{self, SharedKeyring};
-use fitorder::payments::platform_keys::{PlatformCert, VerifyError};
+use fitorder::providers::platform_keys::{self, SharedKeyring};
+use fitorder::providers::platform_keys::{PlatformCert, VerifyError};
 use rsa::pkcs8::DecodePublicKey;
 use rsa::RsaPublicKey;
 use serde_json::Value;

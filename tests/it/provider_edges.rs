@@ -181,9 +181,9 @@ async fn forged_serials_cost_one_refresh_and_no_pool_checkouts_and_a_rotated_one
     let now = Utc::now().timestamp().to_string();
     for i in 0..60 {
         let serial = if i % 3 == 0 {
-            format!("PUB_KEY_ID_{}", fitorder::payments::crypto::nonce(34))
+            format!("PUB_KEY_ID_{}", fitorder::providers::crypto::nonce(34))
         } else {
-            fitorder::payments::crypto::nonce(40)
+            fitorder::providers::crypto::nonce(40)
         };
         let (status, _, body) = app
             .post(
@@ -263,7 +263,7 @@ async fn app_trades_are_made_under_the_mobile_app_id_the_others_under_the_mini_p
     let mut c = fitorder::config::Config::for_tests("postgres://x".into());
     providers::configure(&mut c);
     c.wechatpay.mobile_app_id = None;
-    let keys = fitorder::payments::keys::ProviderKeys::load(&c).unwrap();
+    let keys = fitorder::providers::keys::ProviderKeys::load(&c).unwrap();
     assert_eq!(keys.wechat.unwrap().mobile_app_id, providers::WECHAT_APP_ID);
 }
 

@@ -76,7 +76,7 @@ async fn wait_for(what: &str, mut done: impl AsyncFnMut() -> bool) {
 fn second_instance(app: &TestApp) -> fitorder::app::AppState {
     let pool = fitorder::db::pool(&app.db_url, 4).unwrap();
     let config = (*app.state.config).clone();
-    let keys = fitorder::payments::keys::ProviderKeys::load(&config).unwrap();
+    let keys = fitorder::providers::keys::ProviderKeys::load(&config).unwrap();
     fitorder::app::AppState::with_keys(
         pool,
         config,

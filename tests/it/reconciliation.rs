@@ -5,7 +5,7 @@ use axum::http::StatusCode;
 use chrono::Utc;
 use fitorder::config::ExposeSecret;
 use fitorder::dev::bill_writers;
-use fitorder::payments::bills::{BillKind, BillRow};
+use fitorder::providers::bills::{BillKind, BillRow};
 use serde_json::json;
 
 use crate::harness::*;

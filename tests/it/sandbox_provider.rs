@@ -997,9 +997,9 @@ async fn cashier_page_in_headless_chromium_pays_the_order() {
 /// client built on them can be pointed at it.
 #[tokio::test]
 async fn fitorders_client_primitives_fit_the_sandbox() {
-    use fitorder::payments::alipay::gateway;
-    use fitorder::payments::crypto;
-    use fitorder::payments::wechat::signing;
+    use fitorder::providers::alipay::gateway;
+    use fitorder::providers::crypto;
+    use fitorder::providers::wechat::signing;
     let sb = sandbox().await;
     let me = providers::merchant_private();
     let m = signing::Merchant {
@@ -1197,7 +1197,7 @@ async fn dev_keys_configure_both_providers_whole_against_their_sandbox() {
     }
     let mut config = fitorder::config::Config::for_tests("postgres://unused".into());
     let dev = keys.start_sandbox(&mut config, "127.0.0.1:0").await.unwrap();
-    let loaded = fitorder::payments::keys::ProviderKeys::load(&config).unwrap();
+    let loaded = fitorder::providers::keys::ProviderKeys::load(&config).unwrap();
     assert!(
         loaded.wechat.is_some() && loaded.alipay.is_some(),
         "both providers whole"

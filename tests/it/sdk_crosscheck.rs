@@ -9,9 +9,9 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Command;
 
-use fitorder::payments::alipay::gateway::{self, AnswerError};
-use fitorder::payments::wechat::signing::{self, Merchant};
-use fitorder::payments::{crypto, keys};
+use fitorder::providers::alipay::gateway::{self, AnswerError};
+use fitorder::providers::wechat::signing::{self, Merchant};
+use fitorder::providers::{crypto, keys};
 use rsa::pkcs8::{EncodePublicKey, LineEnding};
 use rsa::RsaPublicKey;
 use serde_json::{json, Value};

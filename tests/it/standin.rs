@@ -39,9 +39,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use fitorder::payments::alipay::gateway;
-use fitorder::payments::wechat::signing::{self, Merchant};
-use fitorder::payments::{crypto, keys};
+use fitorder::providers::alipay::gateway;
+use fitorder::providers::wechat::signing::{self, Merchant};
+use fitorder::providers::{crypto, keys};
 use rsa::{RsaPrivateKey, RsaPublicKey};
 use serde_json::{json, Value};
 

@@ -10,8 +10,8 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use fitorder::payments::alipay::gateway;
-use fitorder::payments::crypto;
+use fitorder::providers::alipay::gateway;
+use fitorder::providers::crypto;
 use serde_json::{json, Value};
 
 use crate::harness::*;
@@ -138,7 +138,7 @@ async fn every_channel_opens_a_trade_that_carries_the_deadline_and_notify_url() 
                 );
                 let biz: Value = serde_json::from_str(&get("biz_content")).unwrap();
                 assert_eq!(biz["out_trade_no"], no);
-                assert_eq!(biz["time_expire"], fitorder::payments::provider::alipay_time(expires));
+                assert_eq!(biz["time_expire"], fitorder::providers::provider::alipay_time(expires));
                 // The gateway's rule: every non-empty parameter but sign, sign_type included.
                 assert!(crypto::verify(
                     &merchant,
@@ -523,12 +523,16 @@ async fn providers_configured_in_part_stop_the_start_naming_what_is_missing() {
     let mut c = fitorder::config::Config::for_tests("postgres://unused".into());
     providers::configure(&mut c);
     c.wechatpay.merchant_serial = None;
-    let err = fitorder::payments::keys::ProviderKeys::load(&c).err().expect("refused");
+    let err = fitorder::providers::keys::ProviderKeys::load(&c)
+        .err()
+        .expect("refused");
     assert!(format!("{err:#}").contains("WECHATPAY_MCH_SERIAL"), "{err:#}");
     let mut c = fitorder::config::Config::for_tests("postgres://unused".into());
     providers::configure(&mut c);
     c.alipay.app_private_key = None;
-    let err = fitorder::payments::keys::ProviderKeys::load(&c).err().expect("refused");
+    let err = fitorder::providers::keys::ProviderKeys::load(&c)
+        .err()
+        .expect("refused");
     assert!(format!("{err:#}").contains("ALIPAY_APP_PRIVATE_KEY"), "{err:#}");
 }
 

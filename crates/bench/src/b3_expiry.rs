@@ -8,7 +8,7 @@ use anyhow::{bail, Result};
 use fitorder::app::AppState;
 use fitorder::config::Config;
 use fitorder::events::EventHub;
-use fitorder::payments::keys::ProviderKeys;
+use fitorder::providers::keys::ProviderKeys;
 use tokio_postgres::Client;
 
 use crate::env::{connect, Bench, CpuSplit};

@@ -12,7 +12,7 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use chrono::{Duration as Days, FixedOffset, NaiveDate, TimeZone, Utc};
-use fitorder::payments::bills::{BillKind, BillRow};
+use fitorder::providers::bills::{BillKind, BillRow};
 use futures_util::SinkExt;
 
 use crate::env::{connect, run_measured, Bench, CpuSplit};

@@ -10,7 +10,7 @@ use std::time::Duration;
 use anyhow::{bail, Result};
 use bytes::Bytes;
 use fitorder::dev::devkeys::{DEV_MCH_ID, DEV_MERCHANT_SERIAL, DEV_WECHAT_APP_ID};
-use fitorder::payments::wechat::signing::{authorization, Merchant};
+use fitorder::providers::wechat::signing::{authorization, Merchant};
 
 use crate::env::{connect, Bench, CpuSplit};
 use crate::load::{self, ms, Outcome, Prepared, Until};
@@ -227,7 +227,7 @@ pub async fn run(bench: &mut Bench, s: &Sizes) -> Result<Row> {
     ));
     r.note(format!(
         "baseline: {n} Native prepay requests signed ahead of time by the bench with fitorder's \
-         `payments::wechat::signing::authorization` (the merchant key, the body fitorder's client sends), posted to \
+         `providers::wechat::signing::authorization` (the merchant key, the body fitorder's client sends), posted to \
          the sandbox's /v3/pay/transactions/native over {CONNECTIONS} keep-alive connection one after another; a \
          200 counts; {native_ok} verified Native prepays answered 200 by the sandbox over both phases"
     ));

@@ -5,8 +5,8 @@ use std::sync::Arc;
 use crate::config::Config;
 use crate::db::DbPool;
 use crate::events::EventHub;
-use crate::payments::api::ProviderApi;
-use crate::payments::keys::ProviderKeys;
+use crate::providers::api::ProviderApi;
+use crate::providers::keys::ProviderKeys;
 
 /// Members whose placements one process counts at once (the limiter's memory bound).
 const PLACING_KEYS: usize = 100_000;
@@ -25,12 +25,12 @@ pub struct AppState {
     pub evidence: DbPool,
     /// Payment keys this process saw processed lately: which way a notification takes
     /// (`payments::processed_lately`), never whether it is applied.
-    pub processed: Arc<crate::payments::seen::Seen>,
+    pub processed: Arc<crate::providers::seen::Seen>,
     /// Orders placed per member and minute (`FITORDER_PLACE_RATE`).
     pub placing: Arc<crate::ratelimit::RateLimiter>,
     /// Unverified callbacks kept per source address and minute, and in all
-    /// (`payments::sampling`).
-    pub unverified: Arc<crate::payments::sampling::UnverifiedSampler>,
+    /// (`providers::sampling`).
+    pub unverified: Arc<crate::providers::sampling::UnverifiedSampler>,
     /// WeChat's mini-program API, for members signing in (None: not configured).
     pub miniprogram: Option<Arc<crate::miniprogram::MiniProgram>>,
     /// The sign-in mutations' rate limits.
@@ -87,7 +87,7 @@ impl AppState {
             std::time::Duration::from_secs(60),
             PLACING_KEYS,
         );
-        let unverified = crate::payments::sampling::UnverifiedSampler::new(&config);
+        let unverified = crate::providers::sampling::UnverifiedSampler::new(&config);
         let oidc = config.oidc.clone().map(|c| {
             Arc::new(crate::auth::oidc::OidcVerifier::new(c).expect("an HTTP client is built without connecting"))
         });
@@ -126,7 +126,7 @@ impl AppState {
             events,
             db_url: Arc::new(db_url),
             evidence,
-            processed: Arc::new(crate::payments::seen::Seen::new(crate::payments::seen::KEEP)),
+            processed: Arc::new(crate::providers::seen::Seen::new(crate::providers::seen::KEEP)),
             oidc,
             replica,
         }

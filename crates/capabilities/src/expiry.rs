@@ -22,8 +22,8 @@ use crate::db::sql::StaticQuery;
 use crate::domain::{Actor, Ctx, OrderStatus, Provider};
 use crate::error::AppResult;
 use crate::payments;
-use crate::payments::api::{ProviderApi, TradeState};
 use crate::payments::closing::{self, Closing};
+use crate::providers::api::{ProviderApi, TradeState};
 use crate::trace::TraceId;
 
 /// Orders canceled per statement.

@@ -1,5 +1,5 @@
 //! Writers of both bills in the providers' formats, for the sandbox's bill downloads, tests and
-//! the benchmark. Development only: fitorder reads bills (`payments::bills`), never writes
+//! the benchmark. Development only: fitorder reads bills (`providers::bills`), never writes
 //! them. The bill parsers' own tests compile this file too (`reconciliation/bills/mod.rs`,
 //! `#[cfg(test)] mod write`), so it names what it uses by paths both crates have.
 
@@ -10,7 +10,7 @@ use chrono::{Datelike, NaiveDateTime, Timelike};
 use encoding_rs::GBK;
 
 use crate::domain::money::format_yuan;
-use crate::payments::bills::{BillKind, BillRow};
+use fitorder_providers::bills::{BillKind, BillRow};
 
 /// The header of a WeChat trade bill as the provider writes it (27 columns).
 pub(super) const WECHAT_HEADER: [&str; 27] = [

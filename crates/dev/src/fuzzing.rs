@@ -2,8 +2,8 @@
 //! on every CI run): each feeds untrusted bytes to a parser the way the service does and
 //! checks what must hold, panicking only on a real bug.
 
-use crate::payments::bills;
-use crate::payments::{alipay, wechat};
+use crate::providers::bills;
+use crate::providers::{alipay, wechat};
 
 pub fn wechat_bill(data: &[u8]) {
     let mut rows = 0usize;

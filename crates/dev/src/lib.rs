@@ -28,4 +28,6 @@ use fitorder_db as db;
 use fitorder_db::events;
 use fitorder_domain as domain;
 #[allow(unused_imports)]
+use fitorder_providers as providers;
+#[allow(unused_imports)]
 use fitorder_providers::miniprogram;

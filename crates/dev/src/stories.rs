@@ -29,7 +29,7 @@ use crate::devkeys::DevKeys;
 use crate::domain::money::format_yuan;
 use crate::domain::{Actor, Ctx, PaymentMethod, Provider};
 use crate::orders::{PlaceOrder, PlacedItem};
-use crate::payments::bills::{BillKind, BillRow};
+use crate::providers::bills::{BillKind, BillRow};
 use crate::seed::Seeded;
 use crate::trace::TraceId;
 
@@ -87,7 +87,7 @@ pub async fn tell(state: AppState, keys: &DevKeys, seeded: &Seeded) -> anyhow::R
         &format_yuan(order.amount_cents),
     );
     let sent = http
-        .post(format!("{base}{}", crate::payments::alipay::NOTIFY_PATH))
+        .post(format!("{base}{}", crate::providers::alipay::NOTIFY_PATH))
         .header("content-type", "application/x-www-form-urlencoded")
         .body(form)
         .send()
@@ -124,7 +124,7 @@ pub async fn tell(state: AppState, keys: &DevKeys, seeded: &Seeded) -> anyhow::R
         Utc::now().timestamp(),
     );
     let mut req = http
-        .post(format!("{base}{}", crate::payments::wechat::NOTIFY_PATH))
+        .post(format!("{base}{}", crate::providers::wechat::NOTIFY_PATH))
         .header("content-type", "application/json");
     for (k, v) in &n.headers {
         req = req.header(*k, v);

@@ -23,5 +23,7 @@ use fitorder_db as db;
 #[allow(unused_imports)]
 use fitorder_db::events;
 use fitorder_domain as domain;
-// `crate::payments::wechat::…` reads the same here and in the capabilities' `payments`.
-use crate as payments;
+// The bill writers of `fitorder-dev`, compiled into this crate's tests (`bills::write`), name
+// the bills as any other crate does.
+#[cfg(test)]
+extern crate self as fitorder_providers;

@@ -1,5 +1,5 @@
 //! `POST /pay/<provider>/notify`: one handler for every provider of the registry
-//! (`payments::provider::PLUGINS`), which answers in the provider's own words (`Plugin::reply`).
+//! (`providers::provider::PLUGINS`), which answers in the provider's own words (`Plugin::reply`).
 
 use axum::body::Bytes;
 use axum::extract::State;
@@ -10,8 +10,8 @@ use axum::Extension;
 use super::HttpState;
 use crate::domain::payment::Provider;
 use crate::error::AppError;
-use crate::payments::provider::{CheckedNotification, NotifyOutcome as Handled};
 use crate::payments::{self, evidence_text, Outcome, Received};
+use crate::providers::provider::{CheckedNotification, NotifyOutcome as Handled};
 use crate::trace::TraceId;
 
 /// Refused callbacks are logged at WARN at most this many times a minute (a flood of
@@ -151,7 +151,7 @@ pub async fn notify(
     body: Bytes,
 ) -> Response {
     let outcome = handle(&s, provider, &extensions, &headers, &body, &trace).await;
-    let reply = crate::payments::provider::plugin(provider).reply(outcome);
+    let reply = crate::providers::provider::plugin(provider).reply(outcome);
     let status = StatusCode::from_u16(reply.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     if reply.body.is_empty() {
         return status.into_response();

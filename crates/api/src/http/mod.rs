@@ -107,7 +107,7 @@ pub fn router(app: AppState) -> Router {
         .route("/ops/assets/{name}", get(workbench::asset))
         .route("/reports/prepaid.csv", get(reports::prepaid_csv));
     // Each provider's notify path (the contract's), from the registry.
-    let routes = crate::payments::provider::PLUGINS.iter().fold(routes, |routes, p| {
+    let routes = crate::providers::provider::PLUGINS.iter().fold(routes, |routes, p| {
         let provider = p.provider();
         let notify =
             move |st: axum::extract::State<HttpState>,
@@ -209,7 +209,7 @@ fn known_route(path: &str) -> &'static str {
         "/ops/assets/{name}" => "/ops/assets",
         "/graphql/assets/{name}" => "/graphql/assets",
         // The providers' notify paths.
-        other => crate::payments::provider::PLUGINS
+        other => crate::providers::provider::PLUGINS
             .iter()
             .map(|p| p.notify_path())
             .find(|p| *p == other)

@@ -11,7 +11,7 @@ use crate::config::Config;
 use crate::db::models::CompensationEvent;
 use crate::domain::effect::{AccessPayload, AlertPayload, RefundPayload};
 use crate::domain::Effect;
-use crate::payments::api::{self, ProviderApi, RefundRequest, RefundState};
+use crate::providers::api::{self, ProviderApi, RefundRequest, RefundState};
 
 /// How an attempt ended.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -8,7 +8,6 @@ use diesel::prelude::*;
 use diesel_async::RunQueryDsl;
 use serde_json::json;
 
-use super::api::{Closed, ProviderError, TradeState};
 use super::{Notice, Outcome, Received};
 use crate::app::AppState;
 use crate::auth::Viewer;
@@ -17,6 +16,7 @@ use crate::db::schema::payment_trades;
 use crate::domain::{Ctx, OrderStatus, Provider};
 use crate::error::{AppError, AppResult};
 use crate::orders;
+use crate::providers::api::{Closed, ProviderError, TradeState};
 use crate::trace::TraceId;
 
 /// How closing a trade ended.

@@ -11,10 +11,8 @@
 pub mod closing;
 pub mod trades;
 
-// The providers' clients (rank 3, the `fitorder-providers` crate), under `payments::` as before.
-pub use fitorder_providers::{alipay, api, bills, crypto, keys, platform_keys, provider, sampling, seen, wechat};
-
-pub use provider::{evidence_header, evidence_text, Notice};
+// What a notification says, as the providers' clients (`crate::providers`) read it.
+pub use crate::providers::provider::{evidence_header, evidence_text, Notice};
 
 use diesel::prelude::*;
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
@@ -29,9 +27,9 @@ use crate::domain::{Actor, Ctx, OrderStatus, PaymentMethod, Provider, TicketKind
 use crate::error::{AppError, AppResult};
 use crate::orders::{self, PaymentApplied};
 use crate::outbox::{self, Effect, RefundPayload};
+use crate::providers::seen::Seen;
 use crate::tickets::NewTicket;
 use crate::trace::TraceId;
-use seen::Seen;
 
 /// How a callback ended (the domain's word; `Outcome` here, where callbacks are applied).
 pub use crate::domain::payment::CallbackOutcome as Outcome;

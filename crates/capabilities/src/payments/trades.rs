@@ -7,12 +7,12 @@ use chrono::{DateTime, Utc};
 use diesel::prelude::*;
 use diesel_async::RunQueryDsl;
 
-use super::provider::{Instruction, ProviderError, TradeRequest};
 use crate::app::AppState;
 use crate::db::models::Order;
 use crate::db::schema::{members, payment_trades};
 use crate::domain::{OrderStatus, PayChannel, PaymentMethod, Provider};
 use crate::error::{AppError, AppResult};
+use crate::providers::provider::{Instruction, ProviderError, TradeRequest};
 use crate::trace::TraceId;
 
 /// Why a JSAPI payment cannot start (checked before placing and again when it starts).

@@ -53,7 +53,7 @@ pub(super) async fn bill_file(
         ))
     })?;
     let fetched = gateway.fetch_bill(date, dir, trace.as_str()).await.map_err(|e| {
-        use crate::payments::provider::ProviderError as E;
+        use crate::providers::provider::ProviderError as E;
         let what = match &e {
             E::Unreachable(_) => {
                 "the provider did not answer; it is asked again at the next run (or run the \
@@ -78,14 +78,14 @@ pub(super) async fn bill_file(
         ))
     })?;
     let (archive, sha1) = match fetched {
-        crate::payments::provider::BillDownload::NotReady(why) => return Ok(Fetched::NotMade(why)),
-        crate::payments::provider::BillDownload::NoBill(why) => return Ok(Fetched::NoBill(why)),
-        crate::payments::provider::BillDownload::Downloaded { archive, sha1 } => (archive, sha1),
+        crate::providers::provider::BillDownload::NotReady(why) => return Ok(Fetched::NotMade(why)),
+        crate::providers::provider::BillDownload::NoBill(why) => return Ok(Fetched::NoBill(why)),
+        crate::providers::provider::BillDownload::Downloaded { archive, sha1 } => (archive, sha1),
     };
     let dest = path.clone();
     let unpacked = tokio::task::spawn_blocking({
         let archive = archive.clone();
-        let plugin = crate::payments::provider::plugin(provider);
+        let plugin = crate::providers::provider::plugin(provider);
         move || plugin.unpack_bill(&archive, sha1.as_deref(), &dest)
     })
     .await

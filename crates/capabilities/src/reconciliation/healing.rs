@@ -138,7 +138,7 @@ pub(super) async fn heal(
     let answers: Vec<(Unbooked, bool)> = futures_util::stream::iter(missing)
         .map(|m| async move {
             let ok = match state.providers.query(provider, &m.order_no, trace.as_str()).await {
-                Ok(crate::payments::provider::TradeState::Paid { txn_id, amount_cents }) => {
+                Ok(crate::providers::provider::TradeState::Paid { txn_id, amount_cents }) => {
                     m.provider_txn_id.as_deref() == Some(txn_id.as_str()) && amount_cents == m.amount_cents
                 }
                 Ok(_) => false,

@@ -11,7 +11,7 @@
 //! findings in SQL, `healing.rs` what a run settles by itself, `schedule.rs` the daily run and
 //! the WAITING days; the statements are in `sql/`, the bills' parsers in [`bills`].
 
-use crate::payments::bills;
+use crate::providers::bills;
 mod fetch;
 mod healing;
 mod load;

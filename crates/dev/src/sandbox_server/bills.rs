@@ -23,7 +23,7 @@ use sha1::{Digest, Sha1};
 
 use super::{alnum, State, ALIPAY, WECHAT_PAY};
 use crate::bill_writers::{write_alipay_bill, write_wechat_bill};
-use crate::payments::bills::{BillKind, BillRow};
+use crate::providers::bills::{BillKind, BillRow};
 
 /// How the sandbox's bill service misbehaves, for tests.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

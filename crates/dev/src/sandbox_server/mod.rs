@@ -20,7 +20,7 @@
 //!   `notify_url`.
 //!
 //! The checking and signing here is written from the providers' documentation and shares no
-//! code with fitorder's client (`payments::crypto`, `wechat::signing`, `alipay::gateway`), so a
+//! code with fitorder's client (`providers::crypto`, `wechat::signing`, `alipay::gateway`), so a
 //! test that runs the client against the sandbox has an independent other side. Notifications
 //! are built by [`super::sandbox`], which shares nothing with the notification verifiers either.
 //!
@@ -450,7 +450,7 @@ impl SandboxProvider {
         &self,
         provider: &str,
         date: chrono::NaiveDate,
-        rows: &[crate::payments::bills::BillRow],
+        rows: &[crate::providers::bills::BillRow],
     ) -> Result<()> {
         let p = provider_name(provider).ok_or_else(|| anyhow!("unknown provider {provider}"))?;
         let pid = if p == ALIPAY {

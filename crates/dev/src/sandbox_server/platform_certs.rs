@@ -1,7 +1,7 @@
 //! The sandbox's WeChat Pay platform certificates: self-signed (SHA256withRSA) for its platform
 //! keys, and the `GET /v3/certificates` answer that lists them, encrypted with the APIv3 key
 //! (AEAD_AES_256_GCM, associated data `certificate`) as WeChat Pay lists them. Development only:
-//! fitorder's client reads such answers (`payments::platform_keys`), never makes them.
+//! fitorder's client reads such answers (`providers::platform_keys`), never makes them.
 
 use std::str::FromStr;
 
@@ -20,8 +20,8 @@ use x509_cert::serial_number::SerialNumber;
 use x509_cert::spki::SubjectPublicKeyInfoOwned;
 use x509_cert::time::Validity;
 
-use crate::payments::crypto::{parse_certificate, CertError};
-use crate::payments::platform_keys::{CERTIFICATE_ASSOCIATED_DATA, WECHAT_AEAD_ALGORITHM};
+use crate::providers::crypto::{parse_certificate, CertError};
+use crate::providers::platform_keys::{CERTIFICATE_ASSOCIATED_DATA, WECHAT_AEAD_ALGORITHM};
 
 /// The inverse of fitorder's `platform_keys::aead_decrypt`: base64(ciphertext‖tag).
 pub fn aead_encrypt(key: &[u8], nonce: &[u8], associated_data: &[u8], plaintext: &[u8]) -> Result<String, CertError> {
@@ -121,7 +121,7 @@ mod tests {
     use std::process::Command;
 
     use super::*;
-    use crate::payments::platform_keys::decrypt_certificates;
+    use crate::providers::platform_keys::decrypt_certificates;
 
     fn openssl(args: &[&str]) -> Vec<u8> {
         let out = Command::new("openssl").args(args).output().expect("the openssl CLI");

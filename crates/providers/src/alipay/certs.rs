@@ -28,8 +28,8 @@ use x509_cert::ext::pkix::{BasicConstraints, KeyUsage};
 use x509_cert::Certificate;
 
 use crate::config::AlipayConfig;
-use crate::payments::crypto::{parse_pem_bundle, CertError, CertInfo, RSA_SIGNATURE_OID_PREFIX};
-use crate::payments::keys::{check_base, read_private, read_public, read_text, whole};
+use crate::crypto::{parse_pem_bundle, CertError, CertInfo, RSA_SIGNATURE_OID_PREFIX};
+use crate::keys::{check_base, read_private, read_public, read_text, whole};
 
 /// Alipay's certificate mode: the SNs requests carry and answers are checked against.
 #[derive(Clone, Debug)]
@@ -513,9 +513,9 @@ mod tests {
     use serde_json::Value;
 
     use super::*;
-    use crate::payments::alipay;
-    use crate::payments::crypto::test_samples::*;
-    use crate::payments::crypto::{self, parse_certificate};
+    use crate::alipay;
+    use crate::crypto::test_samples::*;
+    use crate::crypto::{self, parse_certificate};
 
     #[test]
     fn unknown_sns_cost_a_lookup_every_few_seconds_and_a_download_a_minute() {
@@ -608,7 +608,7 @@ mod tests {
         let app_key = RsaPrivateKey::new(&mut rand_core::OsRng, 512).unwrap();
         let keys_of = |vec: &Value| AlipayKeys {
             app_id: vec["params"]["app_id"].as_str().unwrap().to_string(),
-            public_key: crate::payments::keys::parse_public_key(s(vec, "/alipay_public_key_base64_spki")).unwrap(),
+            public_key: crate::keys::parse_public_key(s(vec, "/alipay_public_key_base64_spki")).unwrap(),
             app_private_key: app_key.clone(),
             cert: None,
             root_cert_pem: None,
@@ -694,7 +694,7 @@ mod chain_tests {
     use x509_cert::TbsCertificate;
 
     use super::*;
-    use crate::payments::crypto::test_samples::text;
+    use crate::crypto::test_samples::text;
 
     const ROOT: &str = "CN=Test Root R1,OU=Certification Authority,O=Test,C=CN";
     const CA: &str = "CN=Test Class 2 R1,OU=Certification Authority,O=Test,C=CN";

@@ -12,8 +12,8 @@ use serde_json::{json, Value};
 use super::gateway;
 use crate::domain::money::{format_yuan, parse_yuan};
 use crate::domain::payment::{PayChannel, Provider};
-use crate::payments::keys::AlipayKeys;
-use crate::payments::provider::*;
+use crate::keys::AlipayKeys;
+use crate::provider::*;
 
 pub struct Alipay {
     http: reqwest::Client,
@@ -252,10 +252,10 @@ fn refused(v: &Value) -> ProviderError {
 }
 
 impl Alipay {
-    fn verify_notification(&self, fields: &[(String, String)]) -> Result<(), crate::payments::alipay::AlipayError> {
+    fn verify_notification(&self, fields: &[(String, String)]) -> Result<(), crate::alipay::AlipayError> {
         let mut keys = vec![self.keys.public_key.clone()];
         keys.extend(self.keys.renewed.keys());
-        crate::payments::alipay::verify_with(&self.keys, &keys, fields)
+        crate::alipay::verify_with(&self.keys, &keys, fields)
     }
 
     /// Loads the renewed certificates other instances stored (at most every few seconds);
@@ -479,7 +479,7 @@ impl Gateway for Alipay {
                 // The URL lapsed: ask for a new one.
                 continue;
             }
-            let archive = dir.join(format!(".alipay-{date}.{}.zip.part", crate::payments::crypto::nonce(8)));
+            let archive = dir.join(format!(".alipay-{date}.{}.zip.part", crate::crypto::nonce(8)));
             stream_to_file(resp, &archive, DOWNLOAD_TIMEOUT).await?;
             // An expired link answers an error page, not a zip.
             let mut magic = [0u8; 2];
@@ -508,8 +508,8 @@ impl Gateway for Alipay {
         body: &[u8],
         trace: &str,
     ) -> CheckedNotification {
-        use crate::payments::alipay;
-        use crate::payments::provider::{evidence_header, evidence_text};
+        use crate::alipay;
+        use crate::provider::{evidence_header, evidence_text};
         let fields = match alipay::parse_form(body) {
             Ok(f) => f,
             Err(e) => {

@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use rsa::{RsaPrivateKey, RsaPublicKey};
 use serde_json::value::RawValue;
 
-use crate::payments::crypto;
+use crate::crypto;
 
 /// The string a request's `sign` covers: every non-empty parameter but `sign`, sorted by key.
 pub fn request_content(params: &[(String, String)]) -> String {

@@ -179,7 +179,7 @@ fn write_in_place<R: Read>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::payments::bills::{parse_alipay, parse_wechat, BillSummary};
+    use crate::bills::{parse_alipay, parse_wechat, BillSummary};
 
     fn samples() -> PathBuf {
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/provider-samples")

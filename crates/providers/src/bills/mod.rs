@@ -135,5 +135,5 @@ pub fn parse<R: BufRead>(
     mut input: R,
     mut row: impl FnMut(BillRow) -> Result<(), String>,
 ) -> Result<BillSummary, BillError> {
-    crate::payments::provider::plugin(provider).parse_bill(&mut input, &mut row)
+    crate::provider::plugin(provider).parse_bill(&mut input, &mut row)
 }

@@ -5,7 +5,7 @@ use aes_gcm::{Aes128Gcm, Aes256Gcm, KeyInit, Nonce};
 use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine;
 
-use crate::payments::crypto::CertError;
+use crate::crypto::CertError;
 
 /// The only algorithm `/v3/certificates` answers and notifications name.
 pub const WECHAT_AEAD_ALGORITHM: &str = "AEAD_AES_256_GCM";

@@ -6,7 +6,7 @@ use rsa::RsaPublicKey;
 use serde::Deserialize;
 
 use super::aead::{aead_decrypt, WECHAT_AEAD_ALGORITHM};
-use crate::payments::crypto::{bad, parse_certificate, CertError};
+use crate::crypto::{bad, parse_certificate, CertError};
 
 /// One WeChat Pay platform certificate, decrypted and checked.
 #[derive(Debug, Clone)]

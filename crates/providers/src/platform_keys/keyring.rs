@@ -114,8 +114,8 @@ impl Keyring {
         let key = self
             .key_for(serial)
             .ok_or_else(|| VerifyError::UnknownSerial(serial.trim().to_string()))?;
-        let message = crate::payments::wechat::signing::answer_message(timestamp, nonce, body);
-        if crate::payments::crypto::verify(key, &message, signature_b64) {
+        let message = crate::wechat::signing::answer_message(timestamp, nonce, body);
+        if crate::crypto::verify(key, &message, signature_b64) {
             Ok(())
         } else {
             Err(VerifyError::BadSignature)

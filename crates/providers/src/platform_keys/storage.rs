@@ -8,8 +8,8 @@ use diesel::upsert::excluded;
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 
 use super::certificates::PlatformCert;
+use crate::crypto::parse_certificate;
 use crate::db::schema::{wechat_platform_cert_refreshes as refreshes, wechat_platform_certs as certs};
-use crate::payments::crypto::parse_certificate;
 
 /// The `wechat_platform_cert_refreshes` row this store uses.
 pub const REFRESH_SCOPE: &str = "wechat";

@@ -12,10 +12,10 @@ use serde_json::Value;
 
 use super::certificates::rfc3339;
 use super::*;
-use crate::payments::crypto;
-use crate::payments::crypto::test_samples::*;
-use crate::payments::crypto::{parse_certificate, CertError};
-use crate::payments::wechat::signing::answer_message;
+use crate::crypto;
+use crate::crypto::test_samples::*;
+use crate::crypto::{parse_certificate, CertError};
+use crate::wechat::signing::answer_message;
 
 /// A WeChat Pay signature over `timestamp\nnonce\nbody\n`, checked as the clients and the
 /// callback check do it: the one message builder, the one RSA-SHA256 verification.

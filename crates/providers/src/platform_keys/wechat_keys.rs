@@ -5,7 +5,7 @@ use rsa::RsaPrivateKey;
 
 use super::refresh::SharedKeyring;
 use crate::config::WechatPayConfig;
-use crate::payments::keys::{check_base, read_private, read_public, whole};
+use crate::keys::{check_base, read_private, read_public, whole};
 
 /// WeChat Pay API v3, configured whole.
 pub struct WechatKeys {

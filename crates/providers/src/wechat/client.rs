@@ -9,11 +9,11 @@ use reqwest::Method;
 use serde_json::{json, Value};
 
 use super::signing::{self, Merchant};
+use crate::crypto;
 use crate::domain::payment::{PayChannel, Provider};
-use crate::payments::crypto;
-use crate::payments::keys::WechatKeys;
-use crate::payments::platform_keys::VerifyError;
-use crate::payments::provider::*;
+use crate::keys::WechatKeys;
+use crate::platform_keys::VerifyError;
+use crate::provider::*;
 use futures_util::FutureExt;
 
 /// Answers older or newer than this are refused, as the official SDKs do.
@@ -173,7 +173,7 @@ impl WechatPay {
     /// certificates when it wins the claim (once a minute across all instances), else reloads
     /// what the winner stored. Afterwards the caller looks the serial up again in memory.
     ///
-    /// [`UNKNOWN_REFRESH_MIN_INTERVAL_SECS`]: crate::payments::platform_keys::UNKNOWN_REFRESH_MIN_INTERVAL_SECS
+    /// [`UNKNOWN_REFRESH_MIN_INTERVAL_SECS`]: crate::platform_keys::UNKNOWN_REFRESH_MIN_INTERVAL_SECS
     pub async fn unknown_serial(&self, wait: Duration, trace: &str) {
         let refresh = self.keys.platform.unknown_serial(chrono::Utc::now(), || {
             let me = self.clone();
@@ -223,7 +223,7 @@ impl WechatPay {
         if raw.status != 200 {
             return Err(ProviderError::Refused(format!("/v3/certificates: HTTP {}", raw.status)));
         }
-        let fetched = crate::payments::platform_keys::decrypt_certificates(&self.keys.apiv3_key, &raw.body)
+        let fetched = crate::platform_keys::decrypt_certificates(&self.keys.apiv3_key, &raw.body)
             .map_err(|e| ProviderError::Unsigned(format!("/v3/certificates: {e}")))?;
         let mut ring = self.keys.platform.snapshot();
         for c in &fetched {
@@ -622,7 +622,7 @@ impl Gateway for WechatPay {
         body: &[u8],
         trace: &str,
     ) -> CheckedNotification {
-        use crate::payments::{provider::evidence_header, wechat};
+        use crate::{provider::evidence_header, wechat};
         let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
         let h = wechat::Headers {
             timestamp: header("wechatpay-timestamp"),
@@ -638,7 +638,7 @@ impl Gateway for WechatPay {
         // refused from memory, a new certificate of WeChat's is fetched by the one refresh.
         if let Some(serial) = h.serial {
             if self.keys.platform.key_for(serial.trim()).is_none() {
-                self.unknown_serial(crate::payments::platform_keys::UNKNOWN_SERIAL_WAIT, trace)
+                self.unknown_serial(crate::platform_keys::UNKNOWN_SERIAL_WAIT, trace)
                     .await;
             }
         }

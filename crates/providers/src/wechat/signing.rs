@@ -4,7 +4,7 @@
 
 use rsa::RsaPrivateKey;
 
-use crate::payments::crypto;
+use crate::crypto;
 
 /// The merchant identity every signed call carries.
 pub struct Merchant<'a> {

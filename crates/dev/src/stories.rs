@@ -71,6 +71,7 @@ pub async fn tell(state: AppState, keys: &DevKeys, seeded: &Seeded) -> anyhow::R
         &state,
         &staff,
         &ctx,
+        store,
         zhang_wei,
         PlacedItem::ClassPack(pack),
         PaymentMethod::Alipay,
@@ -110,6 +111,7 @@ pub async fn tell(state: AppState, keys: &DevKeys, seeded: &Seeded) -> anyhow::R
         &state,
         &staff,
         &ctx,
+        store,
         wang_fang,
         PlacedItem::MembershipPlan(card),
         PaymentMethod::WechatPay,
@@ -189,12 +191,12 @@ async fn place(
     state: &AppState,
     staff: &Viewer,
     ctx: &Ctx,
+    store: i64,
     member: i64,
     item: PlacedItem,
     method: PaymentMethod,
     key: &str,
 ) -> anyhow::Result<crate::db::models::Order> {
-    let store = state_store(conn, member).await?;
     let req = PlaceOrder {
         idempotency_key: key.into(),
         store_id: store,
@@ -208,15 +210,6 @@ async fn place(
     crate::orders::place_order(conn, &state.config, staff, req, ctx)
         .await
         .map_err(|e| anyhow::anyhow!(e.message()))
-}
-
-async fn state_store(conn: &mut diesel_async::AsyncPgConnection, member: i64) -> anyhow::Result<i64> {
-    use crate::db::schema::members;
-    Ok(members::table
-        .find(member)
-        .select(members::store_id)
-        .first(conn)
-        .await?)
 }
 
 /// The server answers `/healthz` (it starts listening right after the demo data is made).

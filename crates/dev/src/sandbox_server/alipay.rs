@@ -18,9 +18,12 @@ use axum::Router;
 use chrono::{DateTime, NaiveDateTime, TimeZone, Utc};
 use serde_json::{json, Value};
 
+use std::sync::atomic::Ordering;
+
+use super::record::unreachable_notification;
 use super::{
     alipay_trade_no, cashier, cashier_url, parse_yuan, rsa_sign, rsa_verify, shanghai, valid_notify_url, yuan,
-    AlipayRefundFlow, Inner, SandboxCall, SandboxRefund, SandboxTrade, ALIPAY,
+    AlipayRefundFlow, AlipaySandbox, Inner, SandboxCall, SandboxNotification, SandboxRefund, SandboxTrade, ALIPAY,
 };
 
 pub(super) const BUYER_ID: &str = "2088102177846880";
@@ -789,6 +792,50 @@ async fn bill_download(State(inner): State<Arc<Inner>>, OriginalUri(uri): Origin
             "<html><body>下载链接已失效</body></html>",
         )
             .into_response(),
+    }
+}
+
+/// The sandbox's Alipay notifications.
+impl Inner {
+    /// POSTs a signed Alipay notification with `fields` (the envelope fields are added).
+    pub(super) async fn notify_alipay(
+        &self,
+        out_trade_no: &str,
+        url: &str,
+        event: &str,
+        fields: &[(&str, &str)],
+    ) -> SandboxNotification {
+        let signer = AlipaySandbox {
+            alipay_key: self.notification_key(ALIPAY).await,
+            app_id: self.keys.alipay_app_id.clone(),
+        };
+        let body = signer.notification(fields);
+        if self.lose_notifications.load(Ordering::SeqCst) {
+            return self.lost(ALIPAY, out_trade_no, event, url);
+        }
+        let req = self
+            .http
+            .post(url)
+            .header("content-type", "application/x-www-form-urlencoded; charset=utf-8")
+            .header("user-agent", "Mozilla/4.0 (fitorder sandbox; Alipay)");
+        let sent = match req.body(body).send().await {
+            Ok(resp) => {
+                let status = resp.status().as_u16();
+                let reply = resp.text().await.unwrap_or_default();
+                SandboxNotification {
+                    provider: ALIPAY.into(),
+                    out_trade_no: out_trade_no.into(),
+                    event: event.into(),
+                    url: url.into(),
+                    status: Some(status),
+                    acknowledged: status == 200 && reply.trim() == "success",
+                    reply,
+                }
+            }
+            Err(e) => unreachable_notification(ALIPAY, out_trade_no, event, url, &e),
+        };
+        self.lock().notifications.push(sent.clone());
+        sent
     }
 }
 

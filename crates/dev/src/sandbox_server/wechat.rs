@@ -19,9 +19,15 @@ use axum::Router;
 use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
 
+use std::sync::atomic::Ordering;
+
+use rsa::RsaPrivateKey;
+
+use super::record::unreachable_notification;
 use super::{
-    alnum, cashier_url, digits, error_json, rfc3339_cn, rsa_sign, rsa_verify, valid_notify_url, Inner, RefundFlow,
-    SandboxCall, SandboxKeys, SandboxNotification, SandboxRefund, SandboxTrade, WECHAT_PAY,
+    alnum, cashier_url, cert_serial, digits, error_json, platform_certs, rfc3339_cn, rsa_sign, rsa_verify,
+    valid_notify_url, Inner, RefundFlow, SandboxCall, SandboxKeys, SandboxNotification, SandboxRefund, SandboxTrade,
+    WechatSandbox, WechatSerialMode, WECHAT_PAY,
 };
 
 /// How far the Authorization timestamp may be from now.
@@ -895,4 +901,151 @@ async fn certificates(State(inner): State<Arc<Inner>>, OriginalUri(uri): Origina
         }
     })
     .await
+}
+
+/// The sandbox's WeChat Pay side of its memory: which key and serial sign, and the notifications.
+impl Inner {
+    /// The `Wechatpay-Serial` of the next answer or notification.
+    pub(super) fn wechat_serial(&self) -> String {
+        let mode = {
+            let mut s = self.lock();
+            s.serials_named += 1;
+            match s.serial_mode {
+                WechatSerialMode::Alternate if s.serials_named.is_multiple_of(2) => WechatSerialMode::Certificate,
+                WechatSerialMode::Alternate => WechatSerialMode::PublicKey,
+                m => m,
+            }
+        };
+        match mode {
+            WechatSerialMode::Certificate => cert_serial(&self.keys.wechat_platform_key),
+            _ => self.keys.wechat_public_key_id.clone(),
+        }
+    }
+
+    /// What signs the next WeChat answer or notification: the key and the serial naming it.
+    /// `requested`: the `Wechatpay-Serial` of the request answered (during a switch the answer
+    /// follows it).
+    pub(super) async fn wechat_signer(&self, answer: bool, requested: Option<&str>) -> (RsaPrivateKey, String) {
+        let switching = self.lock().key_switch;
+        let wrong = if answer {
+            self.wrong_answer_key.load(Ordering::SeqCst)
+        } else {
+            self.wrong_notification_key.load(Ordering::SeqCst)
+        };
+        if !switching || wrong {
+            let key = if answer {
+                self.answer_key(WECHAT_PAY).await
+            } else {
+                self.notification_key(WECHAT_PAY).await
+            };
+            return (key, self.wechat_serial());
+        }
+        let Ok((cert_key, cert_serial, _)) = self.switch_cert().await else {
+            return (self.own_key(WECHAT_PAY), self.wechat_serial());
+        };
+        let public = (
+            self.keys.wechat_platform_key.clone(),
+            self.keys.wechat_public_key_id.clone(),
+        );
+        let cert = (cert_key, cert_serial.clone());
+        match requested.map(str::trim) {
+            Some(r) if r == self.keys.wechat_public_key_id => public,
+            Some(r) if r.eq_ignore_ascii_case(&cert_serial) => cert,
+            _ => {
+                let n = {
+                    let mut s = self.lock();
+                    s.serials_named += 1;
+                    s.serials_named
+                };
+                if n.is_multiple_of(2) {
+                    cert
+                } else {
+                    public
+                }
+            }
+        }
+    }
+
+    /// The key-switch certificate: a second platform key and its self-signed certificate.
+    pub(super) async fn switch_cert(&self) -> Result<(RsaPrivateKey, String, String), String> {
+        self.switch_cert
+            .get_or_try_init(|| async {
+                tokio::task::spawn_blocking(move || {
+                    let key = RsaPrivateKey::new(&mut rand_core::OsRng, 2048).map_err(|e| e.to_string())?;
+                    let serial = cert_serial(&key);
+                    let pem = platform_certs::self_signed_platform_cert(
+                        &key,
+                        &serial,
+                        "fitorder sandbox WeChat Pay platform (switch)",
+                        1825,
+                    )
+                    .map_err(|e| e.to_string())?;
+                    Ok::<_, String>((key, serial, pem))
+                })
+                .await
+                .map_err(|e| e.to_string())?
+            })
+            .await
+            .cloned()
+    }
+
+    /// The certificates `/v3/certificates` lists: the platform key's, and during a key switch
+    /// the other key's.
+    pub(super) async fn listed_certs(&self) -> Result<Vec<(String, String)>, String> {
+        let mut certs = vec![self.platform_cert().await?];
+        if self.lock().key_switch {
+            let (_, serial, pem) = self.switch_cert().await?;
+            certs.push((serial, pem));
+        }
+        Ok(certs)
+    }
+
+    /// POSTs a signed WeChat Pay notification.
+    pub(super) async fn notify_wechat(
+        &self,
+        out_trade_no: &str,
+        url: &str,
+        event_type: &str,
+        resource: &Value,
+    ) -> SandboxNotification {
+        let (platform_key, serial) = self.wechat_signer(false, None).await;
+        let signer = WechatSandbox {
+            platform_key,
+            apiv3_key: self.keys.apiv3_key,
+            mch_id: self.keys.mch_id.clone(),
+            serial,
+            app_id: self.keys.wechat_app_id.clone(),
+        };
+        let n = signer.notification(event_type, resource, Utc::now().timestamp());
+        if self.lose_notifications.load(Ordering::SeqCst) {
+            return self.lost(WECHAT_PAY, out_trade_no, event_type, url);
+        }
+        let mut req = self
+            .http
+            .post(url)
+            .header("content-type", "application/json")
+            .header("user-agent", "Mozilla/4.0 (fitorder sandbox; WeChat Pay)")
+            .header("wechatpay-signature-type", "WECHATPAY2-SHA256-RSA2048");
+        for (k, v) in &n.headers {
+            req = req.header(*k, v);
+        }
+        let sent = match req.body(n.body).send().await {
+            Ok(resp) => {
+                let status = resp.status().as_u16();
+                let reply = resp.text().await.unwrap_or_default();
+                SandboxNotification {
+                    provider: WECHAT_PAY.into(),
+                    out_trade_no: out_trade_no.into(),
+                    event: event_type.into(),
+                    url: url.into(),
+                    status: Some(status),
+                    acknowledged: (200..300).contains(&status),
+                    reply,
+                }
+            }
+            Err(e) => unreachable_notification(WECHAT_PAY, out_trade_no, event_type, url, &e),
+        };
+        self.lock().notifications.push(sent.clone());
+        sent
+    }
 }

@@ -20,7 +20,6 @@ use serde_json::{json, Value};
 
 use std::sync::atomic::Ordering;
 
-use super::record::unreachable_notification;
 use super::{
     alipay_trade_no, cashier, cashier_url, parse_yuan, rsa_sign, rsa_verify, shanghai, valid_notify_url, yuan,
     AlipayRefundFlow, AlipaySandbox, Inner, SandboxCall, SandboxNotification, SandboxRefund, SandboxTrade, ALIPAY,
@@ -818,24 +817,10 @@ impl Inner {
             .post(url)
             .header("content-type", "application/x-www-form-urlencoded; charset=utf-8")
             .header("user-agent", "Mozilla/4.0 (fitorder sandbox; Alipay)");
-        let sent = match req.body(body).send().await {
-            Ok(resp) => {
-                let status = resp.status().as_u16();
-                let reply = resp.text().await.unwrap_or_default();
-                SandboxNotification {
-                    provider: ALIPAY.into(),
-                    out_trade_no: out_trade_no.into(),
-                    event: event.into(),
-                    url: url.into(),
-                    status: Some(status),
-                    acknowledged: status == 200 && reply.trim() == "success",
-                    reply,
-                }
-            }
-            Err(e) => unreachable_notification(ALIPAY, out_trade_no, event, url, &e),
-        };
-        self.lock().notifications.push(sent.clone());
-        sent
+        self.deliver(ALIPAY, out_trade_no, event, url, req.body(body), |status, reply| {
+            status == 200 && reply.trim() == "success"
+        })
+        .await
     }
 }
 

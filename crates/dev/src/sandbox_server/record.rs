@@ -82,6 +82,37 @@ impl Inner {
 }
 
 impl Inner {
+    /// Sends a notification and records what became of it; `acknowledged` is the provider's rule
+    /// for a success, read from the status and the reply.
+    pub(super) async fn deliver(
+        &self,
+        provider: &str,
+        out_trade_no: &str,
+        event: &str,
+        url: &str,
+        request: reqwest::RequestBuilder,
+        acknowledged: fn(u16, &str) -> bool,
+    ) -> SandboxNotification {
+        let sent = match request.send().await {
+            Ok(resp) => {
+                let status = resp.status().as_u16();
+                let reply = resp.text().await.unwrap_or_default();
+                SandboxNotification {
+                    provider: provider.into(),
+                    out_trade_no: out_trade_no.into(),
+                    event: event.into(),
+                    url: url.into(),
+                    status: Some(status),
+                    acknowledged: acknowledged(status, &reply),
+                    reply,
+                }
+            }
+            Err(e) => unreachable_notification(provider, out_trade_no, event, url, &e),
+        };
+        self.lock().notifications.push(sent.clone());
+        sent
+    }
+
     pub(super) fn lost(&self, provider: &str, no: &str, event: &str, url: &str) -> SandboxNotification {
         let n = SandboxNotification {
             provider: provider.into(),
@@ -97,7 +128,7 @@ impl Inner {
     }
 }
 
-pub(super) fn unreachable_notification(
+fn unreachable_notification(
     provider: &str,
     no: &str,
     event: &str,

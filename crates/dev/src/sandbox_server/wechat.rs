@@ -23,7 +23,6 @@ use std::sync::atomic::Ordering;
 
 use rsa::RsaPrivateKey;
 
-use super::record::unreachable_notification;
 use super::{
     alnum, cashier_url, cert_serial, digits, error_json, platform_certs, rfc3339_cn, rsa_sign, rsa_verify,
     valid_notify_url, Inner, RefundFlow, SandboxCall, SandboxKeys, SandboxNotification, SandboxRefund, SandboxTrade,
@@ -1029,23 +1028,14 @@ impl Inner {
         for (k, v) in &n.headers {
             req = req.header(*k, v);
         }
-        let sent = match req.body(n.body).send().await {
-            Ok(resp) => {
-                let status = resp.status().as_u16();
-                let reply = resp.text().await.unwrap_or_default();
-                SandboxNotification {
-                    provider: WECHAT_PAY.into(),
-                    out_trade_no: out_trade_no.into(),
-                    event: event_type.into(),
-                    url: url.into(),
-                    status: Some(status),
-                    acknowledged: (200..300).contains(&status),
-                    reply,
-                }
-            }
-            Err(e) => unreachable_notification(WECHAT_PAY, out_trade_no, event_type, url, &e),
-        };
-        self.lock().notifications.push(sent.clone());
-        sent
+        self.deliver(
+            WECHAT_PAY,
+            out_trade_no,
+            event_type,
+            url,
+            req.body(n.body),
+            |status, _reply| (200..300).contains(&status),
+        )
+        .await
     }
 }

@@ -66,27 +66,27 @@ async fn members_are_found_by_phone_name_and_store_as_each_role_may() {
 
     // The last four digits: every store's, newest first.
     let r = find(&app, &admin, json!({"phone": "1234"})).await;
-    assert_eq!(ids(&r), [wei_b.clone(), li.clone(), zhang.clone()], "{r}");
+    assert_eq!(ids(&r), [wei_b.as_str(), li.as_str(), zhang.as_str()], "{r}");
     assert_eq!(ok(&r)["members"]["totalCount"], 3);
     // The whole number, as the desk may type it (spaces, dashes), or with its country code.
     let r = find(&app, &admin, json!({"phone": "138-0000 1234"})).await;
-    assert_eq!(ids(&r), [zhang.clone()], "{r}");
+    assert_eq!(ids(&r), [zhang.as_str()], "{r}");
     let node = &ok(&r)["members"]["edges"][0]["node"];
     assert_eq!(node["phone"], "13800001234");
     assert_eq!(node["store"]["id"], a.store.as_str());
     assert_eq!(node["wallet"]["balanceCents"], 0);
     let r = find(&app, &admin, json!({"phone": "+8613600001234"})).await;
-    assert_eq!(ids(&r), [wei_b.clone()]);
+    assert_eq!(ids(&r), [wei_b.as_str()]);
     // A number nobody has: nobody, though its last four are common.
     let r = find(&app, &admin, json!({"phone": "13500001234"})).await;
     assert_eq!(ids(&r), Vec::<String>::new());
     // Any part of the name: case-insensitive for Latin, a Chinese substring.
     let r = find(&app, &admin, json!({"name": "wei"})).await;
-    assert_eq!(ids(&r), [wei_b.clone(), zhang.clone()]);
+    assert_eq!(ids(&r), [wei_b.as_str(), zhang.as_str()]);
     let r = find(&app, &admin, json!({"name": "三丰"})).await;
-    assert_eq!(ids(&r), [sanfeng.clone()]);
+    assert_eq!(ids(&r), [sanfeng.as_str()]);
     let r = find(&app, &admin, json!({"name": "张三丰"})).await;
-    assert_eq!(ids(&r), [sanfeng.clone()]);
+    assert_eq!(ids(&r), [sanfeng.as_str()]);
     // LIKE's wildcards are letters here, not wildcards.
     let r = find(&app, &admin, json!({"name": "W%i"})).await;
     assert_eq!(ids(&r), Vec::<String>::new());
@@ -94,14 +94,14 @@ async fn members_are_found_by_phone_name_and_store_as_each_role_may() {
     assert_eq!(ids(&r), Vec::<String>::new());
     // Filters narrow together; the store narrows.
     let r = find(&app, &admin, json!({"phone": "1234", "storeId": a.store})).await;
-    assert_eq!(ids(&r), [li.clone(), zhang.clone()]);
+    assert_eq!(ids(&r), [li.as_str(), zhang.as_str()]);
     let r = find(&app, &admin, json!({"phone": "1234", "name": "zhang"})).await;
-    assert_eq!(ids(&r), [wei_b.clone(), zhang.clone()]);
+    assert_eq!(ids(&r), [wei_b.as_str(), zhang.as_str()]);
 
     // A store-limited admin finds only their stores' members, whatever the filter says.
     let limited = limited_admin(&app, &a.store);
     let r = find(&app, &limited, json!({"phone": "1234"})).await;
-    assert_eq!(ids(&r), [li.clone(), zhang.clone()]);
+    assert_eq!(ids(&r), [li.as_str(), zhang.as_str()]);
     let r = find(&app, &limited, json!({"phone": "1234", "storeId": b.store})).await;
     assert_eq!(ids(&r), Vec::<String>::new());
     assert_eq!(ok(&r)["members"]["totalCount"], 0);
@@ -182,8 +182,10 @@ async fn an_empty_filter_pages_through_every_member_once() {
     // The index behind the last four digits is there for the planner (the bench shows the
     // plan on a million members).
     assert_eq!(
-        app.sql_i64("SELECT count(*) AS v FROM pg_indexes WHERE indexname IN ('members_phone_last4', 'members_name_trgm')")
-            .await,
+        app.sql_i64(
+            "SELECT count(*) AS v FROM pg_indexes WHERE indexname IN ('members_phone_last4', 'members_name_trgm')"
+        )
+        .await,
         2
     );
 }
@@ -202,7 +204,9 @@ async fn wallet_entries_explain_the_balance_newest_first() {
     let paid = app
         .buy(&s.member, &s.store, json!({"classPackId": s.pack}), "WALLET")
         .await;
-    let r = app.admin(REFUND, json!({"orderNo": paid, "reason": "changed mind"})).await;
+    let r = app
+        .admin(REFUND, json!({"orderNo": paid, "reason": "changed mind"}))
+        .await;
     assert_eq!(r["refundOrder"]["refundAmountCents"], 10_000);
     let placed = app
         .place(
@@ -250,7 +254,13 @@ async fn wallet_entries_explain_the_balance_newest_first() {
             row("FREEZE", -4000, 26_000, json!(mixed), json!(null)),
             row("REFUND", 10_000, 30_000, json!(paid), json!(null)),
             row("PAYMENT", -10_000, 20_000, json!(paid), json!(null)),
-            row("TOP_UP", 30_000, 30_000, json!(null), json!(format!("init-{}", s.member))),
+            row(
+                "TOP_UP",
+                30_000,
+                30_000,
+                json!(null),
+                json!(format!("init-{}", s.member))
+            ),
         ]
     );
     // The newest row's balance is the wallet's; the rows' trace ids are their requests'.
@@ -290,7 +300,11 @@ async fn wallet_entries_explain_the_balance_newest_first() {
     // an admin of another store.
     let doc = operation(NEXT_ADMIN, "MemberWallet");
     let vars = json!({"id": s.member, "first": 1});
-    for token in [app.member_token(&s.member), app.ops_token(), limited_admin(&app, &s.store)] {
+    for token in [
+        app.member_token(&s.member),
+        app.ops_token(),
+        limited_admin(&app, &s.store),
+    ] {
         let r = app.gql(Some(&token), &doc, vars.clone()).await;
         assert_eq!(ok(&r)["member"]["walletEntries"]["totalCount"], 5, "{r}");
     }
@@ -375,7 +389,11 @@ async fn catalog_changes_hold_for_new_orders_and_retired_items_are_sold_no_more(
         ("UpdateClassPack", json!({"stock": -1})),
         ("UpdateClassPack", json!({"stock": 3, "unlimitedStock": true})),
     ] {
-        let id = if name == "UpdateMembershipPlan" { &s.plan } else { &s.pack };
+        let id = if name == "UpdateMembershipPlan" {
+            &s.plan
+        } else {
+            &s.pack
+        };
         let r = op(&app, &admin, name, json!({"id": id, "input": input})).await;
         assert_eq!(error_code(&r), "BAD_USER_INPUT", "{name} {input}: {r}");
     }
@@ -383,12 +401,24 @@ async fn catalog_changes_hold_for_new_orders_and_retired_items_are_sold_no_more(
     assert_eq!(r["order"]["amountCents"], 25_000);
 
     // The pack's stock: units left on sale, then no limit.
-    let r = op(&app, &admin, "UpdateClassPack", json!({"id": s.pack, "input": {"stock": 5, "priceCents": 12_000}})).await;
+    let r = op(
+        &app,
+        &admin,
+        "UpdateClassPack",
+        json!({"id": s.pack, "input": {"stock": 5, "priceCents": 12_000}}),
+    )
+    .await;
     assert_eq!(
         ok(&r)["updateClassPack"],
         json!({"id": s.pack, "name": "Ten", "priceCents": 12_000, "remainingStock": 5, "retired": false})
     );
-    let r = op(&app, &admin, "UpdateClassPack", json!({"id": s.pack, "input": {"unlimitedStock": true}})).await;
+    let r = op(
+        &app,
+        &admin,
+        "UpdateClassPack",
+        json!({"id": s.pack, "input": {"unlimitedStock": true}}),
+    )
+    .await;
     assert_eq!(ok(&r)["updateClassPack"]["remainingStock"], json!(null));
 
     // Retired: not in the catalog members read, refused when ordered, kept on its orders;
@@ -402,7 +432,12 @@ async fn catalog_changes_hold_for_new_orders_and_retired_items_are_sold_no_more(
     assert_eq!(ok(&r)["retireClassPack"]["retired"], true);
     assert_eq!(app.sql_i64("SELECT count(*) AS v FROM catalog_changes").await, audits);
     let r = app
-        .op(&app.member_token(&s.member), MEMBER_OPS, "Catalog", json!({"storeId": s.store}))
+        .op(
+            &app.member_token(&s.member),
+            MEMBER_OPS,
+            "Catalog",
+            json!({"storeId": s.store}),
+        )
         .await;
     assert_eq!(r["data"]["catalog"]["membershipPlans"], json!([]), "{r}");
     assert_eq!(r["data"]["catalog"]["classPacks"], json!([]), "{r}");
@@ -420,14 +455,20 @@ async fn catalog_changes_hold_for_new_orders_and_retired_items_are_sold_no_more(
         assert_eq!(ext(&r)["reason"], "RETIRED", "{r}");
     }
     let r = app.admin(PLACED_ITEM, json!({"no": pack_before})).await;
-    assert_eq!(r["order"], json!({"itemName": "Ten", "amountCents": 10_000, "status": "PAID"}));
+    assert_eq!(
+        r["order"],
+        json!({"itemName": "Ten", "amountCents": 10_000, "status": "PAID"})
+    );
     let r = app
         .admin(
             "query($id: ID!) { memberships(filter: {memberId: $id}) { edges { node { plan { id retired } } } } }",
             json!({"id": s.member}),
         )
         .await;
-    assert_eq!(r["memberships"]["edges"][0]["node"]["plan"], json!({"id": s.plan, "retired": true}));
+    assert_eq!(
+        r["memberships"]["edges"][0]["node"]["plan"],
+        json!({"id": s.plan, "retired": true})
+    );
     for (name, id) in [("UpdateClassPack", &s.pack), ("UpdateMembershipPlan", &s.plan)] {
         let r = op(&app, &admin, name, json!({"id": id, "input": {"name": "Back again"}})).await;
         assert_eq!(error_code(&r), "BAD_USER_INPUT", "{r}");
@@ -520,8 +561,11 @@ async fn catalog_changes_are_admins_of_the_store_and_the_prepaid_rules_hold() {
     .await;
     assert_eq!(ext(&r)["reason"], "PREPAID_LIMIT", "{r}");
     assert_eq!(
-        app.sql_i64(&format!("SELECT price_cents AS v FROM class_packs WHERE id = {}", s.pack))
-            .await,
+        app.sql_i64(&format!(
+            "SELECT price_cents AS v FROM class_packs WHERE id = {}",
+            s.pack
+        ))
+        .await,
         10_000
     );
 }

@@ -294,7 +294,11 @@ impl MemberSearch {
     /// [`MIN_NAME_PART_CHARS`] (or over 100 characters), is refused (`INVALID_FILTER`).
     pub fn parse(phone: Option<&str>, name: Option<&str>, store_id: Option<i64>) -> AppResult<MemberSearch> {
         let phone = phone
-            .map(|p| p.chars().filter(|c| !c.is_whitespace() && *c != '-').collect::<String>())
+            .map(|p| {
+                p.chars()
+                    .filter(|c| !c.is_whitespace() && *c != '-')
+                    .collect::<String>()
+            })
             .filter(|p| !p.is_empty())
             .map(|p| {
                 let digits = p.strip_prefix('+').unwrap_or(&p);
@@ -313,7 +317,7 @@ impl MemberSearch {
             .filter(|n| !n.is_empty())
             .map(|n| {
                 let chars = n.chars().count();
-                if chars < MIN_NAME_PART_CHARS || chars > 100 {
+                if !(MIN_NAME_PART_CHARS..=100).contains(&chars) {
                     Err(invalid_filter(format!(
                         "name must be {MIN_NAME_PART_CHARS} to 100 characters of the name"
                     )))
@@ -331,10 +335,7 @@ impl MemberSearch {
 /// `members_phone_last4` (the whole number too: its last four, then the whole), a part of the
 /// name through the trigram index `members_name_trgm` (`ILIKE`: case-insensitive for Latin
 /// letters, any substring for Chinese).
-pub fn find_members(
-    search: &MemberSearch,
-    stores: Option<&[i64]>,
-) -> members::BoxedQuery<'static, diesel::pg::Pg> {
+pub fn find_members(search: &MemberSearch, stores: Option<&[i64]>) -> members::BoxedQuery<'static, diesel::pg::Pg> {
     use diesel::dsl::sql;
     use diesel::sql_types::{Bool, Text};
     let mut q = members::table.into_boxed();

@@ -212,14 +212,12 @@ pub async fn entries(
     first: i64,
 ) -> AppResult<Vec<WalletEntry>> {
     use diesel::sql_types::BigInt;
-    Ok(
-        crate::db::sql::StaticQuery::new(include_str!("wallet_entries.sql"))
-            .bind::<BigInt, _>(member_id)
-            .bind::<BigInt, _>(after.unwrap_or(0))
-            .bind::<BigInt, _>(first)
-            .load(conn)
-            .await?,
-    )
+    Ok(crate::db::sql::StaticQuery::new(include_str!("wallet_entries.sql"))
+        .bind::<BigInt, _>(member_id)
+        .bind::<BigInt, _>(after.unwrap_or(0))
+        .bind::<BigInt, _>(first)
+        .load(conn)
+        .await?)
 }
 
 /// How many movements a member's wallet has had.

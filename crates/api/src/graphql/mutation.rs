@@ -464,7 +464,12 @@ impl Mutation {
     }
 
     /// admins: a class pack's name, price, stock, for orders placed from now on
-    async fn update_class_pack(&self, ctx: &Context<'_>, id: ID, input: UpdateClassPackInput) -> GqlResult<ClassPackNode> {
+    async fn update_class_pack(
+        &self,
+        ctx: &Context<'_>,
+        id: ID,
+        input: UpdateClassPackInput,
+    ) -> GqlResult<ClassPackNode> {
         let v = require_admin(ctx)?;
         let actx = actor_ctx(ctx)?;
         let id = parse_id(&id, "id")?;

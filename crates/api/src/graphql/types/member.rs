@@ -118,7 +118,14 @@ impl MemberNode {
             0
         };
         let rows = crate::wallet::entries(&mut c, self.0.id, after, first + 1).await?;
-        Ok(connection::build(rows, first, after, total, |r| r.id, super::WalletEntryNode))
+        Ok(connection::build(
+            rows,
+            first,
+            after,
+            total,
+            |r| r.id,
+            super::WalletEntryNode,
+        ))
     }
     async fn memberships(&self, ctx: &Context<'_>) -> GqlResult<Vec<MembershipNode>> {
         let v = request(ctx).viewer.as_ref();

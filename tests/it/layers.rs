@@ -1044,6 +1044,7 @@ const TABLES: &[(&str, &[(&str, &str)])] = &[
         ],
     ),
     ("membership_plans", &[("catalog", "")]),
+    ("catalog_changes", &[("catalog", "")]),
     (
         "class_packs",
         &[

@@ -33,6 +33,7 @@ mod b11_signin;
 mod b12_persisted;
 mod b13_prepaid;
 mod b14_freezes;
+mod b15_members;
 mod b1_callbacks;
 mod b3_expiry;
 mod b4_reconcile;
@@ -177,8 +178,9 @@ pub struct Args {
 }
 
 /// Every benchmark, in the report's order.
-pub const ALL: [&str; 17] = [
+pub const ALL: [&str; 18] = [
     "B1", "B1b", "B2", "B3", "B4", "B5", "B5r", "B6", "B7", "B8", "B9", "B10", "B11", "B12", "B13", "B13L", "B14",
+    "B15",
 ];
 
 fn parse_args() -> Result<Args> {
@@ -413,6 +415,18 @@ async fn run_all(bench: &mut Bench, args: &Args) -> Result<Vec<Row>> {
                 .await
                 .unwrap_or_else(|e| Row::failed("B14", &e)),
         );
+    }
+    if args.wants("B15") {
+        settle(bench, "B15").await;
+        rows.push(
+            b15_members::run(bench, s)
+                .await
+                .unwrap_or_else(|e| Row::failed("B15", &e)),
+        );
+        // A million members: their autovacuum would run during the next ones.
+        if !args.keep {
+            bench.drop_db_now("b15").await;
+        }
     }
     if args.wants("B6") {
         settle(bench, "B6").await;

@@ -160,3 +160,71 @@ pub async fn top_up(
     })
     .await
 }
+
+/// One movement of a member's wallet as the desk reads it (`Member.walletEntries`).
+#[derive(Debug, Clone, diesel::QueryableByName)]
+pub struct WalletEntry {
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    pub id: i64,
+    #[diesel(sql_type = diesel::sql_types::Timestamptz)]
+    pub created_at: chrono::DateTime<chrono::Utc>,
+    #[diesel(sql_type = diesel::sql_types::Text)]
+    pub kind: WalletMoveKind,
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    pub balance_delta: i64,
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    pub frozen_delta: i64,
+    #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::Text>)]
+    pub reference: Option<String>,
+    #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::Text>)]
+    pub order_no: Option<String>,
+    #[diesel(sql_type = diesel::sql_types::Text)]
+    pub trace_id: String,
+    /// the spendable balance (the money not frozen) after this movement
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    pub balance_after: i64,
+}
+
+impl WalletEntry {
+    /// The movement's amount, signed as it changes the member's money: what a top-up, an
+    /// unfreeze or a refund adds to the spendable balance, what a payment, a freeze or a fee
+    /// takes from it; a capture (the frozen part of a MIXED order taken) takes the frozen money,
+    /// leaving the spendable balance as it was.
+    pub fn amount_cents(&self) -> i64 {
+        match self.kind {
+            WalletMoveKind::Capture => self.frozen_delta,
+            WalletMoveKind::TopUp
+            | WalletMoveKind::Pay
+            | WalletMoveKind::Freeze
+            | WalletMoveKind::Unfreeze
+            | WalletMoveKind::Refund
+            | WalletMoveKind::Fee => self.balance_delta,
+        }
+    }
+}
+
+/// A page of a member's wallet movements, newest first in write order: `first` rows after the
+/// movement `after` (its id; `None`: from the newest).
+pub async fn entries(
+    conn: &mut AsyncPgConnection,
+    member_id: i64,
+    after: Option<i64>,
+    first: i64,
+) -> AppResult<Vec<WalletEntry>> {
+    use diesel::sql_types::BigInt;
+    Ok(crate::db::sql::StaticQuery::new(include_str!("wallet_entries.sql"))
+        .bind::<BigInt, _>(member_id)
+        .bind::<BigInt, _>(after.unwrap_or(0))
+        .bind::<BigInt, _>(first)
+        .load(conn)
+        .await?)
+}
+
+/// How many movements a member's wallet has had.
+pub async fn entry_count(conn: &mut AsyncPgConnection, member_id: i64) -> AppResult<i64> {
+    Ok(wallet_ledger::table
+        .filter(wallet_ledger::member_id.eq(member_id))
+        .count()
+        .get_result(conn)
+        .await?)
+}

@@ -44,6 +44,8 @@ pub struct MembershipPlan {
     pub created_at: DateTime<Utc>,
     pub max_freeze_days: i32,
     pub max_freezes: i32,
+    /// set when retired: sold no more
+    pub retired_at: Option<DateTime<Utc>>,
 }
 
 #[derive(Debug, Clone, Queryable, Selectable, QueryableByName)]
@@ -56,6 +58,8 @@ pub struct ClassPack {
     pub price_cents: i64,
     pub stock: Option<i32>,
     pub created_at: DateTime<Utc>,
+    /// set when retired: sold no more
+    pub retired_at: Option<DateTime<Utc>>,
 }
 
 #[derive(Debug, Clone, Queryable, Selectable, QueryableByName)]

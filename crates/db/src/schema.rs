@@ -34,6 +34,7 @@ diesel::table! {
         created_at -> Timestamptz,
         max_freeze_days -> Int4,
         max_freezes -> Int4,
+        retired_at -> Nullable<Timestamptz>,
     }
 }
 
@@ -46,6 +47,7 @@ diesel::table! {
         price_cents -> Int8,
         stock -> Nullable<Int4>,
         created_at -> Timestamptz,
+        retired_at -> Nullable<Timestamptz>,
     }
 }
 
@@ -533,6 +535,20 @@ diesel::table! {
         trace_id -> Text,
         from_member_id -> Nullable<Int8>,
         to_member_id -> Nullable<Int8>,
+        at -> Timestamptz,
+    }
+}
+
+diesel::table! {
+    catalog_changes (id) {
+        id -> Int8,
+        store_id -> Int8,
+        membership_plan_id -> Nullable<Int8>,
+        class_pack_id -> Nullable<Int8>,
+        retired -> Bool,
+        summary -> Text,
+        actor -> Text,
+        trace_id -> Text,
         at -> Timestamptz,
     }
 }

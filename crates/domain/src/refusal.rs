@@ -45,5 +45,10 @@ vocabulary! {
         /// A member's cooling-off refund of an order part of which was used: staff refund the
         /// unused share.
         AlreadyUsed = "ALREADY_USED",
+        /// A catalog item that was retired: it is sold no more and cannot be changed.
+        Retired = "RETIRED",
+        /// A search filter that cannot be asked (a phone that is neither four digits nor a
+        /// whole number, a name part too short to look for).
+        InvalidFilter = "INVALID_FILTER",
     }
 }

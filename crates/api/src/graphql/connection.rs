@@ -4,7 +4,10 @@
 use async_graphql::{OutputType, SimpleObject};
 use base64::Engine;
 
-use super::types::{CompensationEventNode, ExceptionTicketNode, MembershipNode, OrderNode, ReconciliationRunNode};
+use super::types::{
+    CompensationEventNode, ExceptionTicketNode, MemberNode, MembershipNode, OrderNode, ReconciliationRunNode,
+    WalletEntryNode,
+};
 use crate::error::{AppError, AppResult};
 
 pub const DEFAULT_PAGE: i64 = 20;
@@ -24,6 +27,8 @@ pub struct PageInfo {
 #[graphql(concrete(name = "ExceptionTicketEdge", params(ExceptionTicketNode)))]
 #[graphql(concrete(name = "CompensationEventEdge", params(CompensationEventNode)))]
 #[graphql(concrete(name = "ReconciliationRunEdge", params(ReconciliationRunNode)))]
+#[graphql(concrete(name = "MemberEdge", params(MemberNode)))]
+#[graphql(concrete(name = "WalletEntryEdge", params(WalletEntryNode)))]
 pub struct Edge<T: OutputType> {
     pub cursor: String,
     pub node: T,
@@ -35,6 +40,8 @@ pub struct Edge<T: OutputType> {
 #[graphql(concrete(name = "ExceptionTicketConnection", params(ExceptionTicketNode)))]
 #[graphql(concrete(name = "CompensationEventConnection", params(CompensationEventNode)))]
 #[graphql(concrete(name = "ReconciliationRunConnection", params(ReconciliationRunNode)))]
+#[graphql(concrete(name = "MemberConnection", params(MemberNode)))]
+#[graphql(concrete(name = "WalletEntryConnection", params(WalletEntryNode)))]
 pub struct Connection<T: OutputType>
 where
     Edge<T>: OutputType,

@@ -428,6 +428,83 @@ impl Mutation {
         ))
     }
 
+    /// admins: a plan's name, price, freezing limits, for orders placed from now on
+    async fn update_membership_plan(
+        &self,
+        ctx: &Context<'_>,
+        id: ID,
+        input: UpdateMembershipPlanInput,
+    ) -> GqlResult<MembershipPlanNode> {
+        let v = require_admin(ctx)?;
+        let actx = actor_ctx(ctx)?;
+        let id = parse_id(&id, "id")?;
+        let change = catalog::PlanChange {
+            name: input.name,
+            price_cents: input.price_cents,
+            max_freeze_days: input.max_freeze_days,
+            max_freezes: input.max_freezes,
+        };
+        let mut c = conn(ctx).await?;
+        catalog::update_membership_plan(&mut c, v, id, change, &actx)
+            .await
+            .map(MembershipPlanNode)
+            .gql()
+    }
+
+    /// admins: the plan is sold no more (kept on the orders that bought it)
+    async fn retire_membership_plan(&self, ctx: &Context<'_>, id: ID) -> GqlResult<MembershipPlanNode> {
+        let v = require_admin(ctx)?;
+        let actx = actor_ctx(ctx)?;
+        let id = parse_id(&id, "id")?;
+        let mut c = conn(ctx).await?;
+        catalog::retire_membership_plan(&mut c, v, id, &actx)
+            .await
+            .map(MembershipPlanNode)
+            .gql()
+    }
+
+    /// admins: a class pack's name, price, stock, for orders placed from now on
+    async fn update_class_pack(
+        &self,
+        ctx: &Context<'_>,
+        id: ID,
+        input: UpdateClassPackInput,
+    ) -> GqlResult<ClassPackNode> {
+        let v = require_admin(ctx)?;
+        let actx = actor_ctx(ctx)?;
+        let id = parse_id(&id, "id")?;
+        let stock = match (input.stock, input.unlimited_stock) {
+            (Some(_), Some(true)) => {
+                return Err(AppError::bad("stock and unlimitedStock: true exclude each other").into());
+            }
+            (Some(n), _) => Some(catalog::StockChange::Units(n)),
+            (None, Some(true)) => Some(catalog::StockChange::Unlimited),
+            (None, _) => None,
+        };
+        let change = catalog::PackChange {
+            name: input.name,
+            price_cents: input.price_cents,
+            stock,
+        };
+        let mut c = conn(ctx).await?;
+        catalog::update_class_pack(&mut c, v, id, change, &actx)
+            .await
+            .map(ClassPackNode)
+            .gql()
+    }
+
+    /// admins: the class pack is sold no more (kept on the orders that bought it)
+    async fn retire_class_pack(&self, ctx: &Context<'_>, id: ID) -> GqlResult<ClassPackNode> {
+        let v = require_admin(ctx)?;
+        let actx = actor_ctx(ctx)?;
+        let id = parse_id(&id, "id")?;
+        let mut c = conn(ctx).await?;
+        catalog::retire_class_pack(&mut c, v, id, &actx)
+            .await
+            .map(ClassPackNode)
+            .gql()
+    }
+
     async fn create_coach_slot(&self, ctx: &Context<'_>, input: CreateCoachSlotInput) -> GqlResult<CoachSlotNode> {
         let v = require_admin(ctx)?;
         let store = parse_id(&input.store_id, "storeId")?;

@@ -102,7 +102,7 @@ impl Query {
         Ok(ViewerNode)
     }
 
-    /// What a store sells now: its plans, class packs and coach slots that have not started.
+    /// What a store sells now: its plans and class packs not retired, and coach slots that have not started.
     async fn catalog(&self, ctx: &Context<'_>, store_id: ID) -> GqlResult<CatalogNode> {
         viewer(ctx)?;
         let store = parse_id(&store_id, "storeId")?;
@@ -110,12 +110,14 @@ impl Query {
         crate::catalog::require_store(&mut c, store).await?;
         let plans: Vec<models::MembershipPlan> = membership_plans::table
             .filter(membership_plans::store_id.eq(store))
+            .filter(membership_plans::retired_at.is_null())
             .order(membership_plans::id)
             .select(models::MembershipPlan::as_select())
             .load(&mut c)
             .await?;
         let packs: Vec<models::ClassPack> = class_packs::table
             .filter(class_packs::store_id.eq(store))
+            .filter(class_packs::retired_at.is_null())
             .order(class_packs::id)
             .select(models::ClassPack::as_select())
             .load(&mut c)
@@ -271,6 +273,31 @@ impl Query {
             Ok(_) | Err(AppError::NotFound(_)) => Ok(None),
             Err(e) => Err(e.into()),
         }
+    }
+
+    /// The front desk finds a member (staff): by the whole phone number or its last four
+    /// digits, any part of the name, the store; store-limited admins among their stores only.
+    /// Phones show as `Member.phone` shows them to the caller (masked for ops).
+    #[graphql(complexity = "connection::page_size(first).unwrap_or(20) as usize * child_complexity + 2")]
+    async fn members(
+        &self,
+        ctx: &Context<'_>,
+        filter: Option<MemberFilter>,
+        first: Option<i32>,
+        after: Option<String>,
+    ) -> GqlResult<Connection<MemberNode>> {
+        let v = viewer(ctx)?;
+        v.require(&[Role::Admin, Role::Ops])?;
+        let first = page_size(first)?;
+        let after = after.as_deref().map(decode_cursor).transpose()?;
+        let f = filter.unwrap_or_default();
+        let store = f.store_id.as_ref().map(|s| parse_id(s, "storeId")).transpose()?;
+        let search = crate::catalog::MemberSearch::parse(f.phone.as_deref(), f.name.as_deref(), store)?;
+        let make = || -> AppResult<members::BoxedQuery<'static, Pg>> {
+            Ok(crate::catalog::find_members(&search, v.store_scope()))
+        };
+        let mut c = conn(ctx).await?;
+        page!(ctx, c, make, members, Member, MemberNode, first, after)
     }
 
     #[graphql(complexity = "connection::page_size(first).unwrap_or(20) as usize * child_complexity + 2")]

@@ -381,6 +381,12 @@ async fn price_item(
     now: DateTime<Utc>,
 ) -> AppResult<Priced> {
     let wrong_store = || AppError::bad("the item is not sold by this store");
+    let retired = |what: &str, id: i64| {
+        AppError::refused(
+            crate::domain::Refusal::Retired,
+            format!("{what} {id} is retired: it is sold no more"),
+        )
+    };
     Ok(match *item {
         PlacedItem::MembershipPlan(id) => {
             let p: MembershipPlan = membership_plans::table
@@ -392,6 +398,9 @@ async fn price_item(
                 .ok_or_else(|| AppError::NotFound(format!("membership plan {id}")))?;
             if p.store_id != store_id {
                 return Err(wrong_store());
+            }
+            if p.retired_at.is_some() {
+                return Err(retired("membership plan", id));
             }
             Priced {
                 kind: OrderKind::Membership,
@@ -412,6 +421,9 @@ async fn price_item(
                 .ok_or_else(|| AppError::NotFound(format!("class pack {id}")))?;
             if p.store_id != store_id {
                 return Err(wrong_store());
+            }
+            if p.retired_at.is_some() {
+                return Err(retired("class pack", id));
             }
             Priced {
                 kind: OrderKind::ClassPack,

@@ -31,6 +31,10 @@ impl MembershipPlanNode {
     async fn max_freezes(&self) -> i32 {
         self.0.max_freezes
     }
+    /// sold no more; kept on the orders that bought it
+    async fn retired(&self) -> bool {
+        self.0.retired_at.is_some()
+    }
 }
 
 pub struct ClassPackNode(pub models::ClassPack);
@@ -52,6 +56,10 @@ impl ClassPackNode {
     /// null: unlimited
     async fn remaining_stock(&self) -> Option<i32> {
         self.0.stock
+    }
+    /// sold no more; kept on the orders that bought it
+    async fn retired(&self) -> bool {
+        self.0.retired_at.is_some()
     }
 }
 

@@ -95,6 +95,38 @@ impl MemberNode {
         let tz = super::super::state(ctx).config.timezone;
         int(crate::prepaid::member_balance(&mut c, self.0.id, self.0.store_id, tz).await?).gql()
     }
+    /// every movement of the wallet, newest first in write order: staff of the member's store
+    /// (ops too) and the member themself
+    #[graphql(complexity = "super::super::connection::page_size(first).unwrap_or(20) as usize * child_complexity + 2")]
+    async fn wallet_entries(
+        &self,
+        ctx: &Context<'_>,
+        first: Option<i32>,
+        after: Option<String>,
+    ) -> GqlResult<super::super::connection::Connection<super::WalletEntryNode>> {
+        use super::super::connection;
+        let v = viewer(ctx)?;
+        if !v.sees_owned(self.0.id, self.0.store_id) {
+            return Err(AppError::Forbidden(format!("the wallet of member {} is not yours to read", self.0.id)).into());
+        }
+        let first = connection::page_size(first)?;
+        let after = after.as_deref().map(connection::decode_cursor).transpose()?;
+        let mut c = super::super::conn(ctx).await?;
+        let total = if ctx.look_ahead().field("totalCount").exists() {
+            crate::wallet::entry_count(&mut c, self.0.id).await?
+        } else {
+            0
+        };
+        let rows = crate::wallet::entries(&mut c, self.0.id, after, first + 1).await?;
+        Ok(connection::build(
+            rows,
+            first,
+            after,
+            total,
+            |r| r.id,
+            super::WalletEntryNode,
+        ))
+    }
     async fn memberships(&self, ctx: &Context<'_>) -> GqlResult<Vec<MembershipNode>> {
         let v = request(ctx).viewer.as_ref();
         Ok(loader(ctx)

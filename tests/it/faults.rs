@@ -111,7 +111,7 @@ async fn slow_statements_and_an_exhausted_pool_fail_cleanly() {
         .await;
     assert_eq!(error_code(&r), "INTERNAL");
     assert_eq!(
-        r["errors"][0]["extensions"]["reason"], "UNAVAILABLE",
+        r["errors"][0]["extensions"]["reason"], "DATABASE_UNAVAILABLE",
         "pool exhaustion is told apart: {r}"
     );
     assert!(started.elapsed() < Duration::from_secs(8), "{:?}", started.elapsed());

@@ -15,6 +15,7 @@ mod deploy;
 mod errors;
 mod expiry;
 mod fakes;
+mod failover;
 mod faults;
 mod fuzz_corpus;
 mod graphql_http;

@@ -59,8 +59,11 @@ pub enum AppError {
     /// A payment provider did not answer, or not with a signed answer: nothing was changed
     /// and the caller may try again (`extensions.reason: PROVIDER_UNAVAILABLE`).
     ProviderUnavailable(String),
-    /// The database cannot be reached, or every pooled connection is busy past the checkout
-    /// wait: nothing was changed, the caller may retry (`extensions.reason: UNAVAILABLE`).
+    /// The database cannot be reached, its connection was lost (a failover: the primary stopped,
+    /// was demoted or no server accepts writes yet), or every pooled connection is busy past the
+    /// checkout wait: the caller may retry (`extensions.reason: DATABASE_UNAVAILABLE`; a provider's
+    /// notification is answered 5xx). A connection lost at COMMIT may hide a commit that
+    /// happened: the idempotency keys make the retry safe.
     Unavailable(String),
     /// Anything else: a bug, the database down. Logged with the trace id; the client sees a
     /// generic message.
@@ -314,7 +317,19 @@ impl From<DieselError> for AppError {
                 if let Some(refused) = trigger_refusal(info.as_ref()) {
                     return refused;
                 }
+                if server_going_away(info.message()) {
+                    return database_lost(&e);
+                }
             }
+            // No SQLSTATE (the socket closed, the server vanished), or a server that no longer
+            // takes writes (a primary demoted or draining, a standby): a failover.
+            DieselError::DatabaseError(
+                DatabaseErrorKind::ClosedConnection
+                | DatabaseErrorKind::UnableToSendCommand
+                | DatabaseErrorKind::ReadOnlyTransaction,
+                _,
+            )
+            | DieselError::BrokenTransactionManager => return database_lost(&e),
             _ => {}
         }
         // Constraint refusals included: the call sites that expect one map it (`OnViolation`);
@@ -323,11 +338,36 @@ impl From<DieselError> for AppError {
     }
 }
 
+/// What a caller is told when the database went away under a statement (the detail is logged).
+fn database_lost(e: &DieselError) -> AppError {
+    tracing::warn!(error = %e, "database connection lost or read-only");
+    AppError::Unavailable(DATABASE_UNAVAILABLE.into())
+}
+
+const DATABASE_UNAVAILABLE: &str = "the service is busy or its database is unavailable; try again shortly";
+
+/// Whether a server error (one diesel does not name: its SQLSTATE is not kept) says the server
+/// is stopping or not yet serving: `admin_shutdown` (57P01: a fast shutdown, a switchover's
+/// demotion, or its postmaster killed), `crash_shutdown` (57P02), `cannot_connect_now` (57P03).
+/// PostgreSQL's English texts (the server's `lc_messages`; a translated server's errors stay
+/// INTERNAL, their connection is dropped all the same).
+fn server_going_away(message: &str) -> bool {
+    const TEXTS: [&str; 6] = [
+        "terminating connection due to administrator command",
+        "terminating connection due to unexpected postmaster exit",
+        "terminating connection because of crash of another server process",
+        "the database system is shutting down",
+        "the database system is starting up",
+        "the database system is in recovery mode",
+    ];
+    TEXTS.iter().any(|t| message.starts_with(t))
+}
+
 impl From<diesel_async::pooled_connection::deadpool::PoolError> for AppError {
     fn from(e: diesel_async::pooled_connection::deadpool::PoolError) -> Self {
         // The detail (a timeout, a refused connection) is for the log, not the caller.
         tracing::warn!(error = %e, "no database connection");
-        AppError::Unavailable("the service is busy or its database is unavailable; try again shortly".into())
+        AppError::Unavailable(DATABASE_UNAVAILABLE.into())
     }
 }
 
@@ -414,6 +454,39 @@ mod violation_tests {
                 constraint: Some(constraint),
             }),
         )
+    }
+
+    #[test]
+    fn a_database_going_away_is_unavailable() {
+        let lost = |kind, message: &'static str| {
+            AppError::from(DieselError::DatabaseError(
+                kind,
+                Box::new(Refusal {
+                    message,
+                    detail: None,
+                    constraint: None,
+                }),
+            ))
+        };
+        for (kind, message) in [
+            (DatabaseErrorKind::Unknown, "terminating connection due to administrator command"),
+            (DatabaseErrorKind::Unknown, "terminating connection due to unexpected postmaster exit"),
+            (DatabaseErrorKind::Unknown, "the database system is shutting down"),
+            (DatabaseErrorKind::UnableToSendCommand, "connection closed"),
+            (DatabaseErrorKind::ClosedConnection, "connection closed"),
+            (
+                DatabaseErrorKind::ReadOnlyTransaction,
+                "cannot execute INSERT in a read-only transaction",
+            ),
+        ] {
+            let e = lost(kind, message);
+            assert!(matches!(e, AppError::Unavailable(_)), "{message}: {e:?}");
+            assert_eq!(e.code(), "INTERNAL");
+            assert!(!e.public_message().contains(message));
+        }
+        // Any other server error stays a bug.
+        let e = lost(DatabaseErrorKind::Unknown, "division by zero");
+        assert!(matches!(e, AppError::Internal(_)));
     }
 
     #[test]

@@ -25,31 +25,73 @@ use crate::fakes::{FakeDownstream, Mode};
 use crate::harness::*;
 use crate::ws::WsClient;
 
-// The monitor's timeouts in this test, in milliseconds (pg_auto_failover 2.0's defaults after
-// each): low, so that a lost primary costs seconds here rather than the default ~50 s.
-/// `pgautofailover.health_check_period` (5 000).
-const HEALTH_CHECK_PERIOD_MS: u64 = 1_000;
-/// `pgautofailover.health_check_timeout` (5 000).
-const HEALTH_CHECK_TIMEOUT_MS: u64 = 1_000;
-/// `pgautofailover.health_check_max_retries` (2).
-const HEALTH_CHECK_MAX_RETRIES: u64 = 1;
-/// `pgautofailover.health_check_retry_delay` (2 000).
-const HEALTH_CHECK_RETRY_DELAY_MS: u64 = 500;
-/// `pgautofailover.node_considered_unhealthy_timeout` (20 000).
-const NODE_CONSIDERED_UNHEALTHY_TIMEOUT_MS: u64 = 2_000;
-/// `pgautofailover.primary_demote_timeout` (30 000): how long the standby waits for the old
-/// primary to demote itself before it is promoted anyway.
-const PRIMARY_DEMOTE_TIMEOUT_MS: u64 = 3_000;
+/// The monitor's timeouts (`pgautofailover.*`, milliseconds but the retries).
+#[derive(Clone, Copy, Debug)]
+struct MonitorTimeouts {
+    health_check_period: u64,
+    health_check_timeout: u64,
+    health_check_max_retries: u64,
+    health_check_retry_delay: u64,
+    node_considered_unhealthy_timeout: u64,
+    /// How long the standby waits for the lost primary to demote itself before it is
+    /// promoted anyway.
+    primary_demote_timeout: u64,
+}
 
-/// The monitor's detection time: the primary is failed once its health checks have failed
-/// (a period, every retry timing out, the delays between them) and it has not reported for the
-/// unhealthy timeout, whichever is later; the standby then waits out the demote timeout.
-/// With the defaults: max(5 + 3·5 + 2·2 = 24 s, 20 s) + 30 s = 54 s.
-fn detection() -> Duration {
-    let checks = HEALTH_CHECK_PERIOD_MS
-        + (HEALTH_CHECK_MAX_RETRIES + 1) * HEALTH_CHECK_TIMEOUT_MS
-        + HEALTH_CHECK_MAX_RETRIES * HEALTH_CHECK_RETRY_DELAY_MS;
-    Duration::from_millis(checks.max(NODE_CONSIDERED_UNHEALTHY_TIMEOUT_MS) + PRIMARY_DEMOTE_TIMEOUT_MS)
+impl MonitorTimeouts {
+    /// This test's: low, so that a lost primary costs seconds rather than the default ~50 s.
+    const TEST: MonitorTimeouts = MonitorTimeouts {
+        health_check_period: 1_000,
+        health_check_timeout: 1_000,
+        health_check_max_retries: 1,
+        health_check_retry_delay: 500,
+        node_considered_unhealthy_timeout: 2_000,
+        primary_demote_timeout: 3_000,
+    };
+
+    /// pg_auto_failover 2.0's (Debian's packages), kept with `FAILOVER_MONITOR_DEFAULTS=1`
+    /// to measure what production gets without tuning (the lost primary then takes ~1 min).
+    const DEFAULTS: MonitorTimeouts = MonitorTimeouts {
+        health_check_period: 5_000,
+        health_check_timeout: 5_000,
+        health_check_max_retries: 2,
+        health_check_retry_delay: 2_000,
+        node_considered_unhealthy_timeout: 20_000,
+        primary_demote_timeout: 30_000,
+    };
+
+    fn chosen() -> MonitorTimeouts {
+        if std::env::var_os("FAILOVER_MONITOR_DEFAULTS").is_some_and(|v| v == "1") {
+            MonitorTimeouts::DEFAULTS
+        } else {
+            MonitorTimeouts::TEST
+        }
+    }
+
+    fn settings(&self) -> [(&'static str, u64); 6] {
+        [
+            ("health_check_period", self.health_check_period),
+            ("health_check_timeout", self.health_check_timeout),
+            ("health_check_max_retries", self.health_check_max_retries),
+            ("health_check_retry_delay", self.health_check_retry_delay),
+            (
+                "node_considered_unhealthy_timeout",
+                self.node_considered_unhealthy_timeout,
+            ),
+            ("primary_demote_timeout", self.primary_demote_timeout),
+        ]
+    }
+
+    /// The monitor's detection time: the primary is failed once its health checks have failed
+    /// (a period, every retry timing out, the delays between them) and it has not reported for
+    /// the unhealthy timeout, whichever is later; the standby then waits out the demote
+    /// timeout. With the defaults: max(5 + 3·5 + 2·2 = 24 s, 20 s) + 30 s = 54 s; here 6.5 s.
+    fn detection(&self) -> Duration {
+        let checks = self.health_check_period
+            + (self.health_check_max_retries + 1) * self.health_check_timeout
+            + self.health_check_max_retries * self.health_check_retry_delay;
+        Duration::from_millis(checks.max(self.node_considered_unhealthy_timeout) + self.primary_demote_timeout)
+    }
 }
 
 /// After a planned switchover, payments apply again within this.
@@ -83,7 +125,10 @@ impl Tools {
         let bindir = majors.pop()?.join("bin");
         let user = if unsafe { libc::geteuid() } == 0 {
             let pw = unsafe { libc::getpwnam(c"postgres".as_ptr()) };
-            assert!(!pw.is_null(), "running as root, and there is no `postgres` user to run pg_autoctl as");
+            assert!(
+                !pw.is_null(),
+                "running as root, and there is no `postgres` user to run pg_autoctl as"
+            );
             Some(unsafe { ((*pw).pw_uid, (*pw).pw_gid) })
         } else {
             None
@@ -132,6 +177,7 @@ struct Formation {
     monitor_port: u16,
     ports: [u16; 2],
     keepers: Vec<Keeper>,
+    timeouts: MonitorTimeouts,
 }
 
 impl Drop for Formation {
@@ -147,12 +193,17 @@ impl Drop for Formation {
 const NODES: [&str; 2] = ["n1", "n2"];
 
 impl Formation {
-    fn new(tools: Tools) -> Formation {
+    fn new(tools: Tools, timeouts: MonitorTimeouts) -> Formation {
         let dir = std::env::temp_dir().join(format!("fitorder-failover-{}-{}", std::process::id(), free_port()));
         std::fs::create_dir_all(&dir).unwrap();
         if let Some((uid, gid)) = tools.user {
             let c = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()).unwrap();
-            assert_eq!(unsafe { libc::chown(c.as_ptr(), uid, gid) }, 0, "chown {}", dir.display());
+            assert_eq!(
+                unsafe { libc::chown(c.as_ptr(), uid, gid) },
+                0,
+                "chown {}",
+                dir.display()
+            );
         }
         Formation {
             tools,
@@ -160,6 +211,7 @@ impl Formation {
             monitor_port: free_port(),
             ports: [free_port(), free_port()],
             keepers: vec![],
+            timeouts,
         }
     }
 
@@ -228,7 +280,10 @@ impl Formation {
         for name in ["monitor", "n1", "n2"] {
             let text = std::fs::read_to_string(self.log(name)).unwrap_or_default();
             let lines: Vec<&str> = text.lines().collect();
-            out.push_str(&format!("--- {name}\n{}\n", lines[lines.len().saturating_sub(25)..].join("\n")));
+            out.push_str(&format!(
+                "--- {name}\n{}\n",
+                lines[lines.len().saturating_sub(25)..].join("\n")
+            ));
         }
         out
     }
@@ -305,8 +360,17 @@ impl Formation {
         self.keep(
             "monitor",
             &[
-                "create", "monitor", "--pgdata", &pgdata, "--pgport", &port, "--hostname", "127.0.0.1",
-                "--auth", "trust", "--no-ssl",
+                "create",
+                "monitor",
+                "--pgdata",
+                &pgdata,
+                "--pgport",
+                &port,
+                "--hostname",
+                "127.0.0.1",
+                "--auth",
+                "trust",
+                "--no-ssl",
             ],
         );
         let deadline = Instant::now() + Duration::from_secs(60);
@@ -319,15 +383,7 @@ impl Formation {
             assert!(Instant::now() < deadline, "the monitor never started:\n{}", self.logs());
             tokio::time::sleep(Duration::from_millis(200)).await;
         };
-        let settings = [
-            ("health_check_period", HEALTH_CHECK_PERIOD_MS),
-            ("health_check_timeout", HEALTH_CHECK_TIMEOUT_MS),
-            ("health_check_max_retries", HEALTH_CHECK_MAX_RETRIES),
-            ("health_check_retry_delay", HEALTH_CHECK_RETRY_DELAY_MS),
-            ("node_considered_unhealthy_timeout", NODE_CONSIDERED_UNHEALTHY_TIMEOUT_MS),
-            ("primary_demote_timeout", PRIMARY_DEMOTE_TIMEOUT_MS),
-        ];
-        for (name, value) in settings {
+        for (name, value) in self.timeouts.settings() {
             monitor
                 .simple_query(&format!("ALTER SYSTEM SET pgautofailover.{name} = {value}"))
                 .await
@@ -341,9 +397,24 @@ impl Formation {
             self.keep(
                 name,
                 &[
-                    "create", "postgres", "--pgdata", &pgdata, "--pgport", &port, "--hostname", "127.0.0.1",
-                    "--name", name, "--monitor", &monitor, "--dbname", "fitorder", "--no-ssl",
-                    "--skip-pg-hba", "--replication-quorum", "true",
+                    "create",
+                    "postgres",
+                    "--pgdata",
+                    &pgdata,
+                    "--pgport",
+                    &port,
+                    "--hostname",
+                    "127.0.0.1",
+                    "--name",
+                    name,
+                    "--monitor",
+                    &monitor,
+                    "--dbname",
+                    "fitorder",
+                    "--no-ssl",
+                    "--skip-pg-hba",
+                    "--replication-quorum",
+                    "true",
                 ],
             );
             if i == 0 {
@@ -364,17 +435,17 @@ impl Formation {
             }
             tokio::time::sleep(Duration::from_secs(1)).await;
         }
-        self.wait_for(
-            &[("n1", &["primary"]), ("n2", &["secondary"])],
-            Duration::from_secs(90),
-        )
-        .await;
+        self.wait_for(&[("n1", &["primary"]), ("n2", &["secondary"])], Duration::from_secs(90))
+            .await;
     }
 
     /// `pg_autoctl perform switchover`, to its end.
     async fn switchover(&self) {
         let mut cmd = self.pg_autoctl(&["perform", "switchover", "--monitor", &self.monitor_uri()]);
-        let out = tokio::task::spawn_blocking(move || cmd.output()).await.unwrap().unwrap();
+        let out = tokio::task::spawn_blocking(move || cmd.output())
+            .await
+            .unwrap()
+            .unwrap();
         assert!(
             out.status.success(),
             "switchover failed: {}{}",
@@ -478,7 +549,9 @@ async fn payments_survive_a_switchover_and_a_lost_primary() {
         return;
     };
     let started = Instant::now();
-    let mut formation = Formation::new(tools);
+    let timeouts = MonitorTimeouts::chosen();
+    let detection = timeouts.detection();
+    let mut formation = Formation::new(tools, timeouts);
     formation.start().await;
     let formed = started.elapsed();
     let url = formation.database_url();
@@ -626,7 +699,8 @@ async fn payments_survive_a_switchover_and_a_lost_primary() {
     // What a client and a load balancer see meanwhile.
     let probes: Arc<Mutex<Vec<Probe>>> = Default::default();
     let prober = {
-        let (stop, probes, http, base, admin) = (stop.clone(), probes.clone(), http.clone(), base.clone(), admin.clone());
+        let (stop, probes, http, base, admin) =
+            (stop.clone(), probes.clone(), http.clone(), base.clone(), admin.clone());
         tokio::spawn(async move {
             while !stop.load(Ordering::SeqCst) {
                 let r: Value = match http
@@ -637,7 +711,10 @@ async fn payments_survive_a_switchover_and_a_lost_primary() {
                     .send()
                     .await
                 {
-                    Ok(r) => r.json().await.unwrap_or(json!({"errors": [{"extensions": {"code": "NOT JSON"}}]})),
+                    Ok(r) => r
+                        .json()
+                        .await
+                        .unwrap_or(json!({"errors": [{"extensions": {"code": "NOT JSON"}}]})),
                     Err(e) => json!({"errors": [{"extensions": {"code": format!("NO ANSWER: {e}")}}]}),
                 };
                 let error = r.get("errors").map(|e| {
@@ -647,7 +724,12 @@ async fn payments_survive_a_switchover_and_a_lost_primary() {
                         ext["reason"].as_str().unwrap_or_default().to_string(),
                     )
                 });
-                let ready = match http.get(format!("{base}/readyz")).timeout(Duration::from_secs(5)).send().await {
+                let ready = match http
+                    .get(format!("{base}/readyz"))
+                    .timeout(Duration::from_secs(5))
+                    .send()
+                    .await
+                {
                     Ok(r) => r.status().as_u16(),
                     Err(_) => 0,
                 };
@@ -696,7 +778,11 @@ async fn payments_survive_a_switchover_and_a_lost_primary() {
     // Before: payments apply.
     let t = Instant::now();
     while acked_since(t) < 10 {
-        assert!(t.elapsed() < Duration::from_secs(30), "no payments applied: {}", server.log());
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "no payments applied: {}",
+            server.log()
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 
@@ -716,15 +802,20 @@ async fn payments_survive_a_switchover_and_a_lost_primary() {
     let b = Instant::now();
     formation.lose(&primary);
     formation
-        .wait_for(&[(survivor, &["primary", "wait_primary"])], detection() + Duration::from_secs(60))
+        .wait_for(
+            &[(survivor, &["primary", "wait_primary"])],
+            detection + Duration::from_secs(60),
+        )
         .await;
-    let gap_b = phase_end(b, detection() + Duration::from_secs(60)).await;
+    let gap_b = phase_end(b, detection + Duration::from_secs(60)).await;
     let recovered_wall = chrono::Utc::now();
     let b_end = Instant::now();
 
     stop_paying.store(true, Ordering::SeqCst);
     // The provider finishes the order it was paying, then stops; the last events arrive.
-    let paid = tokio::time::timeout(Duration::from_secs(60), payer).await.expect("the provider stops");
+    let paid = tokio::time::timeout(Duration::from_secs(60), payer)
+        .await
+        .expect("the provider stops");
     assert!(paid.is_ok(), "the provider failed: {paid:?}");
     tokio::time::sleep(Duration::from_secs(2)).await;
     stop.store(true, Ordering::SeqCst);
@@ -736,13 +827,13 @@ async fn payments_survive_a_switchover_and_a_lost_primary() {
 
     eprintln!(
         "FAILOVER formation up in {:.1} s; switchover: payments stopped {:.2} s ({} refused); lost primary: \
-         payments stopped {:.2} s ({} refused), detection {:?}; {} payments",
+         payments stopped {:.2} s ({} refused), detection {:?} ({timeouts:?}); {} payments",
         formed.as_secs_f64(),
         gap_a.length().as_secs_f64(),
         sent.iter().filter(|x| x.at >= a && x.at < a_end && !x.ok()).count(),
         gap_b.length().as_secs_f64(),
         sent.iter().filter(|x| x.at >= b && !x.ok()).count(),
-        detection(),
+        detection,
         sent.iter().filter(|x| x.ok() && !x.again).count(),
     );
 
@@ -769,10 +860,10 @@ async fn payments_survive_a_switchover_and_a_lost_primary() {
         "losing the primary refused no notification"
     );
     assert!(
-        gap_b.length() <= detection() + AFTER_DETECTION,
+        gap_b.length() <= detection + AFTER_DETECTION,
         "after a lost primary payments applied again after {:?} (bound {:?})",
         gap_b.length(),
-        detection() + AFTER_DETECTION
+        detection + AFTER_DETECTION
     );
 
     // The provider was told to retry, never that a notification was wrong.
@@ -814,7 +905,10 @@ async fn payments_survive_a_switchover_and_a_lost_primary() {
     for (from, to) in [(a, gap_a.first_failed), (b, gap_b.first_failed)] {
         let Some(to) = to else { continue };
         assert!(
-            probes.iter().filter(|p| p.at >= from && p.at < to).all(|p| p.ready == 200 || p.ready == 503),
+            probes
+                .iter()
+                .filter(|p| p.at >= from && p.at < to)
+                .all(|p| p.ready == 200 || p.ready == 503),
             "/readyz answered something else than 200 or 503"
         );
     }
@@ -833,7 +927,11 @@ async fn payments_survive_a_switchover_and_a_lost_primary() {
     let acked: std::collections::BTreeSet<usize> = sent.iter().filter(|x| x.ok()).map(|x| x.order).collect();
     let n = acked.len() as i64;
     assert!(n > 30, "only {n} payments");
-    assert_eq!(app.sql_i64("SELECT count(*) AS v FROM orders WHERE status = 'PAID'").await, n);
+    assert_eq!(
+        app.sql_i64("SELECT count(*) AS v FROM orders WHERE status = 'PAID'")
+            .await,
+        n
+    );
     for (no, _, _) in acked.iter().map(|&i| &orders[i]) {
         assert_eq!(
             app.sql_i64(&format!(
@@ -845,17 +943,23 @@ async fn payments_survive_a_switchover_and_a_lost_primary() {
         );
     }
     assert_eq!(app.sql_i64("SELECT count(*) AS v FROM payments").await, n);
-    assert_eq!(app.sql_i64("SELECT count(DISTINCT order_id) AS v FROM payments").await, n);
+    assert_eq!(
+        app.sql_i64("SELECT count(DISTINCT order_id) AS v FROM payments").await,
+        n
+    );
     let grants = app.sql_i64("SELECT count(*) AS v FROM compensation_events").await;
     assert!(grants >= n, "{grants} grants for {n} payments");
     assert_eq!(
-        app.sql_i64("SELECT count(DISTINCT n) AS v FROM (SELECT count(*) AS n FROM compensation_events GROUP BY order_id) c")
-            .await,
+        app.sql_i64(
+            "SELECT count(DISTINCT n) AS v FROM (SELECT count(*) AS n FROM compensation_events GROUP BY order_id) c"
+        )
+        .await,
         1,
         "every payment has the same grants"
     );
     assert_eq!(
-        app.sql_i64("SELECT count(DISTINCT order_id) AS v FROM compensation_events").await,
+        app.sql_i64("SELECT count(DISTINCT order_id) AS v FROM compensation_events")
+            .await,
         n
     );
 
@@ -866,16 +970,27 @@ async fn payments_survive_a_switchover_and_a_lost_primary() {
         .await
         > 0
     {
-        assert!(Instant::now() < deadline, "the outbox did not deliver: {}", server.log());
+        assert!(
+            Instant::now() < deadline,
+            "the outbox did not deliver: {}",
+            server.log()
+        );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     assert_eq!(fake.delivered_per_key().len() as i64, grants);
 
     // The scheduler ticks on the new primary.
     let deadline = Instant::now() + Duration::from_secs(20);
-    let since = format!("SELECT count(*) AS v FROM task_runs WHERE task = 'order:expire' AND started_at > '{}'", recovered_wall.to_rfc3339());
+    let since = format!(
+        "SELECT count(*) AS v FROM task_runs WHERE task = 'order:expire' AND started_at > '{}'",
+        recovered_wall.to_rfc3339()
+    );
     while app.sql_i64(&since).await == 0 {
-        assert!(Instant::now() < deadline, "the scheduler did not resume: {}", server.log());
+        assert!(
+            Instant::now() < deadline,
+            "the scheduler did not resume: {}",
+            server.log()
+        );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 

@@ -321,15 +321,20 @@ impl From<DieselError> for AppError {
                     return database_lost(&e);
                 }
             }
-            // No SQLSTATE (the socket closed, the server vanished), or a server that no longer
-            // takes writes (a primary demoted or draining, a standby): a failover.
+            // No SQLSTATE (the socket closed, the server vanished): the pool drops that
+            // connection by itself (it reports itself broken).
             DieselError::DatabaseError(
-                DatabaseErrorKind::ClosedConnection
-                | DatabaseErrorKind::UnableToSendCommand
-                | DatabaseErrorKind::ReadOnlyTransaction,
+                DatabaseErrorKind::ClosedConnection | DatabaseErrorKind::UnableToSendCommand,
                 _,
             )
             | DieselError::BrokenTransactionManager => return database_lost(&e),
+            // A server that no longer takes writes (a primary draining before its demotion, a
+            // standby): its connections stay open, so the pools are told not to reuse them.
+            DieselError::DatabaseError(DatabaseErrorKind::ReadOnlyTransaction, _) => {
+                let since = lost_clock().elapsed().as_micros();
+                READ_ONLY_MET_AT.fetch_max(u64::try_from(since).unwrap_or(u64::MAX - 1) + 1, Ordering::Relaxed);
+                return database_lost(&e);
+            }
             _ => {}
         }
         // Constraint refusals included: the call sites that expect one map it (`OnViolation`);
@@ -342,6 +347,31 @@ impl From<DieselError> for AppError {
 fn database_lost(e: &DieselError) -> AppError {
     tracing::warn!(error = %e, "database connection lost or read-only");
     AppError::Unavailable(DATABASE_UNAVAILABLE.into())
+}
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// When a statement last met a server that takes no writes: microseconds after [`lost_clock`]
+/// plus one (0: never). One per process: in production every pool of a process leads to the
+/// same primary.
+static READ_ONLY_MET_AT: AtomicU64 = AtomicU64::new(0);
+
+fn lost_clock() -> std::time::Instant {
+    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    *START.get_or_init(std::time::Instant::now)
+}
+
+/// Whether a connection made at `created` predates the last time a statement met a server that
+/// takes no writes (a failover under way): then it may lead to the old primary, and the pool
+/// discards it instead of handing it out again.
+pub fn made_before_read_only_met(created: std::time::Instant) -> bool {
+    let lost = READ_ONLY_MET_AT.load(Ordering::Relaxed);
+    if lost == 0 {
+        return false;
+    }
+    // Made in the same microsecond counts as before (one connection made anew, at worst).
+    let made = created.saturating_duration_since(lost_clock()).as_micros();
+    u64::try_from(made).unwrap_or(u64::MAX) < lost
 }
 
 const DATABASE_UNAVAILABLE: &str = "the service is busy or its database is unavailable; try again shortly";
@@ -469,8 +499,14 @@ mod violation_tests {
             ))
         };
         for (kind, message) in [
-            (DatabaseErrorKind::Unknown, "terminating connection due to administrator command"),
-            (DatabaseErrorKind::Unknown, "terminating connection due to unexpected postmaster exit"),
+            (
+                DatabaseErrorKind::Unknown,
+                "terminating connection due to administrator command",
+            ),
+            (
+                DatabaseErrorKind::Unknown,
+                "terminating connection due to unexpected postmaster exit",
+            ),
             (DatabaseErrorKind::Unknown, "the database system is shutting down"),
             (DatabaseErrorKind::UnableToSendCommand, "connection closed"),
             (DatabaseErrorKind::ClosedConnection, "connection closed"),
@@ -479,7 +515,14 @@ mod violation_tests {
                 "cannot execute INSERT in a read-only transaction",
             ),
         ] {
+            let made = std::time::Instant::now();
             let e = lost(kind, message);
+            if kind == DatabaseErrorKind::ReadOnlyTransaction {
+                // Connections made before are not handed out again; those made after are.
+                assert!(super::made_before_read_only_met(made));
+                std::thread::sleep(std::time::Duration::from_millis(1));
+                assert!(!super::made_before_read_only_met(std::time::Instant::now()));
+            }
             assert!(matches!(e, AppError::Unavailable(_)), "{message}: {e:?}");
             assert_eq!(e.code(), "INTERNAL");
             assert!(!e.public_message().contains(message));

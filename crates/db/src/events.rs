@@ -129,12 +129,7 @@ impl EventHub {
         }
     }
 
-    async fn listen_once(
-        &self,
-        url: &str,
-        queue: &mpsc::Sender<String>,
-        listening: &mut bool,
-    ) -> anyhow::Result<()> {
+    async fn listen_once(&self, url: &str, queue: &mpsc::Sender<String>, listening: &mut bool) -> anyhow::Result<()> {
         let mut conn = AsyncPgConnection::establish(url).await?;
         // Once per connection, in one round trip (simple protocol: nothing to prepare).
         conn.batch_execute(&format!(

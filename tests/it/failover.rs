@@ -866,6 +866,16 @@ async fn payments_survive_a_switchover_and_a_lost_primary() {
         detection + AFTER_DETECTION
     );
 
+    // One gap each: nothing refused once payments applied again, until the next phase.
+    for (from, to) in [(gap_a.first_applied, b), (gap_b.first_applied, b_end)] {
+        let late = sent.iter().find(|x| x.at > from && x.at < to && !x.ok());
+        assert!(
+            late.is_none(),
+            "refused again after payments resumed: {late:?} ({:?} after)",
+            late.map(|x| x.at - from)
+        );
+    }
+
     // The provider was told to retry, never that a notification was wrong.
     for x in sent.iter().filter(|x| !x.ok()) {
         assert!(

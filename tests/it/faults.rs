@@ -111,7 +111,7 @@ async fn slow_statements_and_an_exhausted_pool_fail_cleanly() {
         .await;
     assert_eq!(error_code(&r), "INTERNAL");
     assert_eq!(
-        r["errors"][0]["extensions"]["reason"], "UNAVAILABLE",
+        r["errors"][0]["extensions"]["reason"], "DATABASE_UNAVAILABLE",
         "pool exhaustion is told apart: {r}"
     );
     assert!(started.elapsed() < Duration::from_secs(8), "{:?}", started.elapsed());
@@ -120,5 +120,33 @@ async fn slow_statements_and_an_exhausted_pool_fail_cleanly() {
     let r = app
         .gql(Some(&app.admin_token()), "query { orders { totalCount } }", json!({}))
         .await;
+    assert!(r.get("errors").is_none(), "{r}");
+}
+
+#[tokio::test]
+async fn a_connection_that_met_a_read_only_server_is_not_reused() {
+    use diesel_async::SimpleAsyncConnection;
+    let app = TestApp::with_config(|c| c.db_pool_size = 1).await;
+    assert_eq!(ready(&app).await, StatusCode::OK);
+    // The pool's one connection now leads to a server that takes no writes, as a primary
+    // draining before its demotion does (`default_transaction_read_only`).
+    {
+        let mut c = app.conn().await;
+        c.batch_execute("SET default_transaction_read_only = on").await.unwrap();
+    }
+    assert_eq!(
+        ready(&app).await,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "a read-only server is not ready"
+    );
+    let create = "mutation($i: CreateStoreInput!) { createStore(input: $i) { id } }";
+    let vars = json!({"i": {"name": "Read-only", "code": "RO1"}});
+    let r = app.gql(Some(&app.admin_token()), create, vars.clone()).await;
+    assert_eq!(error_code(&r), "INTERNAL");
+    assert_eq!(r["errors"][0]["extensions"]["reason"], "DATABASE_UNAVAILABLE", "{r}");
+    assert!(!r.to_string().contains("read-only"), "nothing internal leaks: {r}");
+    // Not handed out again: the next checkout connects anew, to a server that takes writes.
+    assert_eq!(ready(&app).await, StatusCode::OK);
+    let r = app.gql(Some(&app.admin_token()), create, vars).await;
     assert!(r.get("errors").is_none(), "{r}");
 }

@@ -14,6 +14,7 @@ mod compensation;
 mod deploy;
 mod errors;
 mod expiry;
+mod failover;
 mod fakes;
 mod faults;
 mod front_desk_members;

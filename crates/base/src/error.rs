@@ -59,8 +59,11 @@ pub enum AppError {
     /// A payment provider did not answer, or not with a signed answer: nothing was changed
     /// and the caller may try again (`extensions.reason: PROVIDER_UNAVAILABLE`).
     ProviderUnavailable(String),
-    /// The database cannot be reached, or every pooled connection is busy past the checkout
-    /// wait: nothing was changed, the caller may retry (`extensions.reason: UNAVAILABLE`).
+    /// The database cannot be reached, its connection was lost (a failover: the primary stopped,
+    /// was demoted or no server accepts writes yet), or every pooled connection is busy past the
+    /// checkout wait: the caller may retry (`extensions.reason: DATABASE_UNAVAILABLE`; a provider's
+    /// notification is answered 5xx). A connection lost at COMMIT may hide a commit that
+    /// happened: the idempotency keys make the retry safe.
     Unavailable(String),
     /// Anything else: a bug, the database down. Logged with the trace id; the client sees a
     /// generic message.
@@ -314,6 +317,23 @@ impl From<DieselError> for AppError {
                 if let Some(refused) = trigger_refusal(info.as_ref()) {
                     return refused;
                 }
+                if server_going_away(info.message()) {
+                    return database_lost(&e);
+                }
+            }
+            // No SQLSTATE (the socket closed, the server vanished): the pool drops that
+            // connection by itself (it reports itself broken).
+            DieselError::DatabaseError(
+                DatabaseErrorKind::ClosedConnection | DatabaseErrorKind::UnableToSendCommand,
+                _,
+            )
+            | DieselError::BrokenTransactionManager => return database_lost(&e),
+            // A server that no longer takes writes (a primary draining before its demotion, a
+            // standby): its connections stay open, so the pools are told not to reuse them.
+            DieselError::DatabaseError(DatabaseErrorKind::ReadOnlyTransaction, _) => {
+                let since = lost_clock().elapsed().as_micros();
+                READ_ONLY_MET_AT.fetch_max(u64::try_from(since).unwrap_or(u64::MAX - 1) + 1, Ordering::Relaxed);
+                return database_lost(&e);
             }
             _ => {}
         }
@@ -323,11 +343,61 @@ impl From<DieselError> for AppError {
     }
 }
 
+/// What a caller is told when the database went away under a statement (the detail is logged).
+fn database_lost(e: &DieselError) -> AppError {
+    tracing::warn!(error = %e, "database connection lost or read-only");
+    AppError::Unavailable(DATABASE_UNAVAILABLE.into())
+}
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// When a statement last met a server that takes no writes: microseconds after [`lost_clock`]
+/// plus one (0: never). One per process: in production every pool of a process leads to the
+/// same primary.
+static READ_ONLY_MET_AT: AtomicU64 = AtomicU64::new(0);
+
+fn lost_clock() -> std::time::Instant {
+    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    *START.get_or_init(std::time::Instant::now)
+}
+
+/// Whether a connection made at `created` predates the last time a statement met a server that
+/// takes no writes (a failover under way): then it may lead to the old primary, and the pool
+/// discards it instead of handing it out again.
+pub fn made_before_read_only_met(created: std::time::Instant) -> bool {
+    let lost = READ_ONLY_MET_AT.load(Ordering::Relaxed);
+    if lost == 0 {
+        return false;
+    }
+    // Made in the same microsecond counts as before (one connection made anew, at worst).
+    let made = created.saturating_duration_since(lost_clock()).as_micros();
+    u64::try_from(made).unwrap_or(u64::MAX) < lost
+}
+
+const DATABASE_UNAVAILABLE: &str = "the service is busy or its database is unavailable; try again shortly";
+
+/// Whether a server error (one diesel does not name: its SQLSTATE is not kept) says the server
+/// is stopping or not yet serving: `admin_shutdown` (57P01: a fast shutdown, a switchover's
+/// demotion, or its postmaster killed), `crash_shutdown` (57P02), `cannot_connect_now` (57P03).
+/// PostgreSQL's English texts (the server's `lc_messages`; a translated server's errors stay
+/// INTERNAL, their connection is dropped all the same).
+fn server_going_away(message: &str) -> bool {
+    const TEXTS: [&str; 6] = [
+        "terminating connection due to administrator command",
+        "terminating connection due to unexpected postmaster exit",
+        "terminating connection because of crash of another server process",
+        "the database system is shutting down",
+        "the database system is starting up",
+        "the database system is in recovery mode",
+    ];
+    TEXTS.iter().any(|t| message.starts_with(t))
+}
+
 impl From<diesel_async::pooled_connection::deadpool::PoolError> for AppError {
     fn from(e: diesel_async::pooled_connection::deadpool::PoolError) -> Self {
         // The detail (a timeout, a refused connection) is for the log, not the caller.
         tracing::warn!(error = %e, "no database connection");
-        AppError::Unavailable("the service is busy or its database is unavailable; try again shortly".into())
+        AppError::Unavailable(DATABASE_UNAVAILABLE.into())
     }
 }
 
@@ -414,6 +484,52 @@ mod violation_tests {
                 constraint: Some(constraint),
             }),
         )
+    }
+
+    #[test]
+    fn a_database_going_away_is_unavailable() {
+        let lost = |kind, message: &'static str| {
+            AppError::from(DieselError::DatabaseError(
+                kind,
+                Box::new(Refusal {
+                    message,
+                    detail: None,
+                    constraint: None,
+                }),
+            ))
+        };
+        for (kind, message) in [
+            (
+                DatabaseErrorKind::Unknown,
+                "terminating connection due to administrator command",
+            ),
+            (
+                DatabaseErrorKind::Unknown,
+                "terminating connection due to unexpected postmaster exit",
+            ),
+            (DatabaseErrorKind::Unknown, "the database system is shutting down"),
+            (DatabaseErrorKind::UnableToSendCommand, "connection closed"),
+            (DatabaseErrorKind::ClosedConnection, "connection closed"),
+            (
+                DatabaseErrorKind::ReadOnlyTransaction,
+                "cannot execute INSERT in a read-only transaction",
+            ),
+        ] {
+            let made = std::time::Instant::now();
+            let e = lost(kind, message);
+            if kind == DatabaseErrorKind::ReadOnlyTransaction {
+                // Connections made before are not handed out again; those made after are.
+                assert!(super::made_before_read_only_met(made));
+                std::thread::sleep(std::time::Duration::from_millis(1));
+                assert!(!super::made_before_read_only_met(std::time::Instant::now()));
+            }
+            assert!(matches!(e, AppError::Unavailable(_)), "{message}: {e:?}");
+            assert_eq!(e.code(), "INTERNAL");
+            assert!(!e.public_message().contains(message));
+        }
+        // Any other server error stays a bug.
+        let e = lost(DatabaseErrorKind::Unknown, "division by zero");
+        assert!(matches!(e, AppError::Internal(_)));
     }
 
     #[test]

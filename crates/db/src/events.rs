@@ -34,6 +34,13 @@ pub const EXPIRY_CHANNEL: &str = "fitorder_expiry";
 /// Channel naming a member session that has ended (payload: the session id).
 pub const SESSIONS_CHANNEL: &str = "fitorder_sessions";
 
+/// The LISTEN connection's first retry after losing a connection that was listening.
+const LISTEN_RETRY_FIRST: Duration = Duration::from_millis(200);
+/// Its longest wait between attempts while no server takes the connection (a failover in
+/// progress): short, so subscribers hear again within seconds of a new primary; an attempt
+/// costs one connection refused.
+const LISTEN_RETRY_MAX: Duration = Duration::from_secs(2);
+
 /// How many row notifications wait for the loader; past that they are dropped (and counted).
 pub const LOAD_QUEUE: usize = 4096;
 /// How many queued notifications the loader reads together (one query per kind).
@@ -102,28 +109,34 @@ impl EventHub {
         self.tx.receiver_count()
     }
 
+    /// Listens until the connection is lost, then connects again: 200 ms after a connection
+    /// that was listening, doubling up to [`LISTEN_RETRY_MAX`] while none can be made. A
+    /// multi-host URL (`target_session_attrs=read-write`) finds the new primary after a
+    /// failover; what was committed while nobody listened is picked up by the wake-ups below.
     async fn listen_forever(self, url: String, queue: mpsc::Sender<String>) {
-        let mut delay = Duration::from_millis(200);
+        let mut delay = LISTEN_RETRY_FIRST;
         loop {
-            match self.listen_once(&url, &queue).await {
-                Ok(()) => delay = Duration::from_millis(200),
-                Err(e) => {
-                    tracing::warn!(error = %e, retry_in_ms = delay.as_millis() as u64, "LISTEN connection lost");
-                    metrics::counter!("fitorder_listen_reconnects_total").increment(1);
+            let mut listening = false;
+            if let Err(e) = self.listen_once(&url, &queue, &mut listening).await {
+                if listening {
+                    delay = LISTEN_RETRY_FIRST;
                 }
+                tracing::warn!(error = %e, retry_in_ms = delay.as_millis() as u64, "LISTEN connection lost");
+                metrics::counter!("fitorder_listen_reconnects_total").increment(1);
             }
             tokio::time::sleep(delay).await;
-            delay = (delay * 2).min(Duration::from_secs(10));
+            delay = (delay * 2).min(LISTEN_RETRY_MAX);
         }
     }
 
-    async fn listen_once(&self, url: &str, queue: &mpsc::Sender<String>) -> anyhow::Result<()> {
+    async fn listen_once(&self, url: &str, queue: &mpsc::Sender<String>, listening: &mut bool) -> anyhow::Result<()> {
         let mut conn = AsyncPgConnection::establish(url).await?;
         // Once per connection, in one round trip (simple protocol: nothing to prepare).
         conn.batch_execute(&format!(
             "LISTEN {EVENTS_CHANNEL}; LISTEN {OUTBOX_CHANNEL}; LISTEN {EXPIRY_CHANNEL}; LISTEN {SESSIONS_CHANNEL}"
         ))
         .await?;
+        *listening = true;
         // Sessions may have ended while we were not listening: the next check reloads them.
         self.ended_sessions.mark_stale();
         // Anything committed while we were not listening is still due: let workers look.

@@ -79,6 +79,19 @@ fn build_pool(
     });
     let manager = AsyncDieselConnectionManager::<AsyncPgConnection>::new_with_config(url, config);
     Pool::builder(manager)
+        // Once a statement met a server that takes no writes (a primary draining before its
+        // demotion), a connection made before it is not reused: the next checkout connects
+        // anew, to the new primary (a multi-host URL with `target_session_attrs=read-write`). A
+        // closed one is dropped anyway (it reports itself broken). One atomic read a checkout.
+        .pre_recycle(deadpool::managed::Hook::sync_fn(|_, metrics| {
+            if crate::error::made_before_read_only_met(metrics.created) {
+                Err(deadpool::managed::HookError::message(
+                    "made before a read-only server was met",
+                ))
+            } else {
+                Ok(())
+            }
+        }))
         .max_size(size)
         .wait_timeout(Some(checkout_timeout))
         .create_timeout(Some(checkout_timeout))

@@ -96,7 +96,7 @@ impl ErrorExtensions for GqlError {
                 ext.set("currentVersion", current_version.as_str());
             }
             if let AppError::Unavailable(_) = e {
-                ext.set("reason", "UNAVAILABLE");
+                ext.set("reason", "DATABASE_UNAVAILABLE");
             }
             if let AppError::ProviderUnavailable(_) = e {
                 ext.set("reason", "PROVIDER_UNAVAILABLE");

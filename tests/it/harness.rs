@@ -350,7 +350,9 @@ impl TestApp {
         .await;
         let r = app.router.clone();
         let limits = fitorder::http::ServeLimits::from_config(&app.state.config);
-        tokio::spawn(async move { fitorder::http::serve_with(listener, r, limits, std::future::pending::<()>()).await });
+        tokio::spawn(
+            async move { fitorder::http::serve_with(listener, r, limits, std::future::pending::<()>()).await },
+        );
         app
     }
 

@@ -161,9 +161,13 @@ async fn fence(conn: &mut AsyncPgConnection) -> Result<()> {
         .context("the timeline fence")?;
     for f in rows {
         if let (Some(from), Some(to)) = (f.lost_order_seq_from, f.lost_order_seq_to) {
-            tracing::warn!(timeline = f.timeline, lost_order_seq_from = from, lost_order_seq_to = to,
+            tracing::warn!(
+                timeline = f.timeline,
+                lost_order_seq_from = from,
+                lost_order_seq_to = to,
                 "the database runs on a new timeline (a restore or a promotion): every sequence jumped ahead; \
-                 run the reconciliation of the days since the restore point");
+                 run the reconciliation of the days since the restore point"
+            );
         }
     }
     Ok(())

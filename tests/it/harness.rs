@@ -338,6 +338,24 @@ impl TestApp {
         }
     }
 
+    /// [`TestApp::on_database`] served on a real port, its public URL that port (providers'
+    /// notifications reach it).
+    pub async fn served_on_database(url: &str, tweak: impl FnOnce(&mut Config)) -> TestApp {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let public_url = format!("http://{}", listener.local_addr().unwrap());
+        let app = TestApp::on_database(url, |c| {
+            c.public_url = public_url;
+            tweak(c);
+        })
+        .await;
+        let r = app.router.clone();
+        let limits = fitorder::http::ServeLimits::from_config(&app.state.config);
+        tokio::spawn(
+            async move { fitorder::http::serve_with(listener, r, limits, std::future::pending::<()>()).await },
+        );
+        app
+    }
+
     pub async fn conn(&self) -> DbConn {
         self.state.pool.get().await.unwrap()
     }

@@ -1190,6 +1190,8 @@ const TABLES: &[(&str, &[(&str, &str)])] = &[
         ],
     ),
     ("reconciliation_heals", &[("reconciliation", "")]),
+    // The timeline fence runs with the migrations, under their lock (`crates/db/src/fence.sql`).
+    ("timeline_fences", &[("db", "")]),
     (
         "bill_rows",
         &[

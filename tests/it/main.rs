@@ -42,6 +42,7 @@ mod providers;
 mod read_replica;
 mod reconciliation;
 mod reconciliation_runs;
+mod restore_drill;
 mod sandbox_provider;
 mod schema_sdl;
 mod sdk_crosscheck;

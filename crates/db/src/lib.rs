@@ -136,12 +136,52 @@ async fn migrate_here(url: &str) -> Result<()> {
         .map(|applied| applied.len())
         .map_err(|e| anyhow::anyhow!("migration failed: {e}"));
     let mut conn = harness.into_inner();
+    let fenced = match &result {
+        Ok(_) => fence(&mut conn).await,
+        Err(_) => Ok(()),
+    };
     diesel::select(sql::pg_advisory_unlock(sql::lock_keys::MIGRATIONS))
         .execute(&mut conn)
         .await?;
     let applied = result?;
     if applied > 0 {
         tracing::info!(applied, "migrations applied");
+    }
+    fenced
+}
+
+/// How far every sequence jumps on a new timeline: more than any number of orders (or ids) a
+/// restore could lose, a hundredth of the order numbers' ten digits.
+pub const FENCE_JUMP: i64 = 100_000_000;
+
+/// The timeline fence (`fence.sql`): on a new timeline or cluster, every sequence jumps ahead
+/// and the order numbers that may have been lost are written down (issue 38).
+async fn fence(conn: &mut AsyncPgConnection) -> Result<()> {
+    use diesel_async::RunQueryDsl;
+    #[derive(diesel::QueryableByName)]
+    struct Fenced {
+        #[diesel(sql_type = diesel::sql_types::Integer)]
+        timeline: i32,
+        #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::BigInt>)]
+        lost_order_seq_from: Option<i64>,
+        #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::BigInt>)]
+        lost_order_seq_to: Option<i64>,
+    }
+    let rows: Vec<Fenced> = sql::StaticQuery::new(include_str!("fence.sql"))
+        .bind::<diesel::sql_types::BigInt, _>(FENCE_JUMP)
+        .load(conn)
+        .await
+        .context("the timeline fence")?;
+    for f in rows {
+        if let (Some(from), Some(to)) = (f.lost_order_seq_from, f.lost_order_seq_to) {
+            tracing::warn!(
+                timeline = f.timeline,
+                lost_order_seq_from = from,
+                lost_order_seq_to = to,
+                "the database runs on a new timeline (a restore or a promotion): every sequence jumped ahead; \
+                 run the reconciliation of the days since the restore point"
+            );
+        }
     }
     Ok(())
 }

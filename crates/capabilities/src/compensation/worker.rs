@@ -412,6 +412,27 @@ impl Worker {
             tracing::error!(event = e.id, kind = %e.kind, attempts = e.attempts, last_error = ?e.last_error,
                 "compensation event of no order is DEAD");
             metrics::counter!("fitorder_compensation_dead_total", "kind" => e.kind.as_str()).increment(1);
+            // A refund of a payment whose order a restore lost: money that did not go back is a
+            // person's to send, on a ticket naming the trade.
+            if e.kind == CompensationKind::ProviderRefund {
+                tickets::open(
+                    conn,
+                    NewTicket {
+                        kind: crate::domain::TicketKind::CompensationDead,
+                        provider: None,
+                        order: None,
+                        order_no: e.payload["orderNo"].as_str(),
+                        provider_txn_id: e.payload["providerTxnId"].as_str(),
+                        local_amount_cents: None,
+                        provider_amount_cents: e.payload["amountCents"].as_i64(),
+                        detail: json!({"eventId": e.id.to_string(), "kind": e.kind, "attempts": e.attempts,
+                                       "lastError": e.last_error, "idempotencyKey": e.idempotency_key}),
+                        finding_key: format!("COMPENSATION_DEAD:{}:{}", e.id, e.attempts),
+                    },
+                    &TraceId(e.trace_id.clone()),
+                )
+                .await?;
+            }
             return Ok(());
         };
         let order: Order = orders::table

@@ -121,6 +121,8 @@ pub(super) async fn heal(
         .await?;
     }
 
+    lost_orders(state, run_id, provider, date, trace).await?;
+
     // Local payments the bill lacks: asked of the provider.
     if !state.providers.configured(provider) {
         return Ok(vec![]);
@@ -180,6 +182,73 @@ pub(super) async fn heal(
     }
     Ok(confirmed)
 }
+
+/// The bill payments of orders a restore lost (`sql/lost_orders.sql`: numbers a timeline fence
+/// wrote down, no order of that number) go back to the payer: nothing recoverable of the order
+/// is in the trade (fitorder sends the provider the order number, a description and the amount:
+/// not the member, the store or what was bought), and the member was never served by an order
+/// the books no longer have. Each is one transaction: its `PROVIDER_REFUND` of no order (refund
+/// number `RL<transaction>`, so the same payment is never refunded twice) and its heal row
+/// `REFUNDED_LOST_ORDER`. The outbox sends it as any refund.
+async fn lost_orders(
+    state: &AppState,
+    run_id: i64,
+    provider: Provider,
+    date: NaiveDate,
+    trace: &TraceId,
+) -> AppResult<()> {
+    use crate::outbox::{self, Effect, OrderRef, RefundPayload};
+    use diesel_async::AsyncConnection;
+    let mut conn = state.pool.get().await?;
+    let lost: Vec<Unbooked> = StaticQuery::new(include_str!("sql/lost_orders.sql"))
+        .bind::<BigInt, _>(run_id)
+        .bind::<Text, _>(provider)
+        .bind::<BigInt, _>(MAX_HEALS)
+        .load(&mut conn)
+        .await?;
+    let max_attempts = state.config.max_attempts;
+    for u in lost {
+        let Some(txn) = u.provider_txn_id.clone() else {
+            continue;
+        };
+        let refund = Effect::ProviderRefund(RefundPayload {
+            order: OrderRef {
+                order_no: u.order_no.clone(),
+                member_id: String::new(),
+                store_id: String::new(),
+            },
+            provider,
+            refund_no: format!("RL{txn}"),
+            amount_cents: u.amount_cents,
+            total_cents: u.amount_cents,
+            provider_txn_id: Some(txn.clone()),
+            reason: "paid for an order the database lost in a restore".into(),
+        });
+        let (order_no, heal_txn) = (u.order_no.clone(), txn.clone());
+        conn.transaction(async |conn| -> AppResult<()> {
+            outbox::enqueue(conn, None, std::slice::from_ref(&refund), trace, max_attempts).await?;
+            StaticQuery::new(include_str!("sql/record_heal.sql"))
+                .bind::<BigInt, _>(run_id)
+                .bind::<Text, _>(provider)
+                .bind::<diesel::sql_types::Date, _>(date)
+                .bind::<Text, _>(TicketKind::ProviderPaidLocalUnpaid)
+                .bind::<Text, _>(REFUNDED_LOST_ORDER)
+                .bind::<Text, _>(&order_no)
+                .bind::<diesel::sql_types::Nullable<Text>, _>(Some(&heal_txn))
+                .bind::<Text, _>(trace.as_str())
+                .execute(conn)
+                .await?;
+            Ok(())
+        })
+        .await?;
+        tracing::warn!(order_no = %u.order_no, txn = %txn, amount_cents = u.amount_cents,
+            "reconciliation refunds a payment whose order a restore lost");
+    }
+    Ok(())
+}
+
+/// The heal action of a payment whose order a restore lost, refunded.
+pub const REFUNDED_LOST_ORDER: &str = "REFUNDED_LOST_ORDER";
 
 #[allow(clippy::too_many_arguments)]
 async fn record_heal(

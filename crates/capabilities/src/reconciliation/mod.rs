@@ -25,7 +25,7 @@ use chrono::NaiveDate;
 use diesel::sql_types::BigInt;
 
 use crate::domain::Provider;
-pub use healing::healing;
+pub use healing::{healing, REFUNDED_LOST_ORDER};
 pub use run::{run, HEARTBEAT_SECS, RUN_LEASE_SECS, WAITING_NOTE};
 pub use schedule::{
     configured_providers, daily, retry_waiting, retry_waiting_at, CATCH_UP_DAYS, WAIT_RETRY_SECS, WAIT_UNTIL,

@@ -28,3 +28,6 @@ SELECT 'PROVIDER_PAID_LOCAL_UNPAID'::text AS kind, $2::text AS provider, o.id AS
    AND NOT EXISTS (SELECT 1 FROM payments p WHERE p.provider_txn_id = b.provider_txn_id AND p.method = $2)
    AND NOT EXISTS (SELECT 1 FROM exception_tickets t WHERE t.provider_txn_id = b.provider_txn_id
                     AND t.kind IN ('PAID_AFTER_CANCEL', 'UNKNOWN_ORDER', 'REJECTED_TRANSITION', 'AMOUNT_MISMATCH'))
+   -- A payment of no order whose refund is queued (an order a restore lost, `lost_orders.sql`).
+   AND NOT (o.id IS NULL AND EXISTS (SELECT 1 FROM compensation_events e WHERE e.kind = 'PROVIDER_REFUND'
+                                       AND e.payload->>'providerTxnId' = b.provider_txn_id))

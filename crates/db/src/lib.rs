@@ -151,8 +151,10 @@ async fn migrate_here(url: &str) -> Result<()> {
 }
 
 /// How far every sequence jumps on a new timeline: more than any number of orders (or ids) a
-/// restore could lose, a hundredth of the order numbers' ten digits.
-pub const FENCE_JUMP: i64 = 100_000_000;
+/// restore could lose (a chain's orders of weeks), a thousandth of the order numbers' ten
+/// digits, so a thousand timelines fit. A promotion is a new timeline too: every switchover and
+/// failover spends one jump at the next start.
+pub const FENCE_JUMP: i64 = 10_000_000;
 
 /// The timeline fence (`fence.sql`): on a new timeline or cluster, every sequence jumps ahead
 /// and the order numbers that may have been lost are written down (issue 38).

@@ -16,6 +16,7 @@ mod errors;
 mod expiry;
 mod fakes;
 mod faults;
+mod front_desk;
 mod fuzz_corpus;
 mod graphql_http;
 mod hardening;

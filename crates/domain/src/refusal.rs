@@ -45,5 +45,12 @@ vocabulary! {
         /// A member's cooling-off refund of an order part of which was used: staff refund the
         /// unused share.
         AlreadyUsed = "ALREADY_USED",
+        /// Canceling a coach's session that has started already (`cancelCoachSlot`).
+        SlotStarted = "SLOT_STARTED",
+        /// Booking a coach's session that was canceled.
+        SlotCanceled = "SLOT_CANCELED",
+        /// A report's dates out of order, out of 2000..2100, or more days than it covers
+        /// (`salesReport`: 366).
+        InvalidRange = "INVALID_RANGE",
     }
 }

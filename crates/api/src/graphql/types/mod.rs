@@ -5,6 +5,7 @@
 mod catalog;
 mod compensation;
 pub mod enums;
+mod front_desk;
 mod member;
 mod ops;
 mod order;
@@ -18,6 +19,7 @@ use chrono::NaiveDate;
 pub use catalog::*;
 pub use compensation::*;
 pub use enums::*;
+pub use front_desk::*;
 pub use member::*;
 pub use ops::*;
 pub use order::*;

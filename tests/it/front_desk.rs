@@ -436,6 +436,21 @@ async fn a_cancel_killed_midway_is_resumed_after_a_restart_and_settles_each_book
         .await;
     assert_eq!(reason(&r), "SLOT_CANCELED", "{r}");
 
+    // A paid booking not settled yet cannot be checked in to meanwhile.
+    let (open, _, _) = bookings.iter().rev().find(|(_, kind, _)| *kind == "WALLET").unwrap();
+    let r = app
+        .gql(
+            Some(&app.admin_token()),
+            CHECK_IN,
+            json!({"input": {"orderNo": open, "consumeTxnNo": "gate-late"}}),
+        )
+        .await;
+    assert_eq!(
+        (error_code(&r).as_str(), reason(&r)),
+        ("BAD_USER_INPUT", "SLOT_CANCELED"),
+        "{r}"
+    );
+
     // Restarted: the scheduler's `coach_slot:cancel` finishes it.
     let mut worker = process("worker");
     wait_until(

@@ -47,7 +47,7 @@ vocabulary! {
         AlreadyUsed = "ALREADY_USED",
         /// Canceling a coach's session that has started already (`cancelCoachSlot`).
         SlotStarted = "SLOT_STARTED",
-        /// Booking a coach's session that was canceled.
+        /// Booking, or checking in to, a coach's session that was canceled.
         SlotCanceled = "SLOT_CANCELED",
         /// A report's dates out of order, out of 2000..2100, or more days than it covers
         /// (`salesReport`: 366).

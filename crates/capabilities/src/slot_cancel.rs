@@ -112,7 +112,6 @@ async fn mark(
         .get_result(conn)
         .await
         .optional()?;
-    metrics::counter!("fitorder_coach_slots_canceled_total").increment(1);
     // Locked and checked above: only a clock passing `starts_at` meanwhile leaves it unmarked.
     marked.ok_or_else(|| {
         AppError::refused(

@@ -10,7 +10,7 @@ pub use fitorder_api::{graphql, http};
 pub use fitorder_base::{auth, bounds, config, error, logging, ratelimit, trace};
 pub use fitorder_capabilities::{
     alerts, anomalies, app, catalog, compensation, expiry, memberships, orders, outbox, payments, prepaid,
-    reconciliation, sessions, tasks, ticket_resolution, tickets, timeline, wallet,
+    reconciliation, sales, sessions, slot_cancel, tasks, ticket_resolution, tickets, timeline, wallet,
 };
 pub use fitorder_db as db;
 pub use fitorder_db::events;

@@ -69,6 +69,11 @@ const RANKS: &[(&str, u8, u8)] = &[
     ("payments", 5, 8),
     // What closing a ticket does to orders and money (above orders, payments and the outbox).
     ("ticket_resolution", 5, 9),
+    // A coach's session canceled: its bookings canceled or refunded (above orders and payments:
+    // trades are closed first).
+    ("slot_cancel", 5, 9),
+    // The day's takings per date and payment method (reads only).
+    ("sales", 5, 9),
     // The outbox's delivery: the worker and the downstream calls it makes.
     ("compensation::worker", 5, 10),
     ("compensation::downstream", 5, 10),
@@ -1062,6 +1067,10 @@ const TABLES: &[(&str, &[(&str, &str)])] = &[
             (
                 "orders",
                 "`orders/transition.sql` puts back the seat or stock unit of a canceled or refunded order",
+            ),
+            (
+                "slot_cancel",
+                "`cancelCoachSlot` marks a session canceled once, and settled once its bookings are",
             ),
         ],
     ),

@@ -17,6 +17,7 @@ mod expiry;
 mod failover;
 mod fakes;
 mod faults;
+mod front_desk;
 mod front_desk_members;
 mod fuzz_corpus;
 mod graphql_http;

@@ -11,7 +11,7 @@ use fitorder_base::{auth, bounds, config, error, logging, ratelimit, trace};
 #[allow(unused_imports)]
 use fitorder_capabilities::{
     alerts, anomalies, app, catalog, compensation, expiry, memberships, orders, outbox, payments, prepaid,
-    reconciliation, sessions, tasks, ticket_resolution, tickets, timeline, wallet,
+    reconciliation, sales, sessions, slot_cancel, tasks, ticket_resolution, tickets, timeline, wallet,
 };
 use fitorder_db as db;
 #[allow(unused_imports)]

@@ -74,6 +74,13 @@ pub struct CoachSlot {
     pub remaining: i32,
     pub price_cents: i64,
     pub created_at: DateTime<Utc>,
+    /// Set once by `cancelCoachSlot`, with its reason, actor and trace.
+    pub canceled_at: Option<DateTime<Utc>>,
+    pub cancel_reason: Option<String>,
+    pub canceled_by: Option<String>,
+    pub cancel_trace_id: Option<String>,
+    /// When every order booked on the canceled slot was settled (canceled or refunded).
+    pub cancel_settled_at: Option<DateTime<Utc>>,
 }
 
 #[derive(Debug, Clone, Queryable, Selectable, QueryableByName)]

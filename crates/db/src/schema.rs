@@ -62,6 +62,11 @@ diesel::table! {
         remaining -> Int4,
         price_cents -> Int8,
         created_at -> Timestamptz,
+        canceled_at -> Nullable<Timestamptz>,
+        cancel_reason -> Nullable<Text>,
+        canceled_by -> Nullable<Text>,
+        cancel_trace_id -> Nullable<Text>,
+        cancel_settled_at -> Nullable<Timestamptz>,
     }
 }
 

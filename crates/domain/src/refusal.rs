@@ -50,5 +50,12 @@ vocabulary! {
         /// A search filter that cannot be asked (a phone that is neither four digits nor a
         /// whole number, a name part too short to look for).
         InvalidFilter = "INVALID_FILTER",
+        /// Canceling a coach's session that has started already (`cancelCoachSlot`).
+        SlotStarted = "SLOT_STARTED",
+        /// Booking, or checking in to, a coach's session that was canceled.
+        SlotCanceled = "SLOT_CANCELED",
+        /// A report's dates out of order, out of 2000..2100, or more days than it covers
+        /// (`salesReport`: 366).
+        InvalidRange = "INVALID_RANGE",
     }
 }

@@ -524,6 +524,15 @@ impl Mutation {
         ))
     }
 
+    /// staff: a coach's session is off; every order booked on it is canceled or refunded whole
+    async fn cancel_coach_slot(&self, ctx: &Context<'_>, id: ID, reason: String) -> GqlResult<CancelCoachSlotPayload> {
+        let v = require_admin(ctx)?;
+        let slot = parse_id(&id, "id")?;
+        let actx = actor_ctx(ctx)?;
+        let canceled = crate::slot_cancel::cancel(state(ctx), v, slot, &reason, &actx).await?;
+        Ok(canceled.into())
+    }
+
     /// Adds money to a member's wallet; the reference makes it idempotent.
     async fn top_up_wallet(
         &self,

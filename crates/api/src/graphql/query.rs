@@ -102,7 +102,8 @@ impl Query {
         Ok(ViewerNode)
     }
 
-    /// What a store sells now: its plans and class packs not retired, and coach slots that have not started.
+    /// What a store sells now: its plans and class packs not retired, and coach slots that have
+    /// not started (nor been canceled).
     async fn catalog(&self, ctx: &Context<'_>, store_id: ID) -> GqlResult<CatalogNode> {
         viewer(ctx)?;
         let store = parse_id(&store_id, "storeId")?;
@@ -125,6 +126,7 @@ impl Query {
         let slots: Vec<models::CoachSlot> = coach_slots::table
             .filter(coach_slots::store_id.eq(store))
             .filter(coach_slots::starts_at.gt(Utc::now()))
+            .filter(coach_slots::canceled_at.is_null())
             .order((coach_slots::starts_at, coach_slots::id))
             .select(models::CoachSlot::as_select())
             .load(&mut c)
@@ -155,6 +157,23 @@ impl Query {
                 note: d.note,
             })
             .collect())
+    }
+
+    /// staff: a store's takings per business date and payment method, `from` through `to` (at most
+    /// 366 days); only dates and methods with money in or out
+    async fn sales_report(
+        &self,
+        ctx: &Context<'_>,
+        store_id: ID,
+        from: Date,
+        to: Date,
+    ) -> GqlResult<Vec<SalesDayNode>> {
+        let v = viewer(ctx)?;
+        let store = parse_id(&store_id, "storeId")?;
+        let mut c = conn(ctx).await?;
+        let tz = state(ctx).config.timezone;
+        let days = crate::sales::report(&mut c, v, tz, store, from.0, to.0).await?;
+        Ok(days.into_iter().map(SalesDayNode::from).collect())
     }
 
     /// staff: a store's prepaid money (预收资金台账) per date, `from` through `to` (at most 366 days)

@@ -73,6 +73,22 @@ pub async fn check_in(
         if !status.is_live() {
             return Err(AppError::illegal(status, OrderStatus::Consuming));
         }
+        // A booking of a coach's session that was canceled is being refunded (`cancelCoachSlot`
+        // settles it): nothing to check in to.
+        if let Some(slot) = order.coach_slot_id {
+            use crate::db::schema::coach_slots;
+            let canceled: Option<chrono::DateTime<Utc>> = coach_slots::table
+                .find(slot)
+                .select(coach_slots::canceled_at)
+                .get_result(conn)
+                .await?;
+            if canceled.is_some() {
+                return Err(AppError::refused(
+                    Refusal::SlotCanceled,
+                    "this coach's session was canceled",
+                ));
+            }
+        }
         let (order, remaining) = if is_membership {
             check_in_membership(conn, order, ctx).await?
         } else {

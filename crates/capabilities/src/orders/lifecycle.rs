@@ -535,3 +535,34 @@ pub fn unused_share(
         ),
     }
 }
+
+/// An order booked on a coach's session that was canceled (`cancelCoachSlot`), settled in its
+/// own transaction under its row lock, through the state machine: a waiting order is canceled
+/// (its seat back, its frozen wallet money unfrozen), a paid one refunded whole (the wallet part
+/// at once, the online part through a PROVIDER_REFUND event: [`refund_locked`], the one refund
+/// path), one in use refunded its unused share; a consumed, canceled or refunded order is left
+/// as it is. Asked again, it finds the order settled and changes nothing, so a settling resumed
+/// after a crash, or run twice at once, settles each order once.
+pub async fn settle_canceled_booking(
+    conn: &mut AsyncPgConnection,
+    config: &Config,
+    order_id: i64,
+    reason: &str,
+    ctx: &Ctx,
+) -> AppResult<Order> {
+    conn.transaction(async |conn| -> AppResult<Order> {
+        let order: Order = orders::table
+            .find(order_id)
+            .select(Order::as_select())
+            .for_update()
+            .get_result(conn)
+            .await?;
+        match order.status {
+            OrderStatus::WaitPay => cancel_locked(conn, &order, reason, ctx).await,
+            OrderStatus::Paid => refund_locked(conn, config, &order, reason, Some(order.amount_cents), ctx).await,
+            OrderStatus::Consuming => refund_locked(conn, config, &order, reason, None, ctx).await,
+            OrderStatus::Consumed | OrderStatus::Canceled | OrderStatus::Refunded => Ok(order),
+        }
+    })
+    .await
+}

@@ -13,7 +13,8 @@ mod place;
 pub use check_in::{check_in, CheckInOutcome};
 pub use lifecycle::{
     apply_payment, apply_payment_announced_later, cancel_order, confirm_offline_payment, cooling_off_until,
-    refund_order, request_cooling_off_refund, unused_share, Announcements, PaymentApplied, COOLING_OFF_REASON,
+    refund_order, request_cooling_off_refund, settle_canceled_booking, unused_share, Announcements, PaymentApplied,
+    COOLING_OFF_REASON,
 };
 pub use place::{check_place_rate, place_order, PlaceOrder, PlacedItem};
 

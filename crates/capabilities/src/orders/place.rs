@@ -445,6 +445,12 @@ async fn price_item(
             if s.store_id != store_id {
                 return Err(wrong_store());
             }
+            if s.canceled_at.is_some() {
+                return Err(AppError::refused(
+                    Refusal::SlotCanceled,
+                    "this coach's session was canceled",
+                ));
+            }
             if s.starts_at <= now {
                 return Err(AppError::bad("this coach slot has already started"));
             }
@@ -471,12 +477,30 @@ async fn reserve_item(conn: &mut AsyncPgConnection, order: &Order) -> AppResult<
         _ => None,
     };
     if let Some(slot) = order.coach_slot_id {
-        let taken = diesel::update(coach_slots::table.find(slot).filter(coach_slots::remaining.gt(0)))
-            .set(coach_slots::remaining.eq(coach_slots::remaining - 1))
-            .execute(conn)
-            .await
-            .on_violation(sold_out)?;
+        // A slot canceled meanwhile (`cancelCoachSlot` marks it under the same row lock) takes
+        // no booking: the UPDATE re-reads the row it waited for.
+        let taken = diesel::update(
+            coach_slots::table
+                .find(slot)
+                .filter(coach_slots::remaining.gt(0))
+                .filter(coach_slots::canceled_at.is_null()),
+        )
+        .set(coach_slots::remaining.eq(coach_slots::remaining - 1))
+        .execute(conn)
+        .await
+        .on_violation(sold_out)?;
         if taken == 0 {
+            let canceled: Option<chrono::DateTime<chrono::Utc>> = coach_slots::table
+                .find(slot)
+                .select(coach_slots::canceled_at)
+                .get_result(conn)
+                .await?;
+            if canceled.is_some() {
+                return Err(AppError::refused(
+                    Refusal::SlotCanceled,
+                    "this coach's session was canceled",
+                ));
+            }
             return Err(AppError::SoldOut("no seats left in this coach slot".into()));
         }
     }

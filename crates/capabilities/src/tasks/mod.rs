@@ -79,6 +79,12 @@ impl Scheduler {
                 schedule: Schedule::Every { secs: scan },
                 run: |s| Box::pin(crate::memberships::tick::run(s)),
             },
+            // Coach slots canceled whose bookings are not all settled (a request killed mid-way).
+            Task {
+                name: "coach_slot:cancel",
+                schedule: Schedule::Every { secs: scan },
+                run: |s| Box::pin(crate::slot_cancel::resume(s)),
+            },
             Task {
                 name: "provider:keys",
                 schedule: Schedule::Every { secs: 3600 },

@@ -88,6 +88,13 @@ impl CoachSlotNode {
     async fn price_cents(&self) -> GqlResult<i32> {
         int(self.0.price_cents).gql()
     }
+    /// when the session was canceled (`cancelCoachSlot`); null while it is on
+    async fn canceled_at(&self) -> Option<DateTime<Utc>> {
+        self.0.canceled_at
+    }
+    async fn cancel_reason(&self) -> Option<&str> {
+        self.0.cancel_reason.as_deref()
+    }
 }
 
 #[derive(SimpleObject)]
